@@ -1,0 +1,2 @@
+//! tessera-alloc: allocation support for bare-metal targets.
+#![no_std]

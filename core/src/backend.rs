@@ -1,0 +1,107 @@
+//! Backends: a stream of work on one device.
+
+use core::any::Any;
+use core::ops::Range;
+
+use crate::buffer::TensorData;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+
+/// A marker in a backend's stream that other backends or the host can wait for.
+pub trait Event: Send + Sync {
+    /// Blocks the host until the point where the event was recorded has been reached.
+    fn synchronize(&self) -> Result<()>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A stream (queue) of transfers and computes on a device.
+///
+/// Work may run asynchronously; `synchronize` waits for all of it. Backends that have no
+/// asynchronous work use the provided blocking defaults.
+pub trait Backend: Send {
+    fn name(&self) -> &str;
+    fn device(&self) -> &'static dyn Device;
+
+    /// Queues a write of `len` bytes from `src` into `dst` at `offset`.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes and left unchanged until the next
+    /// `synchronize` of this backend returns.
+    unsafe fn set_tensor_async(
+        &mut self,
+        dst: &TensorData,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller promises `src` is valid for `len` bytes.
+        let bytes = unsafe { core::slice::from_raw_parts(src, len) };
+        dst.buffer.set_bytes(dst.offset + offset, bytes)
+    }
+
+    /// Queues a read of `len` bytes of `src` at `offset` into `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes, and not otherwise accessed, until the
+    /// next `synchronize` of this backend returns.
+    unsafe fn get_tensor_async(
+        &mut self,
+        src: &TensorData,
+        offset: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller promises `dst` is valid and exclusively ours for `len` bytes.
+        let out = unsafe { core::slice::from_raw_parts_mut(dst, len) };
+        src.buffer.get_bytes(src.offset + offset, out)
+    }
+
+    /// Queues a copy of `len` bytes between two tensors, `src` belonging to `src_backend`.
+    /// `Ok(false)` means this backend cannot do it asynchronously: synchronise both backends
+    /// and copy with `copy_tensor` instead.
+    fn copy_tensor_async(
+        &mut self,
+        _src_backend: &mut dyn Backend,
+        _src: &TensorData,
+        _dst: &TensorData,
+        _len: usize,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Waits until all queued work is done.
+    fn synchronize(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Computes the nodes `nodes` (indices into `graph.nodes()`); every tensor they touch
+    /// must be bound to memory this backend can use. May return before the work is done.
+    fn compute(&mut self, graph: &Graph, nodes: Range<usize>) -> Result<()>;
+
+    /// Computes the whole graph and waits for it.
+    fn compute_graph(&mut self, graph: &Graph) -> Result<()> {
+        self.compute(graph, 0..graph.nodes().len())?;
+        self.synchronize()
+    }
+
+    /// Records `event` at the current point of the stream.
+    fn record_event(&mut self, _event: &dyn Event) -> Result<()> {
+        Err(self.no_events())
+    }
+
+    /// Makes the stream wait for `event` without blocking the host.
+    fn wait_event(&mut self, _event: &dyn Event) -> Result<()> {
+        Err(self.no_events())
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+
+    #[doc(hidden)]
+    fn no_events(&self) -> Error {
+        Error::Backend {
+            backend: self.name().into(),
+            message: "this backend has no events".into(),
+        }
+    }
+}

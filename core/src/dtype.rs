@@ -1,0 +1,111 @@
+//! Element types and their storage layout.
+
+use core::fmt;
+
+use crate::error::{Error, Result};
+
+/// The element type of a tensor.
+///
+/// Quantized types store values in blocks; their layouts are ggml's so that model files
+/// written for ggml load unchanged:
+/// - `Q8_0`: 32 values = an f16 scale followed by 32 `i8` (34 bytes); value = scale * q.
+/// - `Q4_0`: 32 values = an f16 scale followed by 16 bytes of nibbles (18 bytes); byte `j`
+///   holds value `j` in its low nibble and value `j + 16` in its high nibble; value = scale * (q - 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    I32,
+    Q8_0,
+    Q4_0,
+}
+
+impl DType {
+    /// Every type, in a fixed order (useful for tests and tables).
+    pub const ALL: [DType; 6] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::Q8_0,
+        DType::Q4_0,
+    ];
+
+    /// ggml's name of the type ("f32", "q8_0", ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I32 => "i32",
+            DType::Q8_0 => "q8_0",
+            DType::Q4_0 => "q4_0",
+        }
+    }
+
+    /// Number of values in one storage block (1 for plain types).
+    pub const fn block_len(self) -> usize {
+        match self {
+            DType::Q8_0 | DType::Q4_0 => 32,
+            _ => 1,
+        }
+    }
+
+    /// Bytes of one storage block (for plain types: bytes of one value).
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::Q8_0 => 34,
+            DType::Q4_0 => 18,
+        }
+    }
+
+    pub const fn is_quantized(self) -> bool {
+        self.block_len() > 1
+    }
+
+    /// Floating-point types that element-wise kernels read and write.
+    pub const fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16)
+    }
+
+    /// Bytes of a row of `n` values; `n` must be a whole number of blocks.
+    pub fn row_bytes(self, n: usize) -> Result<usize> {
+        if n % self.block_len() != 0 {
+            return Err(Error::BlockAlignment {
+                dtype: self,
+                len: n,
+            });
+        }
+        (n / self.block_len())
+            .checked_mul(self.block_bytes())
+            .ok_or(Error::Overflow {
+                what: "row size in bytes",
+            })
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_sizes_follow_block_layouts() {
+        assert_eq!(DType::F32.row_bytes(10).unwrap(), 40);
+        assert_eq!(DType::BF16.row_bytes(3).unwrap(), 6);
+        assert_eq!(DType::Q8_0.row_bytes(64).unwrap(), 68);
+        assert_eq!(DType::Q4_0.row_bytes(96).unwrap(), 54);
+        assert!(matches!(
+            DType::Q4_0.row_bytes(33),
+            Err(Error::BlockAlignment { .. })
+        ));
+    }
+}

@@ -1,0 +1,39 @@
+//! tessera-core: the `no_std + alloc` heart of tessera.
+//!
+//! - [`dtype`], [`quant`], [`convert`]: element types, ggml's quantized block layouts and
+//!   row conversions;
+//! - [`tensor`], [`op`], [`graph`]: tensor metadata, ops with their parameters, and the graph
+//!   arena whose op constructors infer and check shapes;
+//! - [`buffer`], [`host_buffer`], [`device`], [`backend`], [`registry`]: ggml's backend object
+//!   model (buffer types, buffers, devices, streams, events, families) as traits;
+//! - [`linear_alloc`]: placing tensors one after another in a buffer.
+#![no_std]
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod backend;
+pub mod buffer;
+pub mod convert;
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod graph;
+pub mod host_buffer;
+pub mod linear_alloc;
+pub mod op;
+pub mod quant;
+pub mod registry;
+pub mod tensor;
+
+pub use backend::{Backend, Event};
+pub use buffer::{Buffer, BufferType, BufferUsage, TensorData};
+pub use device::{Device, DeviceCaps, DeviceType, MemoryInfo};
+pub use dtype::DType;
+pub use error::{Error, Result, Shape};
+pub use graph::Graph;
+pub use op::{BinaryOp, Im2ColParams, Op, Pool2dParams, PoolKind, RopeMode, RopeParams, UnaryOp};
+pub use registry::{BackendReg, Extension, Registry};
+pub use tensor::{Tensor, TensorFlags, TensorId};

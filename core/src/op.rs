@@ -1,0 +1,220 @@
+//! The operations a graph node can perform, with their parameters.
+
+/// Element-wise functions of one operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Sqr,
+    Sqrt,
+    Neg,
+    Abs,
+    Exp,
+    Relu,
+    /// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+    Gelu,
+    /// GELU, exact: `0.5 x (1 + erf(x / sqrt(2)))`.
+    GeluErf,
+    Silu,
+    Sigmoid,
+    Tanh,
+}
+
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 11] = [
+        UnaryOp::Sqr,
+        UnaryOp::Sqrt,
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluErf,
+        UnaryOp::Silu,
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Sqr => "SQR",
+            UnaryOp::Sqrt => "SQRT",
+            UnaryOp::Neg => "NEG",
+            UnaryOp::Abs => "ABS",
+            UnaryOp::Exp => "EXP",
+            UnaryOp::Relu => "RELU",
+            UnaryOp::Gelu => "GELU",
+            UnaryOp::GeluErf => "GELU_ERF",
+            UnaryOp::Silu => "SILU",
+            UnaryOp::Sigmoid => "SIGMOID",
+            UnaryOp::Tanh => "TANH",
+        }
+    }
+}
+
+/// Element-wise functions of two operands; the second broadcasts over the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinaryOp {
+    pub const fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "ADD",
+            BinaryOp::Sub => "SUB",
+            BinaryOp::Mul => "MUL",
+            BinaryOp::Div => "DIV",
+        }
+    }
+}
+
+/// How ROPE pairs up the values it rotates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RopeMode {
+    /// Adjacent pairs `(x[2i], x[2i+1])` (ggml mode 0).
+    Normal,
+    /// Halves `(x[i], x[i + n_dims/2])` (ggml mode 2, GPT-NeoX).
+    Neox,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    Max,
+    Avg,
+}
+
+/// Parameters of IM2COL: strides, padding and dilation along dims 0 and 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Im2ColParams {
+    pub s0: usize,
+    pub s1: usize,
+    pub p0: usize,
+    pub p1: usize,
+    pub d0: usize,
+    pub d1: usize,
+    /// 2-D (input `[W, H, C, N]`) or 1-D (input `[W, C, N]`).
+    pub is_2d: bool,
+}
+
+/// Parameters of POOL_2D: kernel, stride and padding along dims 0 and 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Pool2dParams {
+    pub kind: PoolKind,
+    pub k0: usize,
+    pub k1: usize,
+    pub s0: usize,
+    pub s1: usize,
+    pub p0: usize,
+    pub p1: usize,
+}
+
+/// Parameters of ROPE.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    pub mode: RopeMode,
+    /// Number of leading values of each row that are rotated; the rest pass through.
+    pub n_dims: usize,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+}
+
+/// What a tensor is: a leaf (`None`), a computed op, or a view of another tensor.
+///
+/// Operands are the tensor's sources, in ggml's order (`src[0]`, `src[1]`, ...).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Op {
+    /// A leaf: data supplied from outside (weights, inputs).
+    None,
+    Binary(BinaryOp),
+    /// `x * s`.
+    Scale(f32),
+    Unary(UnaryOp),
+    /// Sum of each row: `[n, a, b, c] -> [1, a, b, c]`.
+    SumRows,
+    /// Mean of each row.
+    Mean,
+    /// Index of the largest value of each row of a matrix: `[n, m] -> [m]` (I32).
+    Argmax,
+    /// `softmax(x * scale + mask)` along rows; the mask (src 1) is optional.
+    SoftMax {
+        scale: f32,
+    },
+    /// `(x - mean) / sqrt(var + eps)` along rows.
+    Norm {
+        eps: f32,
+    },
+    /// `x / sqrt(mean(x^2) + eps)` along rows.
+    RmsNorm {
+        eps: f32,
+    },
+    /// `dst[i, j] = sum_k a[k, i] * b[k, j]`, `a: [K, M, ..]` of any type, `b: [K, N, ..]` F32.
+    MulMat,
+    /// Rows of src 0 picked by the I32 indices in src 1, as F32.
+    GetRows,
+    /// Copy src 0 into src 1 (converting the type); the result is a view of src 1.
+    Cpy,
+    /// A contiguous copy of a possibly strided tensor.
+    Cont,
+    /// Join src 0 and src 1 along `dim`.
+    Concat {
+        dim: usize,
+    },
+    /// Rotary position embedding; src 1 holds one I32 position per index of dim 2.
+    Rope(RopeParams),
+    /// Sets `x[j, i] = -inf` where `j > n_past + i`.
+    DiagMaskInf {
+        n_past: usize,
+    },
+    /// Unfolds convolution patches: src 0 is the kernel (shape only), src 1 the input.
+    Im2Col(Im2ColParams),
+    Pool2d(Pool2dParams),
+    /// A strided window into src 0.
+    View,
+    /// Src 0 seen with another shape (src 0 must be contiguous).
+    Reshape,
+    /// Src 0 with its axes reordered: axis `i` of src 0 becomes axis `axes[i]`.
+    Permute([u8; 4]),
+    /// Src 0 with axes 0 and 1 swapped.
+    Transpose,
+}
+
+impl Op {
+    /// ggml's name of the op ("ADD", "MUL_MAT", "GELU", ...).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Op::None => "NONE",
+            Op::Binary(b) => b.name(),
+            Op::Scale(_) => "SCALE",
+            Op::Unary(u) => u.name(),
+            Op::SumRows => "SUM_ROWS",
+            Op::Mean => "MEAN",
+            Op::Argmax => "ARGMAX",
+            Op::SoftMax { .. } => "SOFT_MAX",
+            Op::Norm { .. } => "NORM",
+            Op::RmsNorm { .. } => "RMS_NORM",
+            Op::MulMat => "MUL_MAT",
+            Op::GetRows => "GET_ROWS",
+            Op::Cpy => "CPY",
+            Op::Cont => "CONT",
+            Op::Concat { .. } => "CONCAT",
+            Op::Rope(_) => "ROPE",
+            Op::DiagMaskInf { .. } => "DIAG_MASK_INF",
+            Op::Im2Col(_) => "IM2COL",
+            Op::Pool2d(_) => "POOL_2D",
+            Op::View => "VIEW",
+            Op::Reshape => "RESHAPE",
+            Op::Permute(_) => "PERMUTE",
+            Op::Transpose => "TRANSPOSE",
+        }
+    }
+
+    /// View ops only reinterpret their source's memory; they have no kernel.
+    pub const fn is_view(&self) -> bool {
+        matches!(
+            self,
+            Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose
+        )
+    }
+}

@@ -1,0 +1,1 @@
+//! tessera-std: std glue.
