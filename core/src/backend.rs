@@ -28,13 +28,7 @@ pub trait Backend: Send {
     /// # Safety
     /// `src` must be valid for reads of `len` bytes and left unchanged until the next
     /// `synchronize` of this backend returns.
-    unsafe fn set_tensor_async(
-        &mut self,
-        dst: &TensorData,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<()> {
+    unsafe fn set_tensor_async(&mut self, dst: &TensorData, offset: usize, src: *const u8, len: usize) -> Result<()> {
         // SAFETY: the caller promises `src` is valid for `len` bytes.
         let bytes = unsafe { core::slice::from_raw_parts(src, len) };
         dst.buffer.set_bytes(dst.offset + offset, bytes)
@@ -45,13 +39,7 @@ pub trait Backend: Send {
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes, and not otherwise accessed, until the
     /// next `synchronize` of this backend returns.
-    unsafe fn get_tensor_async(
-        &mut self,
-        src: &TensorData,
-        offset: usize,
-        dst: *mut u8,
-        len: usize,
-    ) -> Result<()> {
+    unsafe fn get_tensor_async(&mut self, src: &TensorData, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
         // SAFETY: the caller promises `dst` is valid and exclusively ours for `len` bytes.
         let out = unsafe { core::slice::from_raw_parts_mut(dst, len) };
         src.buffer.get_bytes(src.offset + offset, out)
@@ -99,9 +87,6 @@ pub trait Backend: Send {
 
     #[doc(hidden)]
     fn no_events(&self) -> Error {
-        Error::Backend {
-            backend: self.name().into(),
-            message: "this backend has no events".into(),
-        }
+        Error::Backend { backend: self.name().into(), message: "this backend has no events".into() }
     }
 }

@@ -82,13 +82,7 @@ pub trait Buffer: Send + Sync + Any {
     /// Copies `len` bytes from `src` at `src_offset` to `dst_offset` of this buffer when this
     /// buffer knows how to read `src` (a host source, or a buffer of its own device);
     /// `Ok(false)` means "cannot, stage it through the host".
-    fn copy_from(
-        &self,
-        dst_offset: usize,
-        src: &dyn Buffer,
-        src_offset: usize,
-        len: usize,
-    ) -> Result<bool> {
+    fn copy_from(&self, dst_offset: usize, src: &dyn Buffer, src_offset: usize, len: usize) -> Result<bool> {
         let Some(base) = src.host_ptr() else {
             return Ok(false);
         };
@@ -108,12 +102,7 @@ pub trait Buffer: Send + Sync + Any {
 pub fn check_range(buffer: &dyn Buffer, offset: usize, len: usize) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= buffer.size() => Ok(()),
-        _ => Err(Error::BufferRange {
-            buffer: buffer.buffer_type().name().into(),
-            offset,
-            len,
-            size: buffer.size(),
-        }),
+        _ => Err(Error::BufferRange { buffer: buffer.buffer_type().name().into(), offset, len, size: buffer.size() }),
     }
 }
 
@@ -126,12 +115,6 @@ pub struct TensorData {
 
 impl core::fmt::Debug for TensorData {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "{}+{} ({} bytes)",
-            self.buffer.buffer_type().name(),
-            self.offset,
-            self.buffer.size()
-        )
+        write!(f, "{}+{} ({} bytes)", self.buffer.buffer_type().name(), self.offset, self.buffer.size())
     }
 }

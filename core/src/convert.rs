@@ -93,11 +93,7 @@ mod tests {
             let bytes = to_bytes(dtype, &x).unwrap();
             assert_eq!(bytes.len(), 4 * dtype.block_bytes());
             let y = to_f32_vec(dtype, &bytes);
-            let expect: [f32; 4] = if dtype == DType::I32 {
-                [1.0, -2.0, 0.0, 1024.0]
-            } else {
-                x
-            };
+            let expect: [f32; 4] = if dtype == DType::I32 { [1.0, -2.0, 0.0, 1024.0] } else { x };
             assert_eq!(y, expect, "{dtype}");
         }
     }

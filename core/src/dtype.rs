@@ -23,14 +23,7 @@ pub enum DType {
 
 impl DType {
     /// Every type, in a fixed order (useful for tests and tables).
-    pub const ALL: [DType; 6] = [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::I32,
-        DType::Q8_0,
-        DType::Q4_0,
-    ];
+    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::Q8_0, DType::Q4_0];
 
     /// ggml's name of the type ("f32", "q8_0", ...).
     pub const fn name(self) -> &'static str {
@@ -74,16 +67,9 @@ impl DType {
     /// Bytes of a row of `n` values; `n` must be a whole number of blocks.
     pub fn row_bytes(self, n: usize) -> Result<usize> {
         if n % self.block_len() != 0 {
-            return Err(Error::BlockAlignment {
-                dtype: self,
-                len: n,
-            });
+            return Err(Error::BlockAlignment { dtype: self, len: n });
         }
-        (n / self.block_len())
-            .checked_mul(self.block_bytes())
-            .ok_or(Error::Overflow {
-                what: "row size in bytes",
-            })
+        (n / self.block_len()).checked_mul(self.block_bytes()).ok_or(Error::Overflow { what: "row size in bytes" })
     }
 }
 
@@ -103,9 +89,6 @@ mod tests {
         assert_eq!(DType::BF16.row_bytes(3).unwrap(), 6);
         assert_eq!(DType::Q8_0.row_bytes(64).unwrap(), 68);
         assert_eq!(DType::Q4_0.row_bytes(96).unwrap(), 54);
-        assert!(matches!(
-            DType::Q4_0.row_bytes(33),
-            Err(Error::BlockAlignment { .. })
-        ));
+        assert!(matches!(DType::Q4_0.row_bytes(33), Err(Error::BlockAlignment { .. })));
     }
 }

@@ -22,44 +22,19 @@ impl fmt::Display for Shape {
 #[non_exhaustive]
 pub enum Error {
     /// An operand of an op has a shape the op cannot use.
-    ShapeMismatch {
-        op: &'static str,
-        tensor: String,
-        shape: Shape,
-        expected: String,
-    },
+    ShapeMismatch { op: &'static str, tensor: String, shape: Shape, expected: String },
     /// An operand of an op has a type the op cannot use.
-    TypeMismatch {
-        op: &'static str,
-        tensor: String,
-        dtype: DType,
-        expected: &'static str,
-    },
+    TypeMismatch { op: &'static str, tensor: String, dtype: DType, expected: &'static str },
     /// An op parameter is out of its range.
     InvalidParam { op: &'static str, message: String },
     /// A row length is not a whole number of blocks of a quantized type.
     BlockAlignment { dtype: DType, len: usize },
     /// A view reaches outside the bytes of the tensor it views.
-    ViewOutOfBounds {
-        tensor: String,
-        source: String,
-        end: usize,
-        source_bytes: usize,
-    },
+    ViewOutOfBounds { tensor: String, source: String, end: usize, source_bytes: usize },
     /// A byte range given for a tensor lies outside it.
-    TensorRange {
-        tensor: String,
-        offset: usize,
-        len: usize,
-        nbytes: usize,
-    },
+    TensorRange { tensor: String, offset: usize, len: usize, nbytes: usize },
     /// A byte range given for a buffer lies outside it.
-    BufferRange {
-        buffer: String,
-        offset: usize,
-        len: usize,
-        size: usize,
-    },
+    BufferRange { buffer: String, offset: usize, len: usize, size: usize },
     /// A tensor id that does not belong to the graph.
     UnknownTensor { id: usize, tensors: usize },
     /// A tensor that needs memory has none bound.
@@ -69,19 +44,11 @@ pub enum Error {
     /// A tensor lives in memory that cannot be written (weights borrowed from flash, say).
     ReadOnly { tensor: String, buffer: String },
     /// A tensor lives in a buffer the backend cannot use.
-    IncompatibleBuffer {
-        tensor: String,
-        buffer: String,
-        backend: String,
-    },
+    IncompatibleBuffer { tensor: String, buffer: String, backend: String },
     /// The buffer or allocator ran out of memory.
     OutOfMemory { what: String, requested: usize },
     /// A backend cannot run an op with these operand types or shapes.
-    Unsupported {
-        backend: String,
-        op: &'static str,
-        tensor: String,
-    },
+    Unsupported { backend: String, op: &'static str, tensor: String },
     /// A size computation overflowed.
     Overflow { what: &'static str },
     /// A device was asked for by a name that does not exist.
@@ -95,63 +62,32 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::ShapeMismatch {
-                op,
-                tensor,
-                shape,
-                expected,
-            } => write!(
-                f,
-                "{op}: tensor '{tensor}' has shape {shape}, expected {expected}"
-            ),
-            Error::TypeMismatch {
-                op,
-                tensor,
-                dtype,
-                expected,
-            } => write!(
-                f,
-                "{op}: tensor '{tensor}' has type {dtype}, expected {expected}"
-            ),
+            Error::ShapeMismatch { op, tensor, shape, expected } => {
+                write!(f, "{op}: tensor '{tensor}' has shape {shape}, expected {expected}")
+            }
+            Error::TypeMismatch { op, tensor, dtype, expected } => {
+                write!(f, "{op}: tensor '{tensor}' has type {dtype}, expected {expected}")
+            }
             Error::InvalidParam { op, message } => write!(f, "{op}: {message}"),
-            Error::BlockAlignment { dtype, len } => write!(
-                f,
-                "a row of {len} values is not a whole number of {dtype} blocks of {}",
-                dtype.block_len()
-            ),
-            Error::ViewOutOfBounds {
-                tensor,
-                source,
-                end,
-                source_bytes,
-            } => write!(
-                f,
-                "view '{tensor}' reaches byte {end} of '{source}', which has only {source_bytes} bytes"
-            ),
-            Error::TensorRange {
-                tensor,
-                offset,
-                len,
-                nbytes,
-            } => write!(
+            Error::BlockAlignment { dtype, len } => {
+                write!(f, "a row of {len} values is not a whole number of {dtype} blocks of {}", dtype.block_len())
+            }
+            Error::ViewOutOfBounds { tensor, source, end, source_bytes } => {
+                write!(f, "view '{tensor}' reaches byte {end} of '{source}', which has only {source_bytes} bytes")
+            }
+            Error::TensorRange { tensor, offset, len, nbytes } => write!(
                 f,
                 "bytes {offset}..{} are outside tensor '{tensor}' of {nbytes} bytes",
                 offset.saturating_add(*len)
             ),
-            Error::BufferRange {
-                buffer,
-                offset,
-                len,
-                size,
-            } => write!(
+            Error::BufferRange { buffer, offset, len, size } => write!(
                 f,
                 "bytes {offset}..{} are outside buffer '{buffer}' of {size} bytes",
                 offset.saturating_add(*len)
             ),
-            Error::UnknownTensor { id, tensors } => write!(
-                f,
-                "tensor id {id} does not belong to this graph (it has {tensors} tensors)"
-            ),
+            Error::UnknownTensor { id, tensors } => {
+                write!(f, "tensor id {id} does not belong to this graph (it has {tensors} tensors)")
+            }
             Error::NotAllocated { tensor } => {
                 write!(f, "tensor '{tensor}' has no memory bound to it")
             }
@@ -161,29 +97,18 @@ impl fmt::Display for Error {
             Error::ReadOnly { tensor, buffer } if tensor.is_empty() => {
                 write!(f, "buffer '{buffer}' is read-only and cannot be written")
             }
-            Error::ReadOnly { tensor, buffer } => write!(
-                f,
-                "tensor '{tensor}' lives in read-only buffer '{buffer}' and cannot be written"
-            ),
-            Error::IncompatibleBuffer {
-                tensor,
-                buffer,
-                backend,
-            } => write!(
-                f,
-                "tensor '{tensor}' lives in buffer '{buffer}', which backend {backend} cannot use"
-            ),
+            Error::ReadOnly { tensor, buffer } => {
+                write!(f, "tensor '{tensor}' lives in read-only buffer '{buffer}' and cannot be written")
+            }
+            Error::IncompatibleBuffer { tensor, buffer, backend } => {
+                write!(f, "tensor '{tensor}' lives in buffer '{buffer}', which backend {backend} cannot use")
+            }
             Error::OutOfMemory { what, requested } => {
                 write!(f, "out of memory: {what} needs {requested} bytes")
             }
-            Error::Unsupported {
-                backend,
-                op,
-                tensor,
-            } => write!(
-                f,
-                "backend {backend} does not support {op} as used by tensor '{tensor}'"
-            ),
+            Error::Unsupported { backend, op, tensor } => {
+                write!(f, "backend {backend} does not support {op} as used by tensor '{tensor}'")
+            }
             Error::Overflow { what } => write!(f, "size overflow computing {what}"),
             Error::UnknownDevice { name, available } => {
                 write!(f, "unknown device '{name}'; devices: {available}")

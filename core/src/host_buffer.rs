@@ -70,10 +70,7 @@ unsafe impl Sync for HostBuffer {}
 impl HostBuffer {
     /// Allocates `size` zeroed bytes aligned to [`HOST_ALIGNMENT`].
     pub fn alloc(buffer_type: &'static dyn BufferType, size: usize) -> Result<HostBuffer> {
-        let oom = || Error::OutOfMemory {
-            what: String::from(buffer_type.name()) + " buffer",
-            requested: size,
-        };
+        let oom = || Error::OutOfMemory { what: String::from(buffer_type.name()) + " buffer", requested: size };
         let layout = Layout::from_size_align(size.max(1), HOST_ALIGNMENT).map_err(|_| oom())?;
         // SAFETY: `layout` has a non-zero size.
         let ptr = unsafe { alloc::alloc::alloc_zeroed(layout) };
@@ -123,10 +120,7 @@ impl HostBuffer {
     }
 
     fn read_only(&self) -> Error {
-        Error::ReadOnly {
-            tensor: String::new(),
-            buffer: self.buffer_type.name().into(),
-        }
+        Error::ReadOnly { tensor: String::new(), buffer: self.buffer_type.name().into() }
     }
 }
 
@@ -204,14 +198,8 @@ mod tests {
         let mut out = [0u8; 5];
         buf.get_bytes(3, &mut out).unwrap();
         assert_eq!(out, [0, 1, 2, 3, 0]);
-        assert!(matches!(
-            buf.set_bytes(15, &[1, 2]),
-            Err(Error::BufferRange { .. })
-        ));
-        assert!(matches!(
-            buf.get_bytes(usize::MAX, &mut out),
-            Err(Error::BufferRange { .. })
-        ));
+        assert!(matches!(buf.set_bytes(15, &[1, 2]), Err(Error::BufferRange { .. })));
+        assert!(matches!(buf.get_bytes(usize::MAX, &mut out), Err(Error::BufferRange { .. })));
         assert_eq!(buf.host_ptr().unwrap() as usize % HOST_ALIGNMENT, 0);
     }
 
@@ -222,10 +210,7 @@ mod tests {
         assert_eq!(buf.host_ptr(), Some(WEIGHTS.as_ptr()));
         assert!(buf.host_ptr_mut().is_none());
         assert_eq!(buf.usage(), BufferUsage::Weights);
-        assert!(matches!(
-            buf.set_bytes(0, &[1]),
-            Err(Error::ReadOnly { .. })
-        ));
+        assert!(matches!(buf.set_bytes(0, &[1]), Err(Error::ReadOnly { .. })));
         let mut out = [0u8; 2];
         buf.get_bytes(2, &mut out).unwrap();
         assert_eq!(out, [7, 6]);
@@ -233,9 +218,6 @@ mod tests {
 
     #[test]
     fn impossible_allocation_is_an_error() {
-        assert!(matches!(
-            HOST_BUFFER_TYPE.alloc_buffer(usize::MAX - 8),
-            Err(Error::OutOfMemory { .. })
-        ));
+        assert!(matches!(HOST_BUFFER_TYPE.alloc_buffer(usize::MAX - 8), Err(Error::OutOfMemory { .. })));
     }
 }

@@ -24,11 +24,7 @@ pub struct LinearAllocator {
 impl LinearAllocator {
     pub fn new(buffer: Arc<dyn Buffer>) -> LinearAllocator {
         let alignment = buffer.buffer_type().alignment().max(1);
-        LinearAllocator {
-            buffer,
-            alignment,
-            offset: 0,
-        }
+        LinearAllocator { buffer, alignment, offset: 0 }
     }
 
     /// Bytes used so far.
@@ -40,9 +36,7 @@ impl LinearAllocator {
     pub fn alloc(&mut self, graph: &mut Graph, id: TensorId) -> Result<()> {
         let t = graph.tensor(id)?;
         if t.view_src().is_some() || t.data().is_some() {
-            return Err(Error::AlreadyAllocated {
-                tensor: graph.label(id),
-            });
+            return Err(Error::AlreadyAllocated { tensor: graph.label(id) });
         }
         let size = self.buffer.buffer_type().alloc_size(t);
         let end = align_up(size, self.alignment).and_then(|s| s.checked_add(self.offset));
@@ -58,13 +52,7 @@ impl LinearAllocator {
                 requested: size,
             });
         };
-        graph.bind(
-            id,
-            TensorData {
-                buffer: self.buffer.clone(),
-                offset: self.offset,
-            },
-        )?;
+        graph.bind(id, TensorData { buffer: self.buffer.clone(), offset: self.offset })?;
         self.offset = end;
         Ok(())
     }
@@ -72,9 +60,7 @@ impl LinearAllocator {
 
 /// The tensors among `ids` that need memory of their own: not views, not yet bound.
 fn needs_memory(graph: &Graph, id: TensorId) -> bool {
-    graph
-        .tensor(id)
-        .is_ok_and(|t| t.view_src().is_none() && t.data().is_none())
+    graph.tensor(id).is_ok_and(|t| t.view_src().is_none() && t.data().is_none())
 }
 
 /// Allocates one buffer of `buffer_type` holding every tensor of `ids` that needs memory
@@ -91,9 +77,7 @@ pub fn alloc_tensors(
         if needs_memory(graph, id) {
             total = align_up(buffer_type.alloc_size(t), align)
                 .and_then(|s| total.checked_add(s))
-                .ok_or(Error::Overflow {
-                    what: "buffer size",
-                })?;
+                .ok_or(Error::Overflow { what: "buffer size" })?;
         }
     }
     if total == 0 {
@@ -120,10 +104,7 @@ pub fn alloc_tensors(
 }
 
 /// Allocates every tensor of the graph that needs memory into one new buffer.
-pub fn alloc_graph_tensors(
-    graph: &mut Graph,
-    buffer_type: &'static dyn BufferType,
-) -> Result<Option<Arc<dyn Buffer>>> {
+pub fn alloc_graph_tensors(graph: &mut Graph, buffer_type: &'static dyn BufferType) -> Result<Option<Arc<dyn Buffer>>> {
     let ids: alloc::vec::Vec<TensorId> = (0..graph.tensors().len() as u32).map(TensorId).collect();
     alloc_tensors(graph, &ids, buffer_type)
 }
@@ -140,9 +121,7 @@ mod tests {
         let a = g.new_tensor(DType::F32, &[3]).unwrap();
         let b = g.new_tensor(DType::F16, &[5]).unwrap();
         let v = g.view_1d(a, 2, 4).unwrap();
-        let buf = alloc_graph_tensors(&mut g, &HOST_BUFFER_TYPE)
-            .unwrap()
-            .unwrap();
+        let buf = alloc_graph_tensors(&mut g, &HOST_BUFFER_TYPE).unwrap().unwrap();
         assert_eq!(buf.size(), 2 * HOST_ALIGNMENT);
         assert_eq!(g.data(a).unwrap().offset, 0);
         assert_eq!(g.data(b).unwrap().offset, HOST_ALIGNMENT);
@@ -158,9 +137,6 @@ mod tests {
         let buf = HOST_BUFFER_TYPE.alloc_buffer(64).unwrap();
         let mut linear = LinearAllocator::new(buf);
         let err = linear.alloc(&mut g, a).unwrap_err();
-        assert!(
-            matches!(err, Error::OutOfMemory { requested: 400, .. }),
-            "{err}"
-        );
+        assert!(matches!(err, Error::OutOfMemory { requested: 400, .. }), "{err}");
     }
 }

@@ -212,9 +212,6 @@ impl Op {
 
     /// View ops only reinterpret their source's memory; they have no kernel.
     pub const fn is_view(&self) -> bool {
-        matches!(
-            self,
-            Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose
-        )
+        matches!(self, Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose)
     }
 }

@@ -20,10 +20,7 @@ fn write_scale(block: &mut [u8], d: f32) {
 /// Quantizes `src` (a whole number of blocks) into Q8_0 blocks in `dst`.
 /// Each block: `d = max|x| / 127`, `q = round(x / d)`.
 pub fn quantize_row_q8_0(src: &[f32], dst: &mut [u8]) {
-    for (x, block) in src
-        .chunks_exact(QK)
-        .zip(dst.chunks_exact_mut(Q8_0_BLOCK_BYTES))
-    {
+    for (x, block) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q8_0_BLOCK_BYTES)) {
         let amax = x.iter().fold(0.0f32, |m, v| m.max(libm::fabsf(*v)));
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -36,10 +33,7 @@ pub fn quantize_row_q8_0(src: &[f32], dst: &mut [u8]) {
 
 /// Dequantizes Q8_0 blocks in `src` into `dst` (a whole number of blocks).
 pub fn dequantize_row_q8_0(src: &[u8], dst: &mut [f32]) {
-    for (block, y) in src
-        .chunks_exact(Q8_0_BLOCK_BYTES)
-        .zip(dst.chunks_exact_mut(QK))
-    {
+    for (block, y) in src.chunks_exact(Q8_0_BLOCK_BYTES).zip(dst.chunks_exact_mut(QK)) {
         let d = read_scale(block);
         for (out, q) in y.iter_mut().zip(&block[2..]) {
             *out = (*q as i8) as f32 * d;
@@ -51,10 +45,7 @@ pub fn dequantize_row_q8_0(src: &[u8], dst: &mut [f32]) {
 /// Each block: `d = m / -8` where `m` is the value of largest magnitude (sign kept),
 /// `q = min(15, trunc(x / d + 8.5))`.
 pub fn quantize_row_q4_0(src: &[f32], dst: &mut [u8]) {
-    for (x, block) in src
-        .chunks_exact(QK)
-        .zip(dst.chunks_exact_mut(Q4_0_BLOCK_BYTES))
-    {
+    for (x, block) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q4_0_BLOCK_BYTES)) {
         let mut amax = 0.0f32;
         let mut max = 0.0f32;
         for v in x {
@@ -79,10 +70,7 @@ pub fn quantize_row_q4_0(src: &[f32], dst: &mut [u8]) {
 
 /// Dequantizes Q4_0 blocks in `src` into `dst`.
 pub fn dequantize_row_q4_0(src: &[u8], dst: &mut [f32]) {
-    for (block, y) in src
-        .chunks_exact(Q4_0_BLOCK_BYTES)
-        .zip(dst.chunks_exact_mut(QK))
-    {
+    for (block, y) in src.chunks_exact(Q4_0_BLOCK_BYTES).zip(dst.chunks_exact_mut(QK)) {
         let d = read_scale(block);
         for j in 0..QK / 2 {
             let b = block[2 + j];

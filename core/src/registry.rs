@@ -53,27 +53,19 @@ impl<'a> Registry<'a> {
 
     /// The reg called `name` (case-insensitive).
     pub fn reg_by_name(&self, name: &str) -> Option<&'static dyn BackendReg> {
-        self.regs
-            .iter()
-            .copied()
-            .find(|r| r.name().eq_ignore_ascii_case(name))
+        self.regs.iter().copied().find(|r| r.name().eq_ignore_ascii_case(name))
     }
 
     /// Every device of every reg, in priority order.
     pub fn devices(&self) -> impl Iterator<Item = &'static dyn Device> + 'a {
-        self.regs
-            .iter()
-            .flat_map(|r| (0..r.device_count()).filter_map(move |i| r.device(i)))
+        self.regs.iter().flat_map(|r| (0..r.device_count()).filter_map(move |i| r.device(i)))
     }
 
     /// The device called `name` (case-insensitive); the error lists the devices that exist.
     pub fn device_by_name(&self, name: &str) -> Result<&'static dyn Device> {
         self.devices()
             .find(|d| d.name().eq_ignore_ascii_case(name))
-            .ok_or_else(|| Error::UnknownDevice {
-                name: name.into(),
-                available: self.device_names(),
-            })
+            .ok_or_else(|| Error::UnknownDevice { name: name.into(), available: self.device_names() })
     }
 
     /// The first device of `device_type`.
@@ -83,18 +75,13 @@ impl<'a> Registry<'a> {
 
     /// The first GPU, else the first integrated GPU, else the first CPU.
     pub fn best_device(&self) -> Option<&'static dyn Device> {
-        [DeviceType::Gpu, DeviceType::IGpu, DeviceType::Cpu]
-            .into_iter()
-            .find_map(|t| self.device_by_type(t))
+        [DeviceType::Gpu, DeviceType::IGpu, DeviceType::Cpu].into_iter().find_map(|t| self.device_by_type(t))
     }
 
     /// A backend on the best device.
     pub fn init_best(&self) -> Result<Box<dyn Backend>> {
         self.best_device()
-            .ok_or_else(|| Error::UnknownDevice {
-                name: "best".into(),
-                available: self.device_names(),
-            })?
+            .ok_or_else(|| Error::UnknownDevice { name: "best".into(), available: self.device_names() })?
             .init_backend()
     }
 

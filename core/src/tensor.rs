@@ -67,19 +67,13 @@ pub fn contiguous_strides(dtype: DType, ne: [usize; MAX_DIMS]) -> Result<[usize;
     nb[0] = dtype.block_bytes();
     nb[1] = dtype.row_bytes(ne[0])?;
     for i in 2..MAX_DIMS {
-        nb[i] = nb[i - 1].checked_mul(ne[i - 1]).ok_or(Error::Overflow {
-            what: "tensor strides",
-        })?;
+        nb[i] = nb[i - 1].checked_mul(ne[i - 1]).ok_or(Error::Overflow { what: "tensor strides" })?;
     }
     Ok(nb)
 }
 
 /// Bytes spanned by a tensor of `dtype`, shape `ne` and strides `nb` (ggml's `ggml_nbytes`).
-pub(crate) fn span_bytes(
-    dtype: DType,
-    ne: [usize; MAX_DIMS],
-    nb: [usize; MAX_DIMS],
-) -> Option<usize> {
+pub(crate) fn span_bytes(dtype: DType, ne: [usize; MAX_DIMS], nb: [usize; MAX_DIMS]) -> Option<usize> {
     if ne.contains(&0) {
         return Some(0);
     }
@@ -97,9 +91,7 @@ pub(crate) fn span_bytes(
 impl Tensor {
     pub(crate) fn new(dtype: DType, ne: [usize; MAX_DIMS], op: Op) -> Result<Tensor> {
         let nb = contiguous_strides(dtype, ne)?;
-        span_bytes(dtype, ne, nb).ok_or(Error::Overflow {
-            what: "tensor size in bytes",
-        })?;
+        span_bytes(dtype, ne, nb).ok_or(Error::Overflow { what: "tensor size in bytes" })?;
         Ok(Tensor {
             dtype,
             ne,
@@ -136,10 +128,7 @@ impl Tensor {
     }
     /// The sources that are set, with their slot index.
     pub fn srcs(&self) -> impl Iterator<Item = (usize, TensorId)> + '_ {
-        self.src
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.map(|s| (i, s)))
+        self.src.iter().enumerate().filter_map(|(i, s)| s.map(|s| (i, s)))
     }
     /// The tensor whose memory this one views, if it is a view.
     pub fn view_src(&self) -> Option<TensorId> {
@@ -211,9 +200,6 @@ mod tests {
 
     #[test]
     fn oversized_shapes_are_errors() {
-        assert!(matches!(
-            Tensor::new(DType::F32, [usize::MAX / 2, 4, 1, 1], Op::None),
-            Err(Error::Overflow { .. })
-        ));
+        assert!(matches!(Tensor::new(DType::F32, [usize::MAX / 2, 4, 1, 1], Op::None), Err(Error::Overflow { .. })));
     }
 }

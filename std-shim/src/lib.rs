@@ -1,1 +1,59 @@
-//! tessera-std: std glue.
+//! tessera-std: std glue over the backend families compiled in.
+//!
+//! Device selection by name (`"auto"`, `"cpu"`, `"cuda1"`) and human-readable device
+//! descriptions. Plugin loading and module placement build on this.
+
+use tessera_core::{Device, Error, Registry, Result};
+
+/// The device a user asked for: `None`, `""`, `"auto"` or `"default"` mean the best device
+/// (GPU, then integrated GPU, then CPU); otherwise a device name, case-insensitive.
+pub fn select_device(registry: &Registry<'_>, request: Option<&str>) -> Result<&'static dyn Device> {
+    match request.map(str::trim) {
+        None | Some("") => best(registry),
+        Some(r) if r.eq_ignore_ascii_case("auto") || r.eq_ignore_ascii_case("default") => best(registry),
+        Some(name) => registry.device_by_name(name),
+    }
+}
+
+fn best(registry: &Registry<'_>) -> Result<&'static dyn Device> {
+    registry
+        .best_device()
+        .ok_or_else(|| Error::UnknownDevice { name: "auto".into(), available: registry.device_names() })
+}
+
+/// One line about a device: `CPU: AMD EPYC 9B45 (CPU, 20.1 of 23.4 GiB free)`.
+pub fn describe_device(device: &dyn Device) -> String {
+    let mem = device.memory();
+    let memory = if mem.total == 0 {
+        "memory unknown".to_string()
+    } else {
+        let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+        format!("{:.1} of {:.1} GiB free", gib(mem.free), gib(mem.total))
+    };
+    format!("{}: {} ({}, {})", device.name(), device.description(), device.device_type().name(), memory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static REGS: &[&'static dyn tessera_core::BackendReg] = &[&tessera_cpu::CPU_REG];
+
+    #[test]
+    fn selection_by_name_and_default() {
+        let registry = Registry::new(REGS);
+        assert_eq!(select_device(&registry, None).map(|d| d.name()), Ok("CPU"));
+        assert_eq!(select_device(&registry, Some(" Auto ")).map(|d| d.name()), Ok("CPU"));
+        assert_eq!(select_device(&registry, Some("cpu")).map(|d| d.name()), Ok("CPU"));
+        let err = select_device(&registry, Some("vulkan0")).err();
+        assert_eq!(err.map(|e| e.to_string()).as_deref(), Some("unknown device 'vulkan0'; devices: CPU"));
+    }
+
+    #[test]
+    fn descriptions_carry_the_memory_figures() {
+        let line = describe_device(&tessera_cpu::CPU_DEVICE);
+        assert!(line.starts_with("CPU: "), "{line}");
+        #[cfg(target_os = "linux")]
+        assert!(line.contains("GiB free"), "{line}");
+    }
+}

@@ -31,10 +31,7 @@ impl<'g> HostTensor<'g> {
                 None => incompatible(graph, id, buffer.buffer_type().name(), backend),
             })?
         } else {
-            buffer
-                .host_ptr()
-                .ok_or_else(|| incompatible(graph, id, buffer.buffer_type().name(), backend))?
-                .cast_mut()
+            buffer.host_ptr().ok_or_else(|| incompatible(graph, id, buffer.buffer_type().name(), backend))?.cast_mut()
         };
         tessera_core::buffer::check_range(&**buffer, data.offset, t.nbytes())?;
         Ok(HostTensor {

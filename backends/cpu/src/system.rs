@@ -34,7 +34,12 @@ mod os {
         NAME.get_or_init(|| {
             std::fs::read_to_string("/proc/cpuinfo")
                 .ok()
-                .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|n| n.trim().into()))
+                .and_then(|s| {
+                    s.lines()
+                        .find(|l| l.starts_with("model name"))
+                        .and_then(|l| l.split(':').nth(1))
+                        .map(|n| n.trim().into())
+                })
                 .unwrap_or_else(|| "CPU".into())
         })
     }

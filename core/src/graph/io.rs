@@ -15,24 +15,15 @@ impl Graph {
     fn data_range(&self, id: TensorId, offset: usize, len: usize) -> Result<TensorData> {
         let nbytes = self.tensor(id)?.nbytes();
         if offset.checked_add(len).is_none_or(|end| end > nbytes) {
-            return Err(Error::TensorRange {
-                tensor: self.label(id),
-                offset,
-                len,
-                nbytes,
-            });
+            return Err(Error::TensorRange { tensor: self.label(id), offset, len, nbytes });
         }
-        self.data(id).ok_or_else(|| Error::NotAllocated {
-            tensor: self.label(id),
-        })
+        self.data(id).ok_or_else(|| Error::NotAllocated { tensor: self.label(id) })
     }
 
     /// Writes raw bytes at `offset` into the tensor's memory.
     pub fn set_bytes(&self, id: TensorId, offset: usize, bytes: &[u8]) -> Result<()> {
         let d = self.data_range(id, offset, bytes.len())?;
-        d.buffer
-            .set_bytes(d.offset + offset, bytes)
-            .map_err(|e| self.name_read_only(id, e))
+        d.buffer.set_bytes(d.offset + offset, bytes).map_err(|e| self.name_read_only(id, e))
     }
 
     /// Reads raw bytes at `offset` from the tensor's memory.
@@ -43,10 +34,7 @@ impl Graph {
 
     fn name_read_only(&self, id: TensorId, e: Error) -> Error {
         match e {
-            Error::ReadOnly { buffer, .. } => Error::ReadOnly {
-                tensor: self.label(id),
-                buffer,
-            },
+            Error::ReadOnly { buffer, .. } => Error::ReadOnly { tensor: self.label(id), buffer },
             e => e,
         }
     }
@@ -70,12 +58,7 @@ impl Graph {
     pub fn set_i32(&self, id: TensorId, values: &[i32]) -> Result<()> {
         let t = self.tensor(id)?;
         if t.dtype() != DType::I32 {
-            return Err(Error::TypeMismatch {
-                op: "SET",
-                tensor: self.label(id),
-                dtype: t.dtype(),
-                expected: "i32",
-            });
+            return Err(Error::TypeMismatch { op: "SET", tensor: self.label(id), dtype: t.dtype(), expected: "i32" });
         }
         if values.len() != t.nelements() || !t.is_contiguous() {
             return Err(Error::ShapeMismatch {
@@ -99,11 +82,8 @@ impl Graph {
         if n0 == 0 {
             return Ok(out);
         }
-        let span = if t.dtype().is_quantized() {
-            t.row_bytes()
-        } else {
-            (n0 - 1) * t.nb()[0] + t.dtype().block_bytes()
-        };
+        let span =
+            if t.dtype().is_quantized() { t.row_bytes() } else { (n0 - 1) * t.nb()[0] + t.dtype().block_bytes() };
         for (r, row) in out.chunks_exact_mut(n0).enumerate() {
             let (i1, i2, i3) = (r % n1, r / n1 % n2, r / (n1 * n2) % n3);
             let at = t.row_offset(i1, i2, i3);
@@ -116,12 +96,7 @@ impl Graph {
     pub fn get_i32(&self, id: TensorId) -> Result<Vec<i32>> {
         let t = self.tensor(id)?;
         if t.dtype() != DType::I32 {
-            return Err(Error::TypeMismatch {
-                op: "GET",
-                tensor: self.label(id),
-                dtype: t.dtype(),
-                expected: "i32",
-            });
+            return Err(Error::TypeMismatch { op: "GET", tensor: self.label(id), dtype: t.dtype(), expected: "i32" });
         }
         // f32 holds every i32 below 2^24 exactly; read the bytes directly to keep all of them.
         let mut bytes = vec![0u8; t.nbytes()];
@@ -143,33 +118,20 @@ impl Graph {
 /// Copies the data of `src` (in `src_graph`) into `dst` (in `dst_graph`); both must have the
 /// same type, shape and strides. Host buffers are read or written in place; other pairs use
 /// the destination buffer's own copy, else a staging copy through host memory.
-pub fn copy_tensor(
-    src_graph: &Graph,
-    src: TensorId,
-    dst_graph: &Graph,
-    dst: TensorId,
-) -> Result<()> {
+pub fn copy_tensor(src_graph: &Graph, src: TensorId, dst_graph: &Graph, dst: TensorId) -> Result<()> {
     let (ts, td) = (src_graph.tensor(src)?, dst_graph.tensor(dst)?);
     if !ts.same_layout(td) {
         return Err(Error::ShapeMismatch {
             op: "COPY",
             tensor: dst_graph.label(dst),
             shape: td.shape(),
-            expected: alloc::format!(
-                "the layout of '{}' ({} {})",
-                src_graph.label(src),
-                ts.dtype(),
-                ts.shape()
-            ),
+            expected: alloc::format!("the layout of '{}' ({} {})", src_graph.label(src), ts.dtype(), ts.shape()),
         });
     }
     let len = ts.nbytes();
     let s = src_graph.data_range(src, 0, len)?;
     let d = dst_graph.data_range(dst, 0, len)?;
-    let same_buffer = core::ptr::addr_eq(
-        alloc::sync::Arc::as_ptr(&s.buffer),
-        alloc::sync::Arc::as_ptr(&d.buffer),
-    );
+    let same_buffer = core::ptr::addr_eq(alloc::sync::Arc::as_ptr(&s.buffer), alloc::sync::Arc::as_ptr(&d.buffer));
     if same_buffer && s.offset == d.offset {
         return Ok(());
     }
@@ -181,10 +143,7 @@ pub fn copy_tensor(
             // SAFETY: the range was checked against the host buffer, which stays alive (we hold an
             // Arc) and is not written through this borrow.
             let bytes = unsafe { core::slice::from_raw_parts(base.add(s.offset), len) };
-            return d
-                .buffer
-                .set_bytes(d.offset, bytes)
-                .map_err(|e| dst_graph.name_read_only(dst, e));
+            return d.buffer.set_bytes(d.offset, bytes).map_err(|e| dst_graph.name_read_only(dst, e));
         }
         None => {}
     }
@@ -192,15 +151,8 @@ pub fn copy_tensor(
         return Ok(());
     }
     let mut staging = Vec::new();
-    staging
-        .try_reserve_exact(len)
-        .map_err(|_| Error::OutOfMemory {
-            what: "staging copy".into(),
-            requested: len,
-        })?;
+    staging.try_reserve_exact(len).map_err(|_| Error::OutOfMemory { what: "staging copy".into(), requested: len })?;
     staging.resize(len, 0);
     s.buffer.get_bytes(s.offset, &mut staging)?;
-    d.buffer
-        .set_bytes(d.offset, &staging)
-        .map_err(|e| dst_graph.name_read_only(dst, e))
+    d.buffer.set_bytes(d.offset, &staging).map_err(|e| dst_graph.name_read_only(dst, e))
 }

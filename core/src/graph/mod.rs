@@ -51,20 +51,12 @@ impl Graph {
     }
 
     pub fn tensor(&self, id: TensorId) -> Result<&Tensor> {
-        self.tensors.get(id.index()).ok_or(Error::UnknownTensor {
-            id: id.index(),
-            tensors: self.tensors.len(),
-        })
+        self.tensors.get(id.index()).ok_or(Error::UnknownTensor { id: id.index(), tensors: self.tensors.len() })
     }
 
     fn tensor_mut(&mut self, id: TensorId) -> Result<&mut Tensor> {
         let tensors = self.tensors.len();
-        self.tensors
-            .get_mut(id.index())
-            .ok_or(Error::UnknownTensor {
-                id: id.index(),
-                tensors,
-            })
+        self.tensors.get_mut(id.index()).ok_or(Error::UnknownTensor { id: id.index(), tensors })
     }
 
     /// The tensor's name, or `#id OP` when it has none (for messages).
@@ -77,15 +69,12 @@ impl Graph {
     }
 
     pub(crate) fn push(&mut self, tensor: Tensor) -> Result<TensorId> {
-        let id = u32::try_from(self.tensors.len()).map_err(|_| Error::Overflow {
-            what: "number of tensors in a graph",
+        let id =
+            u32::try_from(self.tensors.len()).map_err(|_| Error::Overflow { what: "number of tensors in a graph" })?;
+        self.tensors.try_reserve(1).map_err(|_| Error::OutOfMemory {
+            what: "graph arena".into(),
+            requested: core::mem::size_of::<Tensor>(),
         })?;
-        self.tensors
-            .try_reserve(1)
-            .map_err(|_| Error::OutOfMemory {
-                what: "graph arena".into(),
-                requested: core::mem::size_of::<Tensor>(),
-            })?;
         self.tensors.push(tensor);
         Ok(TensorId(id))
     }
@@ -166,10 +155,7 @@ impl Graph {
         match t.view_src {
             Some(src) => {
                 let d = self.tensors.get(src.index())?.data.as_ref()?;
-                Some(TensorData {
-                    buffer: d.buffer.clone(),
-                    offset: d.offset + t.view_offset,
-                })
+                Some(TensorData { buffer: d.buffer.clone(), offset: d.offset + t.view_offset })
             }
             None => t.data.clone(),
         }

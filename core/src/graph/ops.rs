@@ -14,13 +14,7 @@ use crate::tensor::{Tensor, TensorId, MAX_DIMS};
 const FLOAT: &str = "f32, f16 or bf16";
 
 impl Graph {
-    fn node(
-        &mut self,
-        op: Op,
-        dtype: DType,
-        ne: [usize; MAX_DIMS],
-        srcs: &[TensorId],
-    ) -> Result<TensorId> {
+    fn node(&mut self, op: Op, dtype: DType, ne: [usize; MAX_DIMS], srcs: &[TensorId]) -> Result<TensorId> {
         let mut t = Tensor::new(dtype, ne, op)?;
         for (slot, s) in t.src.iter_mut().zip(srcs) {
             *slot = Some(*s);
@@ -29,12 +23,7 @@ impl Graph {
     }
 
     fn shape_error(&self, op: &'static str, id: TensorId, expected: String) -> Error {
-        Error::ShapeMismatch {
-            op,
-            tensor: self.label(id),
-            shape: self.tensors()[id.index()].shape(),
-            expected,
-        }
+        Error::ShapeMismatch { op, tensor: self.label(id), shape: self.tensors()[id.index()].shape(), expected }
     }
 
     fn expect_type(
@@ -48,12 +37,7 @@ impl Graph {
         if ok(t.dtype) {
             Ok(t)
         } else {
-            Err(Error::TypeMismatch {
-                op,
-                tensor: self.label(id),
-                dtype: t.dtype,
-                expected,
-            })
+            Err(Error::TypeMismatch { op, tensor: self.label(id), dtype: t.dtype, expected })
         }
     }
 
@@ -65,11 +49,7 @@ impl Graph {
         if self.tensor(id)?.rows_contiguous() {
             Ok(())
         } else {
-            Err(self.shape_error(
-                op,
-                id,
-                "rows of densely packed values (apply CONT first)".into(),
-            ))
+            Err(self.shape_error(op, id, "rows of densely packed values (apply CONT first)".into()))
         }
     }
 
@@ -83,10 +63,7 @@ impl Graph {
             return Err(self.shape_error(
                 name,
                 b,
-                format!(
-                    "a shape that repeats to {} (each dimension dividing it)",
-                    Shape(ne)
-                ),
+                format!("a shape that repeats to {} (each dimension dividing it)", Shape(ne)),
             ));
         }
         self.node(Op::Binary(op), dtype, ne, &[a, b])
@@ -178,39 +155,18 @@ impl Graph {
 
     /// `softmax(a * scale + mask)` along rows. The mask (F32 or F16) has `a`'s row length,
     /// at least as many rows, and repeats over dimensions 2 and 3.
-    pub fn soft_max(
-        &mut self,
-        a: TensorId,
-        mask: Option<TensorId>,
-        scale: f32,
-    ) -> Result<TensorId> {
+    pub fn soft_max(&mut self, a: TensorId, mask: Option<TensorId>, scale: f32) -> Result<TensorId> {
         let t = self.expect_float("SOFT_MAX", a)?;
         let (dtype, ne) = (t.dtype, t.ne);
         let Some(m) = mask else {
             return self.node(Op::SoftMax { scale }, dtype, ne, &[a]);
         };
-        let mn = self
-            .expect_type(
-                "SOFT_MAX",
-                m,
-                |d| matches!(d, DType::F32 | DType::F16),
-                "f32 or f16",
-            )?
-            .ne;
-        if mn[0] != ne[0]
-            || mn[1] < ne[1]
-            || mn[2] == 0
-            || mn[3] == 0
-            || ne[2] % mn[2] != 0
-            || ne[3] % mn[3] != 0
-        {
+        let mn = self.expect_type("SOFT_MAX", m, |d| matches!(d, DType::F32 | DType::F16), "f32 or f16")?.ne;
+        if mn[0] != ne[0] || mn[1] < ne[1] || mn[2] == 0 || mn[3] == 0 || ne[2] % mn[2] != 0 || ne[3] % mn[3] != 0 {
             return Err(self.shape_error(
                 "SOFT_MAX",
                 m,
-                format!(
-                    "a mask [{}, >= {}, d2, d3] with d2, d3 dividing {} and {}",
-                    ne[0], ne[1], ne[2], ne[3]
-                ),
+                format!("a mask [{}, >= {}, d2, d3] with d2, d3 dividing {} and {}", ne[0], ne[1], ne[2], ne[3]),
             ));
         }
         self.node(Op::SoftMax { scale }, dtype, ne, &[a, m])
@@ -234,17 +190,8 @@ impl Graph {
     /// non-integer type (the weights), `b: [K, N, e2, e3]` F32 with `d2 | e2`, `d3 | e3`;
     /// the result is `[M, N, e2, e3]` F32.
     pub fn mul_mat(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
-        let na = self
-            .expect_type(
-                "MUL_MAT",
-                a,
-                |d| d != DType::I32,
-                "a float or quantized type",
-            )?
-            .ne;
-        let nb = self
-            .expect_type("MUL_MAT", b, |d| d == DType::F32, "f32")?
-            .ne;
+        let na = self.expect_type("MUL_MAT", a, |d| d != DType::I32, "a float or quantized type")?.ne;
+        let nb = self.expect_type("MUL_MAT", b, |d| d == DType::F32, "f32")?.ne;
         self.expect_rows_contiguous("MUL_MAT", a)?;
         if na[0] != nb[0] || na[2] == 0 || na[3] == 0 || nb[2] % na[2] != 0 || nb[3] % na[3] != 0 {
             return Err(self.shape_error(
@@ -259,12 +206,7 @@ impl Graph {
                 ),
             ));
         }
-        self.node(
-            Op::MulMat,
-            DType::F32,
-            [na[1], nb[1], nb[2], nb[3]],
-            &[a, b],
-        )
+        self.node(Op::MulMat, DType::F32, [na[1], nb[1], nb[2], nb[3]], &[a, b])
     }
 
     /// Rows of `a: [n, r, d2, d3]` picked by the I32 indices `b: [m, d2, d3]`; the result is
@@ -272,27 +214,16 @@ impl Graph {
     pub fn get_rows(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         let ta = self.tensor(a)?;
         let (adt, na) = (ta.dtype, ta.ne);
-        let nb = self
-            .expect_type("GET_ROWS", b, |d| d == DType::I32, "i32 row indices")?
-            .ne;
+        let nb = self.expect_type("GET_ROWS", b, |d| d == DType::I32, "i32 row indices")?.ne;
         self.expect_rows_contiguous("GET_ROWS", a)?;
         if nb[1] != na[2] || nb[2] != na[3] || nb[3] != 1 {
             return Err(self.shape_error(
                 "GET_ROWS",
                 b,
-                format!(
-                    "indices [m, {}, {}, 1] for rows of {}",
-                    na[2],
-                    na[3],
-                    Shape(na)
-                ),
+                format!("indices [m, {}, {}, 1] for rows of {}", na[2], na[3], Shape(na)),
             ));
         }
-        let dtype = if adt == DType::I32 {
-            DType::I32
-        } else {
-            DType::F32
-        };
+        let dtype = if adt == DType::I32 { DType::I32 } else { DType::F32 };
         self.node(Op::GetRows, dtype, [na[0], nb[0], nb[1], nb[2]], &[a, b])
     }
 
@@ -306,11 +237,7 @@ impl Graph {
             return Err(self.shape_error(
                 "CPY",
                 b,
-                format!(
-                    "{nelem} values, as many as {} has ({})",
-                    self.label(a),
-                    Shape(na)
-                ),
+                format!("{nelem} values, as many as {} has ({})", self.label(a), Shape(na)),
             ));
         }
         self.check_cpy_types(a, b)?;
@@ -373,18 +300,10 @@ impl Graph {
 
     /// `a` and `b` joined along `dim`; all other dimensions must match.
     pub fn concat(&mut self, a: TensorId, b: TensorId, dim: usize) -> Result<TensorId> {
-        let ta = self.expect_type(
-            "CONCAT",
-            a,
-            |d| d.is_float() || d == DType::I32,
-            "f32, f16, bf16 or i32",
-        )?;
+        let ta = self.expect_type("CONCAT", a, |d| d.is_float() || d == DType::I32, "f32, f16, bf16 or i32")?;
         let (dtype, na) = (ta.dtype, ta.ne);
         if dim >= MAX_DIMS {
-            return Err(Error::InvalidParam {
-                op: "CONCAT",
-                message: format!("dimension {dim} is not below 4"),
-            });
+            return Err(Error::InvalidParam { op: "CONCAT", message: format!("dimension {dim} is not below 4") });
         }
         let tb = self.tensor(b)?;
         if tb.dtype != dtype {
@@ -404,9 +323,7 @@ impl Graph {
             ));
         }
         let mut ne = na;
-        ne[dim] = na[dim].checked_add(nb[dim]).ok_or(Error::Overflow {
-            what: "CONCAT shape",
-        })?;
+        ne[dim] = na[dim].checked_add(nb[dim]).ok_or(Error::Overflow { what: "CONCAT shape" })?;
         self.node(Op::Concat { dim }, dtype, ne, &[a, b])
     }
 
@@ -415,17 +332,12 @@ impl Graph {
     pub fn rope(&mut self, a: TensorId, pos: TensorId, params: RopeParams) -> Result<TensorId> {
         let t = self.expect_float("ROPE", a)?;
         let (dtype, ne) = (t.dtype, t.ne);
-        let np = self
-            .expect_type("ROPE", pos, |d| d == DType::I32, "i32 positions")?
-            .ne;
+        let np = self.expect_type("ROPE", pos, |d| d == DType::I32, "i32 positions")?.ne;
         if np != [ne[2], 1, 1, 1] {
             return Err(self.shape_error(
                 "ROPE",
                 pos,
-                format!(
-                    "[{}, 1, 1, 1], one position per index of dimension 2",
-                    ne[2]
-                ),
+                format!("[{}, 1, 1, 1], one position per index of dimension 2", ne[2]),
             ));
         }
         if params.n_dims == 0 || params.n_dims % 2 != 0 || params.n_dims > ne[0] {
@@ -449,13 +361,7 @@ impl Graph {
 
     /// Convolution patches. 2-D: `input: [W, H, C, N]`, `kernel: [KW, KH, C, OC]` ->
     /// `[C*KH*KW, OW, OH, N]`. 1-D: `input: [W, C, N]`, `kernel: [KW, C, OC]` -> `[C*KW, OW, N]`.
-    pub fn im2col(
-        &mut self,
-        kernel: TensorId,
-        input: TensorId,
-        p: Im2ColParams,
-        dtype: DType,
-    ) -> Result<TensorId> {
+    pub fn im2col(&mut self, kernel: TensorId, input: TensorId, p: Im2ColParams, dtype: DType) -> Result<TensorId> {
         if !matches!(dtype, DType::F32 | DType::F16) {
             return Err(Error::InvalidParam {
                 op: "IM2COL",
@@ -465,10 +371,7 @@ impl Graph {
         let ni = self.expect_float("IM2COL", input)?.ne;
         let nk = self.tensor(kernel)?.ne;
         if p.s0 == 0 || p.s1 == 0 || p.d0 == 0 || p.d1 == 0 {
-            return Err(Error::InvalidParam {
-                op: "IM2COL",
-                message: "strides and dilations must be positive".into(),
-            });
+            return Err(Error::InvalidParam { op: "IM2COL", message: "strides and dilations must be positive".into() });
         }
         let out_len = |size: usize, k: usize, s: usize, pad: usize, d: usize| -> Option<usize> {
             let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
@@ -490,31 +393,19 @@ impl Graph {
             let rows = nk[0]
                 .checked_mul(nk[1])
                 .and_then(|n| n.checked_mul(ni[2]))
-                .ok_or(Error::Overflow {
-                    what: "IM2COL shape",
-                })?;
-            self.node(
-                Op::Im2Col(p),
-                dtype,
-                [rows, ow, oh, ni[3]],
-                &[kernel, input],
-            )
+                .ok_or(Error::Overflow { what: "IM2COL shape" })?;
+            self.node(Op::Im2Col(p), dtype, [rows, ow, oh, ni[3]], &[kernel, input])
         } else {
             if nk[1] != ni[1] || ni[3] != 1 {
                 return Err(self.shape_error(
                     "IM2COL",
                     kernel,
-                    format!(
-                        "[KW, {}, OC], as many channels as the input [W, C, N]",
-                        ni[1]
-                    ),
+                    format!("[KW, {}, OC], as many channels as the input [W, C, N]", ni[1]),
                 ));
             }
             let ow = out_len(ni[0], nk[0], p.s0, p.p0, p.d0)
                 .ok_or_else(|| bad(self, "an input at least as wide as the dilated kernel"))?;
-            let rows = nk[0].checked_mul(ni[1]).ok_or(Error::Overflow {
-                what: "IM2COL shape",
-            })?;
+            let rows = nk[0].checked_mul(ni[1]).ok_or(Error::Overflow { what: "IM2COL shape" })?;
             self.node(Op::Im2Col(p), dtype, [rows, ow, ni[2], 1], &[kernel, input])
         }
     }
@@ -526,15 +417,11 @@ impl Graph {
         if p.k0 == 0 || p.k1 == 0 || p.s0 == 0 || p.s1 == 0 || p.p0 >= p.k0 || p.p1 >= p.k1 {
             return Err(Error::InvalidParam {
                 op: "POOL_2D",
-                message: "kernel and stride must be positive and padding smaller than the kernel"
-                    .into(),
+                message: "kernel and stride must be positive and padding smaller than the kernel".into(),
             });
         }
-        let out = |size: usize, k: usize, s: usize, pad: usize| {
-            (size + 2 * pad).checked_sub(k).map(|n| n / s + 1)
-        };
-        let (Some(ow), Some(oh)) = (out(ne[0], p.k0, p.s0, p.p0), out(ne[1], p.k1, p.s1, p.p1))
-        else {
+        let out = |size: usize, k: usize, s: usize, pad: usize| (size + 2 * pad).checked_sub(k).map(|n| n / s + 1);
+        let (Some(ow), Some(oh)) = (out(ne[0], p.k0, p.s0, p.p0), out(ne[1], p.k1, p.s1, p.p1)) else {
             return Err(self.shape_error(
                 "POOL_2D",
                 a,

@@ -24,9 +24,7 @@ impl Graph {
         };
         let dtype = s.dtype;
         let root_bytes = self.tensor(root)?.nbytes();
-        let end = span_bytes(dtype, ne, nb)
-            .and_then(|n| n.checked_add(base))
-            .and_then(|n| n.checked_add(offset));
+        let end = span_bytes(dtype, ne, nb).and_then(|n| n.checked_add(base)).and_then(|n| n.checked_add(offset));
         let fits = end.is_some_and(|end| end <= root_bytes);
         if !fits {
             return Err(Error::ViewOutOfBounds {
@@ -45,13 +43,7 @@ impl Graph {
     }
 
     /// A window of shape `ne` with row strides `nb1..nb3` starting `offset` bytes into `src`.
-    pub fn view(
-        &mut self,
-        src: TensorId,
-        ne: [usize; MAX_DIMS],
-        nb: [usize; 3],
-        offset: usize,
-    ) -> Result<TensorId> {
+    pub fn view(&mut self, src: TensorId, ne: [usize; MAX_DIMS], nb: [usize; 3], offset: usize) -> Result<TensorId> {
         let dtype = self.tensor(src)?.dtype;
         dtype.row_bytes(ne[0])?;
         let strides = [dtype.block_bytes(), nb[0], nb[1], nb[2]];
@@ -65,14 +57,7 @@ impl Graph {
     }
 
     /// An `n0 x n1` matrix view with row stride `nb1`.
-    pub fn view_2d(
-        &mut self,
-        src: TensorId,
-        n0: usize,
-        n1: usize,
-        nb1: usize,
-        offset: usize,
-    ) -> Result<TensorId> {
+    pub fn view_2d(&mut self, src: TensorId, n0: usize, n1: usize, nb1: usize, offset: usize) -> Result<TensorId> {
         self.view(src, [n0, n1, 1, 1], [nb1, nb1 * n1, nb1 * n1], offset)
     }
 
@@ -168,14 +153,7 @@ mod tests {
         assert_eq!(t.view_src(), Some(a));
         assert_eq!(t.view_offset(), 24);
         let err = g.view_1d(a, 4, 36).unwrap_err();
-        assert!(matches!(
-            err,
-            Error::ViewOutOfBounds {
-                end: 52,
-                source_bytes: 48,
-                ..
-            }
-        ));
+        assert!(matches!(err, Error::ViewOutOfBounds { end: 52, source_bytes: 48, .. }));
         assert!(err.to_string().contains("reaches byte 52"));
     }
 
@@ -190,10 +168,7 @@ mod tests {
         assert!(!t.is_contiguous());
         assert!(g.permute(a, [0, 0, 1, 2]).is_err());
         // A permuted tensor cannot be reshaped without CONT.
-        assert!(matches!(
-            g.reshape(p, &[24]),
-            Err(Error::ShapeMismatch { .. })
-        ));
+        assert!(matches!(g.reshape(p, &[24]), Err(Error::ShapeMismatch { .. })));
         let r = g.reshape(a, &[6, 4]).unwrap();
         assert_eq!(g.tensor(r).unwrap().ne(), [6, 4, 1, 1]);
     }

@@ -1,0 +1,76 @@
+//! A two-layer perceptron as a tessera graph, run on the best device this build finds.
+//!
+//! `cargo run --release --example hello_graph`
+
+use std::process::ExitCode;
+
+use tessera::linear_alloc::alloc_tensors;
+use tessera::{BufferUsage, DType, Graph, Result};
+
+/// Deterministic weights: a fixed pattern so every run prints the same numbers.
+fn pattern(n: usize, seed: f32) -> Vec<f32> {
+    (0..n).map(|i| ((i as f32 + seed) * 0.731).sin() * 0.5).collect()
+}
+
+fn run() -> Result<()> {
+    let registry = tessera::registry();
+    let device = tessera::runtime::select_device(&registry, None)?;
+    let mut backend = device.init_backend()?;
+
+    // y = softmax(W2 · relu(W1 · x + b1) + b2) for a batch of two 4-feature inputs.
+    let (n_in, n_hidden, n_out, batch) = (4, 8, 3, 2);
+    let mut g = Graph::new();
+    let w1 = g.new_tensor(DType::F32, &[n_in, n_hidden])?;
+    let b1 = g.new_tensor(DType::F32, &[n_hidden])?;
+    let w2 = g.new_tensor(DType::F16, &[n_hidden, n_out])?;
+    let b2 = g.new_tensor(DType::F32, &[n_out])?;
+    let x = g.new_tensor(DType::F32, &[n_in, batch])?;
+    for (id, name) in [(w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"), (x, "x")] {
+        g.set_name(id, name)?;
+    }
+    g.set_input(x)?;
+    let h = g.mul_mat(w1, x)?;
+    let h = g.add(h, b1)?;
+    let h = g.relu(h)?;
+    let logits = g.mul_mat(w2, h)?;
+    let logits = g.add(logits, b2)?;
+    let y = g.soft_max(logits, None, 1.0)?;
+    g.set_name(y, "y")?;
+    g.set_output(y)?;
+    g.build_forward(y)?;
+
+    // Weights in one buffer tagged as weights, everything else in a compute buffer, both in
+    // the device's own memory.
+    let weights = alloc_tensors(&mut g, &[w1, b1, w2, b2], device.buffer_type())?;
+    if let Some(buffer) = &weights {
+        buffer.set_usage(BufferUsage::Weights);
+    }
+    let all: Vec<_> = (0..g.tensors().len() as u32).map(tessera::TensorId).collect();
+    alloc_tensors(&mut g, &all, device.buffer_type())?;
+
+    g.set_f32(w1, &pattern(n_in * n_hidden, 1.0))?;
+    g.set_f32(b1, &pattern(n_hidden, 2.0))?;
+    g.set_f32(w2, &pattern(n_hidden * n_out, 3.0))?;
+    g.set_f32(b2, &pattern(n_out, 4.0))?;
+    g.set_f32(x, &[1.0, 0.5, -0.5, 2.0, -1.0, 0.0, 0.25, 1.5])?;
+
+    backend.compute_graph(&g)?;
+    let probs = g.get_f32(y)?;
+    println!("device: {}", tessera::runtime::describe_device(device));
+    println!("graph: {} nodes, {} leafs", g.nodes().len(), g.leafs().len());
+    for (i, row) in probs.chunks(n_out).enumerate() {
+        let formatted: Vec<String> = row.iter().map(|p| format!("{p:.4}")).collect();
+        println!("sample {i}: class probabilities [{}]", formatted.join(", "));
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hello_graph: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
