@@ -41,8 +41,7 @@ fn run() -> Result<()> {
 
     // Weights in one buffer tagged as weights, everything else in a compute buffer, both in
     // the device's own memory.
-    let weights = alloc_tensors(&mut g, &[w1, b1, w2, b2], device.buffer_type())?;
-    if let Some(buffer) = &weights {
+    for buffer in alloc_tensors(&mut g, &[w1, b1, w2, b2], device.buffer_type())? {
         buffer.set_usage(BufferUsage::Weights);
     }
     let all: Vec<_> = (0..g.tensors().len() as u32).map(tessera::TensorId).collect();

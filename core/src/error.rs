@@ -49,6 +49,8 @@ pub enum Error {
     OutOfMemory { what: String, requested: usize },
     /// A backend cannot run an op with these operand types or shapes.
     Unsupported { backend: String, op: &'static str, tensor: String },
+    /// A fixed-capacity table is full.
+    CapacityExceeded { what: &'static str, limit: usize },
     /// A size computation overflowed.
     Overflow { what: &'static str },
     /// A device was asked for by a name that does not exist.
@@ -108,6 +110,9 @@ impl fmt::Display for Error {
             }
             Error::Unsupported { backend, op, tensor } => {
                 write!(f, "backend {backend} does not support {op} as used by tensor '{tensor}'")
+            }
+            Error::CapacityExceeded { what, limit } => {
+                write!(f, "capacity exceeded: at most {limit} {what} (raise the const generic limit)")
             }
             Error::Overflow { what } => write!(f, "size overflow computing {what}"),
             Error::UnknownDevice { name, available } => {

@@ -6,7 +6,8 @@
 //!   arena whose op constructors infer and check shapes;
 //! - [`buffer`], [`host_buffer`], [`device`], [`backend`], [`registry`]: ggml's backend object
 //!   model (buffer types, buffers, devices, streams, events, families) as traits;
-//! - [`linear_alloc`]: placing tensors one after another in a buffer.
+//! - [`allocator`]: placing tensors in buffers: one after another (weights), or planned by
+//!   liveness with in-place reuse (compute graphs).
 #![no_std]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
@@ -14,6 +15,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod allocator;
 pub mod backend;
 pub mod buffer;
 pub mod convert;
@@ -22,7 +24,8 @@ pub mod dtype;
 pub mod error;
 pub mod graph;
 pub mod host_buffer;
-pub mod linear_alloc;
+/// The linear allocator under its earlier path.
+pub use allocator::linear as linear_alloc;
 pub mod op;
 pub mod quant;
 pub mod registry;

@@ -210,6 +210,22 @@ impl Op {
         }
     }
 
+    /// Ops whose kernels tolerate writing over their first operand, so a graph allocator may
+    /// give the result the memory of an operand that has no other use.
+    pub const fn can_inplace(&self) -> bool {
+        matches!(
+            self,
+            Op::Binary(_)
+                | Op::Scale(_)
+                | Op::Unary(_)
+                | Op::Rope(_)
+                | Op::RmsNorm { .. }
+                | Op::Norm { .. }
+                | Op::SoftMax { .. }
+                | Op::DiagMaskInf { .. }
+        )
+    }
+
     /// View ops only reinterpret their source's memory; they have no kernel.
     pub const fn is_view(&self) -> bool {
         matches!(self, Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose)

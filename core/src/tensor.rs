@@ -34,6 +34,8 @@ impl TensorFlags {
     pub const OUTPUT: TensorFlags = TensorFlags(2);
     /// A trainable parameter.
     pub const PARAM: TensorFlags = TensorFlags(4);
+    /// Bound by a graph allocator's plan (so a later plan may move it).
+    pub const PLANNED: TensorFlags = TensorFlags(8);
 
     pub const fn empty() -> TensorFlags {
         TensorFlags(0)
@@ -43,6 +45,9 @@ impl TensorFlags {
     }
     pub fn insert(&mut self, other: TensorFlags) {
         self.0 |= other.0;
+    }
+    pub fn remove(&mut self, other: TensorFlags) {
+        self.0 &= !other.0;
     }
 }
 

@@ -118,6 +118,23 @@ impl Graph {
 
     /// Binds a tensor to memory. Views cannot be bound: they use their source's memory.
     pub fn bind(&mut self, id: TensorId, data: TensorData) -> Result<()> {
+        self.bind_as(id, data, false)
+    }
+
+    /// Binds a tensor to memory placed by a graph allocator's plan.
+    pub(crate) fn bind_planned(&mut self, id: TensorId, data: TensorData) -> Result<()> {
+        self.bind_as(id, data, true)
+    }
+
+    /// Whether a graph allocator may place this tensor: it is no view, and it has no memory
+    /// or memory from an earlier plan.
+    pub fn is_plannable(&self, id: TensorId) -> bool {
+        self.tensors
+            .get(id.index())
+            .is_some_and(|t| t.view_src.is_none() && (t.data.is_none() || t.flags.contains(TensorFlags::PLANNED)))
+    }
+
+    fn bind_as(&mut self, id: TensorId, data: TensorData, planned: bool) -> Result<()> {
         let label = self.label(id);
         let t = self.tensor_mut(id)?;
         if t.view_src.is_some() {
@@ -140,12 +157,19 @@ impl Graph {
             }
         }
         t.data = Some(data);
+        if planned {
+            t.flags.insert(TensorFlags::PLANNED);
+        } else {
+            t.flags.remove(TensorFlags::PLANNED);
+        }
         Ok(())
     }
 
     /// Removes a tensor's memory binding.
     pub fn unbind(&mut self, id: TensorId) -> Result<()> {
-        self.tensor_mut(id)?.data = None;
+        let t = self.tensor_mut(id)?;
+        t.data = None;
+        t.flags.remove(TensorFlags::PLANNED);
         Ok(())
     }
 
