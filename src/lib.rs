@@ -6,6 +6,10 @@
 #![no_std]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
+extern crate alloc;
+
+pub mod models;
+
 pub use tessera_core::*;
 pub use tessera_cpu as cpu;
 #[cfg(feature = "std")]

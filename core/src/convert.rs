@@ -82,30 +82,6 @@ pub fn to_f32_vec(dtype: DType, src: &[u8]) -> alloc::vec::Vec<f32> {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_types_round_trip() {
-        let x = [1.5f32, -2.25, 0.0, 1024.0];
-        for dtype in [DType::F32, DType::F16, DType::BF16, DType::I32] {
-            let bytes = to_bytes(dtype, &x).unwrap();
-            assert_eq!(bytes.len(), 4 * dtype.block_bytes());
-            let y = to_f32_vec(dtype, &bytes);
-            let expect: [f32; 4] = if dtype == DType::I32 { [1.0, -2.0, 0.0, 1024.0] } else { x };
-            assert_eq!(y, expect, "{dtype}");
-        }
-    }
-
-    #[test]
-    fn bf16_rounds_to_nearest_even() {
-        // 1 + 2^-8 lies exactly between two bf16 values; ties go to the even mantissa (1.0).
-        let bytes = to_bytes(DType::BF16, &[1.0 + 1.0 / 256.0]).unwrap();
-        assert_eq!(to_f32_vec(DType::BF16, &bytes), [1.0]);
-    }
-}
-
 /// Reads `out.len()` values of `dtype` whose consecutive elements are `stride` bytes apart
 /// (for quantized types the blocks must be packed: `stride == block_bytes`).
 pub fn strided_to_f32(dtype: DType, src: &[u8], stride: usize, out: &mut [f32]) {
@@ -130,5 +106,29 @@ pub fn f32_to_strided(dtype: DType, src: &[f32], stride: usize, out: &mut [u8]) 
     for (i, v) in src.iter().enumerate() {
         let at = i * stride;
         row_from_f32(dtype, core::slice::from_ref(v), &mut out[at..at + size]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_types_round_trip() {
+        let x = [1.5f32, -2.25, 0.0, 1024.0];
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::I32] {
+            let bytes = to_bytes(dtype, &x).unwrap();
+            assert_eq!(bytes.len(), 4 * dtype.block_bytes());
+            let y = to_f32_vec(dtype, &bytes);
+            let expect: [f32; 4] = if dtype == DType::I32 { [1.0, -2.0, 0.0, 1024.0] } else { x };
+            assert_eq!(y, expect, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        // 1 + 2^-8 lies exactly between two bf16 values; ties go to the even mantissa (1.0).
+        let bytes = to_bytes(DType::BF16, &[1.0 + 1.0 / 256.0]).unwrap();
+        assert_eq!(to_f32_vec(DType::BF16, &bytes), [1.0]);
     }
 }

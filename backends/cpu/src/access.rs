@@ -45,10 +45,6 @@ impl<'g> HostTensor<'g> {
         })
     }
 
-    pub fn nrows(&self) -> usize {
-        self.ne[1] * self.ne[2] * self.ne[3]
-    }
-
     pub fn nelements(&self) -> usize {
         self.ne.iter().product()
     }
@@ -91,24 +87,6 @@ impl<'g> HostTensor<'g> {
     fn value_offset(&self, i: [usize; 4]) -> usize {
         debug_assert!(!self.dtype.is_quantized());
         i[0] * self.nb[0] + self.row_offset(i[1], i[2], i[3])
-    }
-
-    /// The value at `i` (a non-quantized tensor).
-    pub fn get(&self, i: [usize; 4]) -> f32 {
-        let mut v = 0.0;
-        let at = self.value_offset(i);
-        // SAFETY: `i` is inside `ne`, so the value lies inside the tensor's bytes.
-        let bytes = unsafe { core::slice::from_raw_parts(self.base.add(at), self.dtype.block_bytes()) };
-        convert::row_to_f32(self.dtype, bytes, core::slice::from_mut(&mut v));
-        v
-    }
-
-    /// Stores `v` at `i` (a non-quantized tensor).
-    pub fn set(&self, i: [usize; 4], v: f32) {
-        let at = self.value_offset(i);
-        // SAFETY: as in `get`, and the memory is writable.
-        let bytes = unsafe { core::slice::from_raw_parts_mut(self.base.add(at), self.dtype.block_bytes()) };
-        convert::row_from_f32(self.dtype, core::slice::from_ref(&v), bytes);
     }
 
     /// The I32 value at `i`, exactly.

@@ -4,7 +4,8 @@ use alloc::format;
 
 use tessera_core::{DType, Error, Result};
 
-use super::{rows_of, HostTensor, NodeTensors, Scratch};
+use super::{rows_of, NodeTensors, Scratch};
+use crate::access::HostTensor;
 
 /// `dst[i] = a[i]` where `i[dim] < a.ne[dim]`, else `b[i]` with `i[dim] -= a.ne[dim]`.
 /// Both sources have the destination's type (float, or I32 copied exactly).
@@ -51,7 +52,12 @@ pub fn concat(n: &NodeTensors, scratch: &mut Scratch, dim: usize) -> Result<()> 
 }
 
 /// The source holding destination index `i`, and the index within it (`dim < 4`).
-fn pick<'a, 'g>(a: &'a HostTensor<'g>, b: &'a HostTensor<'g>, dim: usize, mut i: [usize; 4]) -> (&'a HostTensor<'g>, [usize; 4]) {
+fn pick<'a, 'g>(
+    a: &'a HostTensor<'g>,
+    b: &'a HostTensor<'g>,
+    dim: usize,
+    mut i: [usize; 4],
+) -> (&'a HostTensor<'g>, [usize; 4]) {
     match i.get_mut(dim) {
         Some(id) if *id >= a.ne[dim] => {
             *id -= a.ne[dim];

@@ -53,10 +53,9 @@ pub fn copy(n: &NodeTensors, scratch: &mut Scratch) -> Result<()> {
         for v in y.iter_mut() {
             if at == s0 {
                 // Value counts are equal, so a source row remains while a value is wanted.
-                let (j1, j2, j3) = src_rows.next().ok_or(Error::InvalidParam {
-                    op: "CPY",
-                    message: "the source ran out of values".into(),
-                })?;
+                let (j1, j2, j3) = src_rows
+                    .next()
+                    .ok_or(Error::InvalidParam { op: "CPY", message: "the source ran out of values".into() })?;
                 src.read_row(j1, j2, j3, x);
                 at = 0;
             }

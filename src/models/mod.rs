@@ -1,0 +1,3 @@
+//! Model graphs built from tessera ops.
+
+pub mod bert;
