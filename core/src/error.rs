@@ -51,6 +51,8 @@ pub enum Error {
     Unsupported { backend: String, op: &'static str, tensor: String },
     /// A fixed-capacity table is full.
     CapacityExceeded { what: &'static str, limit: usize },
+    /// No backend can run an op where its tensor lives (or at all, when `buffer` is empty).
+    NoBackend { tensor: String, op: &'static str, buffer: String, backends: String },
     /// A size computation overflowed.
     Overflow { what: &'static str },
     /// A device was asked for by a name that does not exist.
@@ -114,6 +116,13 @@ impl fmt::Display for Error {
             Error::CapacityExceeded { what, limit } => {
                 write!(f, "capacity exceeded: at most {limit} {what} (raise the const generic limit)")
             }
+            Error::NoBackend { tensor, op, buffer, backends } if buffer.is_empty() => {
+                write!(f, "no backend can run {op} for tensor '{tensor}' (backends: {backends})")
+            }
+            Error::NoBackend { tensor, op, buffer, backends } => write!(
+                f,
+                "tensor '{tensor}' ({op}) lives in buffer '{buffer}', which no backend able to run {op} can use (backends: {backends})"
+            ),
             Error::Overflow { what } => write!(f, "size overflow computing {what}"),
             Error::UnknownDevice { name, available } => {
                 write!(f, "unknown device '{name}'; devices: {available}")

@@ -6,6 +6,7 @@
 //!   arena whose op constructors infer and check shapes;
 //! - [`buffer`], [`host_buffer`], [`device`], [`backend`], [`registry`]: ggml's backend object
 //!   model (buffer types, buffers, devices, streams, events, families) as traits;
+//! - [`sched`]: the scheduler that splits one graph across several backends;
 //! - [`allocator`]: placing tensors in buffers: one after another (weights), or planned by
 //!   liveness with in-place reuse (compute graphs).
 #![no_std]
@@ -29,6 +30,7 @@ pub use allocator::linear as linear_alloc;
 pub mod op;
 pub mod quant;
 pub mod registry;
+pub mod sched;
 pub mod tensor;
 
 pub use backend::{Backend, Event};
@@ -39,4 +41,5 @@ pub use error::{Error, Result, Shape};
 pub use graph::Graph;
 pub use op::{BinaryOp, Im2ColParams, Op, Pool2dParams, PoolKind, RopeMode, RopeParams, UnaryOp};
 pub use registry::{BackendReg, Extension, Registry};
+pub use sched::{Completion, Scheduler, SchedulerOptions, SplitPlan};
 pub use tensor::{Tensor, TensorFlags, TensorId};

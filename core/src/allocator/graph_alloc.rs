@@ -191,6 +191,35 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
         if self.needs_replan(graph, slots)? {
             self.reserve(graph, slots)?;
         }
+        self.bind(graph)
+    }
+
+    /// Like `alloc`, but never grows the buffers: a graph that needs more memory than they
+    /// hold is an error.
+    pub fn alloc_within(&mut self, graph: &mut Graph, slots: Option<&[usize]>) -> Result<()> {
+        if self.needs_replan(graph, slots)? {
+            self.plan = None;
+            let plan = self.make_plan(graph, slots)?;
+            for t in &self.types {
+                for (chunk, need) in t.planner.chunk_sizes().enumerate() {
+                    let have = t.buffers.get(chunk).map_or(0, |b| b.size());
+                    if need > have {
+                        return Err(Error::OutOfMemory {
+                            what: format!(
+                                "the graph in chunk {chunk} of the {} compute buffer, where {have} bytes were reserved",
+                                t.buffer_type.name()
+                            ),
+                            requested: need,
+                        });
+                    }
+                }
+            }
+            self.plan = Some(plan);
+        }
+        self.bind(graph)
+    }
+
+    fn bind(&self, graph: &mut Graph) -> Result<()> {
         let Some(plan) = &self.plan else { return Ok(()) };
         for t in &self.types {
             t.buffers.iter().for_each(|b| b.reset());
@@ -316,7 +345,9 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> Planning<'_, MAX_FREE, MAX_
         // Count consumers and views; place inputs now so that no two inputs share memory.
         for &node in g.nodes() {
             let t = g.tensor(node)?;
-            if let Some(vs) = t.view_src() {
+            // Nodes without an op that point at a tensor (the scheduler's dependency markers)
+            // keep it alive as consumers, not as views.
+            if let (Some(vs), false) = (t.view_src(), t.op() == crate::op::Op::None) {
                 self.live[vs.index()].views += 1;
             }
             if t.flags().contains(TensorFlags::INPUT) {

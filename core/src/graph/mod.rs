@@ -54,7 +54,7 @@ impl Graph {
         self.tensors.get(id.index()).ok_or(Error::UnknownTensor { id: id.index(), tensors: self.tensors.len() })
     }
 
-    fn tensor_mut(&mut self, id: TensorId) -> Result<&mut Tensor> {
+    pub(crate) fn tensor_mut(&mut self, id: TensorId) -> Result<&mut Tensor> {
         let tensors = self.tensors.len();
         self.tensors.get_mut(id.index()).ok_or(Error::UnknownTensor { id: id.index(), tensors })
     }
@@ -222,6 +222,13 @@ impl Graph {
             }
         }
         Ok(())
+    }
+
+    /// Replaces the node and leaf lists (for graphs derived by the scheduler).
+    pub(crate) fn set_order(&mut self, nodes: Vec<TensorId>, leafs: Vec<TensorId>) {
+        self.nodes = nodes;
+        self.leafs = leafs;
+        self.visited.clear();
     }
 
     /// Forgets the node and leaf lists (the tensors stay).

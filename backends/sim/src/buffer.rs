@@ -1,0 +1,93 @@
+//! Simulated device memory: host memory hidden behind the device interface.
+
+use alloc::sync::Arc;
+use core::any::Any;
+
+use tessera_core::host_buffer::HostBuffer;
+use tessera_core::{Buffer, BufferType, BufferUsage, Result};
+
+/// The memory of one simulated device.
+pub struct SimBufferType {
+    pub(crate) name: alloc::string::String,
+    pub(crate) max_size: usize,
+}
+
+impl BufferType for SimBufferType {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn alignment(&self) -> usize {
+        64
+    }
+    fn max_size(&self) -> usize {
+        self.max_size
+    }
+    fn is_host(&self) -> bool {
+        false
+    }
+    fn alloc_buffer(&'static self, size: usize) -> Result<Arc<dyn Buffer>> {
+        if size > self.max_size {
+            return Err(tessera_core::Error::OutOfMemory {
+                what: alloc::format!("one {} buffer (at most {} bytes)", self.name, self.max_size),
+                requested: size,
+            });
+        }
+        Ok(Arc::new(SimBuffer { buffer_type: self, memory: Arc::new(HostBuffer::alloc(self, size)?) }))
+    }
+}
+
+/// A buffer in simulated device memory. The host reaches it only through the `Buffer`
+/// methods; the device's kernels see the memory behind it.
+pub struct SimBuffer {
+    buffer_type: &'static SimBufferType,
+    memory: Arc<HostBuffer>,
+}
+
+impl SimBuffer {
+    /// The memory behind the buffer, for the device's own kernels.
+    pub(crate) fn memory(&self) -> Arc<HostBuffer> {
+        self.memory.clone()
+    }
+
+    pub(crate) fn belongs_to(&self, buffer_type: &SimBufferType) -> bool {
+        core::ptr::eq(self.buffer_type, buffer_type)
+    }
+}
+
+impl Buffer for SimBuffer {
+    fn buffer_type(&self) -> &'static dyn BufferType {
+        self.buffer_type
+    }
+    fn size(&self) -> usize {
+        self.memory.size()
+    }
+    fn usage(&self) -> BufferUsage {
+        self.memory.usage()
+    }
+    fn set_usage(&self, usage: BufferUsage) {
+        self.memory.set_usage(usage);
+    }
+    fn set_bytes(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.memory.set_bytes(offset, data)
+    }
+    fn get_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.memory.get_bytes(offset, out)
+    }
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        self.memory.fill(offset, len, value)
+    }
+    /// Copies from host memory or from memory of the same device (a device-side copy).
+    fn copy_from(&self, dst_offset: usize, src: &dyn Buffer, src_offset: usize, len: usize) -> Result<bool> {
+        let same_device = src.as_any().downcast_ref::<SimBuffer>().filter(|s| s.belongs_to(self.buffer_type));
+        match same_device {
+            Some(s) => self.memory.copy_from(dst_offset, &*s.memory, src_offset, len),
+            None => match src.host_ptr() {
+                Some(_) => self.memory.copy_from(dst_offset, src, src_offset, len),
+                None => Ok(false),
+            },
+        }
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

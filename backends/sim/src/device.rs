@@ -1,0 +1,133 @@
+//! The simulated device and its configuration.
+
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use tessera_core::registry::BackendReg;
+use tessera_core::{
+    Backend, BufferType, DType, Device, DeviceCaps, DeviceType, Event, Graph, MemoryInfo, Op, Result, TensorId,
+};
+
+use crate::backend::SimBackend;
+use crate::buffer::SimBufferType;
+use crate::event::SimEvent;
+
+/// What a simulated device can do.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Device name ("SIM0").
+    pub name: String,
+    /// Ops it cannot run, by name ("SOFT_MAX").
+    pub unsupported_ops: Vec<&'static str>,
+    /// Types it cannot compute with (as a result or an operand).
+    pub unsupported_types: Vec<DType>,
+    /// Largest single buffer.
+    pub max_buffer: usize,
+    /// Whether it has events (for pipeline parallelism).
+    pub events: bool,
+    /// Ask for MUL_MAT with at least this many columns even when its weights are in host
+    /// memory (`op_offload`); `None` never asks.
+    pub offload_min_batch: Option<usize>,
+}
+
+impl SimConfig {
+    /// A device that runs every op and type, with events and no buffer cap.
+    pub fn new(name: &str) -> SimConfig {
+        SimConfig {
+            name: name.into(),
+            unsupported_ops: Vec::new(),
+            unsupported_types: Vec::new(),
+            max_buffer: usize::MAX,
+            events: true,
+            offload_min_batch: None,
+        }
+    }
+}
+
+/// A simulated accelerator. Devices are created at run time and live for the process.
+pub struct SimDevice {
+    config: SimConfig,
+    buffer_type: &'static SimBufferType,
+    description: String,
+}
+
+impl SimDevice {
+    /// Creates a device; it is leaked, like every enumerated device, to be `'static`.
+    pub fn create(config: SimConfig) -> &'static SimDevice {
+        let buffer_type = Box::leak(Box::new(SimBufferType { name: config.name.clone(), max_size: config.max_buffer }));
+        let description = alloc::format!("simulated accelerator ({} ops unsupported)", config.unsupported_ops.len());
+        Box::leak(Box::new(SimDevice { config, buffer_type, description }))
+    }
+
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    pub(crate) fn sim_buffer_type(&self) -> &'static SimBufferType {
+        self.buffer_type
+    }
+}
+
+/// The simulated family. Its devices are made with [`SimDevice::create`], not enumerated.
+pub struct SimReg;
+
+pub static SIM_REG: SimReg = SimReg;
+
+impl BackendReg for SimReg {
+    fn name(&self) -> &str {
+        "SIM"
+    }
+    fn device_count(&self) -> usize {
+        0
+    }
+    fn device(&self, _index: usize) -> Option<&'static dyn Device> {
+        None
+    }
+}
+
+impl Device for SimDevice {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn memory(&self) -> MemoryInfo {
+        MemoryInfo::default()
+    }
+    fn device_type(&self) -> DeviceType {
+        DeviceType::Gpu
+    }
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps { async_compute: true, host_buffer: false, buffer_from_host_ptr: false, events: self.config.events }
+    }
+    fn reg(&self) -> &'static dyn BackendReg {
+        &SIM_REG
+    }
+    fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
+        let Ok(t) = graph.tensor(node) else { return false };
+        if t.op() == Op::None || t.op().is_view() {
+            return true;
+        }
+        let type_ok =
+            |id: TensorId| graph.tensor(id).is_ok_and(|s| !self.config.unsupported_types.contains(&s.dtype()));
+        !self.config.unsupported_ops.contains(&t.op().name()) && type_ok(node) && t.srcs().all(|(_, s)| type_ok(s))
+    }
+    fn supports_buffer_type(&self, buffer_type: &dyn BufferType) -> bool {
+        tessera_core::buffer::same_buffer_type(buffer_type, self.buffer_type)
+    }
+    fn offload_op(&self, graph: &Graph, node: TensorId) -> bool {
+        let Some(min) = self.config.offload_min_batch else { return false };
+        graph.tensor(node).is_ok_and(|t| t.op() == Op::MulMat && t.ne()[1] >= min)
+    }
+    fn buffer_type(&self) -> &'static dyn BufferType {
+        self.buffer_type
+    }
+    fn init_backend(&'static self) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(SimBackend::new(self)))
+    }
+    fn new_event(&self) -> Result<Option<Box<dyn Event>>> {
+        Ok(self.config.events.then(|| Box::new(SimEvent::new()) as Box<dyn Event>))
+    }
+}

@@ -1,0 +1,270 @@
+//! The scheduler: runs one graph across several backends.
+//!
+//! Backends are given in priority order, the last one a CPU. Planning runs ggml's five
+//! passes (see [`assign`] and [`split`]) over the user's graph without changing it: the
+//! result is a [`SplitPlan`] and a scheduled copy of the graph with the input copies each
+//! split needs. That copy is allocated with the [`GraphAllocator`] (one compute buffer per
+//! distinct buffer type) and run split by split, inputs copied in, with events between
+//! backends. With `n_copies > 1` every input has that many rotating copies, so successive
+//! runs can overlap across devices (pipeline parallelism).
+
+pub mod assign;
+mod run;
+pub mod split;
+
+mod plan;
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+pub use assign::Cause;
+pub use plan::{Detailed, NodeAssignment, SplitPlan};
+pub use split::{Split, SplitInput};
+
+use crate::allocator::GraphAllocator;
+use crate::backend::{Backend, Event};
+use crate::buffer::BufferType;
+use crate::device::{Device, DeviceType};
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+use crate::tensor::TensorId;
+
+/// Called for each node: first with `ask = true` ("do you want this result?"), then, if it
+/// said yes, with `ask = false` once the result is computed. Returning false from the second
+/// call stops the whole compute.
+pub type EvalCallback = dyn FnMut(&Graph, TensorId, bool) -> bool + Send;
+
+/// How a compute ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    Finished,
+    /// The eval callback asked to stop; later nodes and splits did not run.
+    Stopped,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedulerOptions {
+    /// Copies per split input (1, or up to `MAX_COPIES` for pipeline parallelism).
+    pub n_copies: usize,
+    /// Run large-batch ops whose weights are in host memory on a GPU that asks for them.
+    pub op_offload: bool,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions { n_copies: 1, op_offload: false }
+    }
+}
+
+/// What a planned graph needs to run.
+struct Prepared {
+    graph: Graph,
+    plan: SplitPlan,
+    /// The backend (allocator slot) of every tensor of `graph`.
+    slots: Vec<usize>,
+}
+
+/// Runs graphs over up to `MAX_BACKENDS` backends, with up to `MAX_COPIES` copies per input
+/// and `MAX_SPLIT_INPUTS` inputs per split (a split that would need more is cut in two).
+pub struct Scheduler<const MAX_BACKENDS: usize = 16, const MAX_COPIES: usize = 4, const MAX_SPLIT_INPUTS: usize = 64> {
+    backends: heapless::Vec<Box<dyn Backend>, MAX_BACKENDS>,
+    devices: heapless::Vec<&'static dyn Device, MAX_BACKENDS>,
+    buffer_types: heapless::Vec<&'static dyn BufferType, MAX_BACKENDS>,
+    names: Vec<String>,
+    /// `events[backend][copy]`, when the device has events and runs are pipelined.
+    events: heapless::Vec<heapless::Vec<Option<Box<dyn Event>>, MAX_COPIES>, MAX_BACKENDS>,
+    options: SchedulerOptions,
+    pins: Vec<(TensorId, usize)>,
+    galloc: GraphAllocator,
+    /// After `reserve`, buffers are fixed: a graph needing more is an error.
+    reserved: bool,
+    cur_copy: usize,
+    next_copy: usize,
+    prepared: Option<Prepared>,
+    callback: Option<Box<EvalCallback>>,
+    debug: u8,
+}
+
+impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS: usize>
+    Scheduler<MAX_BACKENDS, MAX_COPIES, MAX_SPLIT_INPUTS>
+{
+    /// A scheduler over `backends` in priority order; the last must be a CPU.
+    pub fn new(backends: Vec<Box<dyn Backend>>, options: SchedulerOptions) -> Result<Self> {
+        if backends.len() > MAX_BACKENDS {
+            return Err(Error::CapacityExceeded { what: "backends per scheduler", limit: MAX_BACKENDS });
+        }
+        if MAX_SPLIT_INPUTS < crate::tensor::MAX_SRC {
+            return Err(Error::CapacityExceeded {
+                what: "inputs per split (at least one node's sources)",
+                limit: MAX_SPLIT_INPUTS,
+            });
+        }
+        if options.n_copies == 0 || options.n_copies > MAX_COPIES {
+            return Err(Error::CapacityExceeded { what: "copies per input", limit: MAX_COPIES });
+        }
+        let Some(last) = backends.last() else {
+            return Err(Error::InvalidParam {
+                op: "SCHEDULER",
+                message: "at least one backend (a CPU) is needed".into(),
+            });
+        };
+        if last.device().device_type() != DeviceType::Cpu {
+            return Err(Error::InvalidParam {
+                op: "SCHEDULER",
+                message: format!("the last backend must be a CPU, got {}", last.name()),
+            });
+        }
+        let mut s = Scheduler {
+            backends: heapless::Vec::new(),
+            devices: heapless::Vec::new(),
+            buffer_types: heapless::Vec::new(),
+            names: Vec::new(),
+            events: heapless::Vec::new(),
+            options,
+            pins: Vec::new(),
+            galloc: GraphAllocator::new(&[]),
+            reserved: false,
+            cur_copy: 0,
+            next_copy: 0,
+            prepared: None,
+            callback: None,
+            debug: debug_level(),
+        };
+        for backend in backends {
+            let device = backend.device();
+            let mut events = heapless::Vec::new();
+            for _ in 0..options.n_copies {
+                let event = if options.n_copies > 1 && device.caps().events { device.new_event()? } else { None };
+                // Capacity was checked above: n_copies <= MAX_COPIES.
+                let _ = events.push(event);
+            }
+            s.names.push(String::from(backend.name()));
+            // Capacity was checked above: backends.len() <= MAX_BACKENDS.
+            let _ = s.devices.push(device);
+            let _ = s.buffer_types.push(device.buffer_type());
+            let _ = s.events.push(events);
+            let _ = s.backends.push(backend);
+        }
+        s.galloc = GraphAllocator::new(&s.buffer_types);
+        Ok(s)
+    }
+
+    pub fn n_backends(&self) -> usize {
+        self.backends.len()
+    }
+
+    /// Backend `i` (for its extensions and synchronisation).
+    pub fn backend(&mut self, i: usize) -> Option<&mut dyn Backend> {
+        match self.backends.get_mut(i) {
+            Some(b) => Some(&mut **b),
+            None => None,
+        }
+    }
+
+    /// The index of the backend called `name` (case-insensitive).
+    pub fn backend_index(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n.eq_ignore_ascii_case(name))
+    }
+
+    /// Prints plans to stderr (1) and every node's backend (2); under `std` the level comes from
+    /// `TESSERA_SCHED_DEBUG`.
+    pub fn set_debug(&mut self, level: u8) {
+        self.debug = level;
+    }
+
+    /// Pins `tensor` (of the graphs to be planned) to backend `backend`.
+    pub fn set_tensor_backend(&mut self, tensor: TensorId, backend: usize) -> Result<()> {
+        if backend >= self.backends.len() {
+            return Err(Error::InvalidParam {
+                op: "SCHEDULER",
+                message: format!("backend {backend} does not exist ({} backends)", self.backends.len()),
+            });
+        }
+        self.pins.retain(|(t, _)| *t != tensor);
+        self.pins.push((tensor, backend));
+        Ok(())
+    }
+
+    /// The backend of `tensor`: its pin, else its assignment in the last plan.
+    pub fn get_tensor_backend(&self, tensor: TensorId) -> Option<usize> {
+        self.pins
+            .iter()
+            .find(|(t, _)| *t == tensor)
+            .map(|p| p.1)
+            .or_else(|| self.prepared.as_ref()?.plan.assignments.iter().find(|n| n.tensor == tensor).map(|n| n.backend))
+    }
+
+    /// Removes every pin.
+    pub fn clear_pins(&mut self) {
+        self.pins.clear();
+    }
+
+    pub fn set_eval_callback(&mut self, callback: Option<Box<EvalCallback>>) {
+        self.callback = callback;
+    }
+
+    /// The plan of the last `plan`, `reserve` or `alloc_graph`.
+    pub fn plan(&self) -> Option<&SplitPlan> {
+        self.prepared.as_ref().map(|p| &p.plan)
+    }
+
+    /// The scheduled graph (the user's tensors keep their ids): set inputs and read outputs
+    /// through it after `alloc_graph`.
+    pub fn graph(&self) -> Option<&Graph> {
+        self.prepared.as_ref().map(|p| &p.graph)
+    }
+
+    /// Compute buffer bytes held for backend `i`.
+    pub fn buffer_size(&self, i: usize) -> usize {
+        self.galloc.buffer_size(i)
+    }
+
+    /// Runs the five passes over `graph` (which is not changed) and keeps the result.
+    pub fn split_graph(&mut self, graph: &Graph) -> Result<&SplitPlan> {
+        let ctx = assign::Context {
+            graph,
+            devices: &self.devices,
+            buffer_types: &self.buffer_types,
+            names: &self.names,
+            op_offload: self.options.op_offload,
+        };
+        let a = assign::assign(&ctx, &self.pins)?;
+        let cut = split::cut(&ctx, &a, self.options.n_copies, self.cur_copy, MAX_SPLIT_INPUTS)?;
+        let assignments = graph
+            .nodes()
+            .iter()
+            .filter_map(|&id| {
+                Some(NodeAssignment {
+                    tensor: id,
+                    name: graph.label(id),
+                    op: graph.tensor(id).ok()?.op().name(),
+                    backend: a.get(id)?,
+                    cause: a.cause[id.index()],
+                })
+            })
+            .collect();
+        let plan = SplitPlan {
+            backends: self.names.clone(),
+            splits: cut.splits,
+            n_copies: self.options.n_copies,
+            buffer_sizes: (0..self.backends.len()).map(|i| self.galloc.buffer_size(i)).collect(),
+            assignments,
+        };
+        let prepared = self.prepared.insert(Prepared { graph: cut.graph, plan, slots: cut.slots });
+        Ok(&prepared.plan)
+    }
+}
+
+/// `TESSERA_SCHED_DEBUG` (std builds only).
+fn debug_level() -> u8 {
+    #[cfg(feature = "std")]
+    {
+        std::env::var("TESSERA_SCHED_DEBUG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        0
+    }
+}

@@ -1,0 +1,206 @@
+//! Allocating a plan and running it: input copies, splits in order, events between backends.
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::graph::{copy_tensor, Graph};
+use crate::op::Op;
+use crate::sched::split::Split;
+use crate::sched::{Completion, Scheduler};
+
+impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS: usize>
+    Scheduler<MAX_BACKENDS, MAX_COPIES, MAX_SPLIT_INPUTS>
+{
+    /// Plans `graph` as the worst case and sizes the compute buffers for it. Later graphs
+    /// must fit in these buffers: one that needs more is an error, not a reallocation.
+    pub fn reserve(&mut self, graph: &Graph) -> Result<&crate::sched::SplitPlan> {
+        self.synchronize()?;
+        self.split_graph(graph)?;
+        let Some(p) = self.prepared.as_mut() else { return Err(not_planned()) };
+        self.galloc.reserve(&p.graph, Some(&p.slots))?;
+        self.reserved = true;
+        self.finish_plan()
+    }
+
+    /// Plans `graph` and binds the scheduled graph to the compute buffers (growing them unless
+    /// `reserve` fixed them). Advances the pipeline slot when `n_copies > 1`.
+    pub fn alloc_graph(&mut self, graph: &Graph) -> Result<&crate::sched::SplitPlan> {
+        self.cur_copy = self.next_copy;
+        self.next_copy = (self.next_copy + 1) % self.options.n_copies;
+        self.split_graph(graph)?;
+        let Some(p) = self.prepared.as_mut() else { return Err(not_planned()) };
+        if self.reserved {
+            self.galloc.alloc_within(&mut p.graph, Some(&p.slots))?;
+        } else {
+            // Inputs may move to other memory: nothing queued may still use the old places.
+            for b in self.backends.iter_mut() {
+                b.synchronize()?;
+            }
+            self.galloc.alloc(&mut p.graph, Some(&p.slots))?;
+        }
+        self.finish_plan()
+    }
+
+    fn finish_plan(&mut self) -> Result<&crate::sched::SplitPlan> {
+        let sizes = (0..self.backends.len()).map(|i| self.galloc.buffer_size(i)).collect();
+        let Some(p) = self.prepared.as_mut() else { return Err(not_planned()) };
+        p.plan.buffer_sizes = sizes;
+        #[cfg(feature = "std")]
+        match self.debug {
+            0 => {}
+            1 => std::eprint!("{}", p.plan),
+            _ => std::eprint!("{}", p.plan.detailed()),
+        }
+        Ok(&p.plan)
+    }
+
+    /// Waits for every backend.
+    pub fn synchronize(&mut self) -> Result<()> {
+        for b in self.backends.iter_mut() {
+            b.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Plans, allocates and runs `graph`, then waits for the result.
+    pub fn compute_graph(&mut self, graph: &Graph) -> Result<Completion> {
+        self.alloc_graph(graph)?;
+        self.compute()
+    }
+
+    /// Runs the allocated graph and waits for it.
+    pub fn compute(&mut self) -> Result<Completion> {
+        let done = self.compute_async()?;
+        self.synchronize()?;
+        Ok(done)
+    }
+
+    /// Runs the allocated graph; backends may still be working when this returns.
+    pub fn compute_async(&mut self) -> Result<Completion> {
+        let p = self.prepared.take().ok_or_else(not_planned)?;
+        let result = self.run_splits(&p.graph, &p.plan.splits);
+        self.prepared = Some(p);
+        result
+    }
+
+    fn run_splits(&mut self, graph: &Graph, splits: &[Split]) -> Result<Completion> {
+        let c = self.cur_copy;
+        let mut previous: Option<usize> = None;
+        for split in splits {
+            let b = split.backend;
+            // Memory may be reused across splits: a split with nothing to wait for must still
+            // not start while an earlier one on another backend is running.
+            if let Some(prev) = previous.filter(|&prev| prev != b && split.inputs.is_empty()) {
+                self.backends[prev].synchronize()?;
+            }
+            self.copy_inputs(graph, split, c)?;
+            let finished = match self.callback.as_mut() {
+                None => {
+                    self.backends[b].compute(graph, split.nodes.clone())?;
+                    true
+                }
+                Some(cb) => compute_observed(&mut *self.backends[b], graph, split, &mut **cb)?,
+            };
+            if let Some(event) = self.events[b][c].as_deref() {
+                self.backends[b].record_event(event)?;
+            }
+            if !finished {
+                return Ok(Completion::Stopped);
+            }
+            previous = Some(b);
+        }
+        Ok(Completion::Finished)
+    }
+
+    /// The host waits until pipeline slot `c` of backend `b` is free.
+    fn wait_host(&mut self, b: usize, c: usize) -> Result<()> {
+        match self.events[b][c].as_deref() {
+            Some(event) => event.synchronize(),
+            None => self.backends[b].synchronize(),
+        }
+    }
+
+    /// Backend `b` waits (without blocking the host, where it can) until slot `c` is free.
+    fn wait_device(&mut self, b: usize, c: usize) -> Result<()> {
+        match self.events[b][c].as_deref() {
+            Some(event) => self.backends[b].wait_event(event),
+            None => self.backends[b].synchronize(),
+        }
+    }
+
+    fn copy_inputs(&mut self, graph: &Graph, split: &Split, c: usize) -> Result<()> {
+        let b = split.backend;
+        for input in &split.inputs {
+            let dst = input.copies[c];
+            if input.user_input {
+                // The caller may overwrite its input once compute returns: copy it now.
+                self.wait_host(b, c)?;
+                copy_tensor(graph, input.tensor, graph, dst)?;
+                continue;
+            }
+            self.wait_device(b, c)?;
+            let (Some(src_data), Some(dst_data)) = (graph.data(input.tensor), graph.data(dst)) else {
+                return Err(Error::NotAllocated { tensor: graph.label(input.tensor) });
+            };
+            let copied = match two_mut(&mut self.backends, input.from, b) {
+                Some((from, to)) => to.copy_tensor_async(from, &src_data, &dst_data, input.bytes)?,
+                None => false,
+            };
+            if !copied {
+                self.backends[input.from].synchronize()?;
+                self.backends[b].synchronize()?;
+                copy_tensor(graph, input.tensor, graph, dst)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Mutable access to two different backends.
+fn two_mut(
+    backends: &mut [alloc::boxed::Box<dyn Backend>],
+    a: usize,
+    b: usize,
+) -> Option<(&mut dyn Backend, &mut dyn Backend)> {
+    if a == b || a >= backends.len() || b >= backends.len() {
+        return None;
+    }
+    let (lo, hi) = backends.split_at_mut(a.max(b));
+    let (x, y) = (&mut *lo[a.min(b)], &mut *hi[0]);
+    Some(if a < b { (x, y) } else { (y, x) })
+}
+
+/// Computes a split node by node as the eval callback asks; false if it asked to stop.
+fn compute_observed(
+    backend: &mut dyn Backend,
+    graph: &Graph,
+    split: &Split,
+    cb: &mut crate::sched::EvalCallback,
+) -> Result<bool> {
+    let ids = graph.nodes();
+    let mut start = split.nodes.start;
+    while start < split.nodes.end {
+        // Extend the range until a node the callback wants to see.
+        let mut end = start;
+        let mut wanted = false;
+        while end < split.nodes.end {
+            let id = ids[end];
+            end += 1;
+            let observable = graph.tensor(id).is_ok_and(|t| t.op() != Op::None);
+            if observable && cb(graph, id, true) {
+                wanted = true;
+                break;
+            }
+        }
+        backend.compute(graph, start..end)?;
+        backend.synchronize()?;
+        if wanted && !cb(graph, ids[end - 1], false) {
+            return Ok(false);
+        }
+        start = end;
+    }
+    Ok(true)
+}
+
+fn not_planned() -> Error {
+    Error::InvalidParam { op: "SCHEDULER", message: "no graph has been planned and allocated yet".into() }
+}
