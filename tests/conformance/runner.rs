@@ -172,7 +172,7 @@ pub fn run_cases_on_devices(cases: &[Case], devices: &[&'static dyn Device]) -> 
 pub fn run_cases(cases: &[Case], target: &mut Target) -> Summary {
     let mut summary = Summary::for_cases(cases);
     summary.devices = 1;
-    let mut reference = CpuBackend::new();
+    let mut reference = CpuBackend::reference();
     let start = Instant::now();
     for case in cases {
         match run_case(case, target, &mut reference) {

@@ -15,7 +15,14 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
+    /// A CPU backend with the fastest kernels this build and processor have.
     pub fn new() -> CpuBackend {
+        CpuBackend::default()
+    }
+
+    /// A CPU backend that runs only the reference kernels: the yardstick of the conformance
+    /// suite.
+    pub fn reference() -> CpuBackend {
         CpuBackend::default()
     }
 }

@@ -140,7 +140,7 @@ fn setup(g: &mut Graph, outs: &[TensorId]) {
 }
 
 fn compute(g: &Graph, what: &str) {
-    match CpuBackend::new().compute_graph(g) {
+    match CpuBackend::reference().compute_graph(g) {
         Ok(()) => {}
         Err(Error::Cancelled) => panic!("{what}: the CPU kernel is not implemented yet (returned Error::Cancelled)"),
         Err(e) => panic!("{what}: compute failed: {e}"),

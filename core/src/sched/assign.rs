@@ -177,9 +177,14 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
     let n = g.tensors().len();
     let mut a = Assignment { backend: vec![None; n], cause: vec![Cause::User; n] };
     for &(id, b) in pins {
-        if id.index() < n {
-            a.set(id, b, Cause::User);
+        if id.index() >= n {
+            continue;
         }
+        if !ctx.supports(b, id) {
+            let t = g.tensor(id)?;
+            return Err(Error::Unsupported { backend: ctx.names[b].clone(), op: t.op().name(), tensor: g.label(id) });
+        }
+        a.set(id, b, Cause::User);
     }
 
     // Pass 1: pin to memory that already exists, inputs to the CPU, ops to their weights.

@@ -77,6 +77,8 @@ pub struct Scheduler<const MAX_BACKENDS: usize = 16, const MAX_COPIES: usize = 4
     events: heapless::Vec<heapless::Vec<Option<Box<dyn Event>>, MAX_COPIES>, MAX_BACKENDS>,
     options: SchedulerOptions,
     pins: Vec<(TensorId, usize)>,
+    /// Pins changed since the last plan (so the pins, not the plan, are current).
+    pins_changed: bool,
     galloc: GraphAllocator,
     /// After `reserve`, buffers are fixed: a graph needing more is an error.
     reserved: bool,
@@ -124,6 +126,7 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             events: heapless::Vec::new(),
             options,
             pins: Vec::new(),
+            pins_changed: false,
             galloc: GraphAllocator::new(&[]),
             reserved: false,
             cur_copy: 0,
@@ -184,6 +187,7 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         }
         self.pins.retain(|(t, _)| *t != tensor);
         self.pins.push((tensor, backend));
+        self.pins_changed = true;
         Ok(())
     }
 
@@ -199,6 +203,7 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
     /// Removes every pin.
     pub fn clear_pins(&mut self) {
         self.pins.clear();
+        self.pins_changed = true;
     }
 
     pub fn set_eval_callback(&mut self, callback: Option<Box<EvalCallback>>) {
@@ -231,6 +236,7 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             op_offload: self.options.op_offload,
         };
         let a = assign::assign(&ctx, &self.pins)?;
+        self.pins_changed = false;
         let cut = split::cut(&ctx, &a, self.options.n_copies, self.cur_copy, MAX_SPLIT_INPUTS)?;
         let assignments = graph
             .nodes()

@@ -94,18 +94,19 @@ pub(crate) fn cut(ctx: &Context, a: &Assignment, n_copies: usize, cur_copy: usiz
         let b = backend(id)?;
         let mut new_split = splits.last().is_none_or(|s| s.backend != b);
         if let Some(s) = splits.last().filter(|s| !new_split && !s.inputs.is_empty()) {
+            // Weights from elsewhere: a new split lets the previous copies' memory be reused.
+            // Too many new inputs for the table: the next split takes them.
+            let mut fresh: Vec<TensorId> = Vec::new();
             for (_, src) in t.srcs() {
-                if !needs_copy(src, b)? || copies.contains_key(&(src, b)) {
+                if !needs_copy(src, b)? || copies.contains_key(&(src, b)) || fresh.contains(&src) {
                     continue;
                 }
-                // Weights from elsewhere: a new split lets the previous copies' memory be reused;
-                // a full input table: the next split takes the input.
-                let weights = g.data(src).is_some_and(|d| d.buffer.usage() == BufferUsage::Weights);
-                if weights || s.inputs.len() >= max_inputs {
+                if g.data(src).is_some_and(|d| d.buffer.usage() == BufferUsage::Weights) {
                     new_split = true;
-                    break;
                 }
+                fresh.push(src);
             }
+            new_split |= s.inputs.len() + fresh.len() > max_inputs;
         }
         if new_split {
             splits.push(Building {
