@@ -271,6 +271,36 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
             }
         }
     }
+    // A node that writes into another tensor's memory (CPY into a view) must run where that
+    // memory is: the memory follows the node unless it is already placed (bound, an input,
+    // pinned), in which case the node follows the memory.
+    for &id in g.nodes() {
+        let t = g.tensor(id)?;
+        let Some(root) = t.view_src().filter(|_| !t.op().is_view()) else { continue };
+        let (Some(nb), Some(rb)) = (a.get(id), a.get(root)) else { continue };
+        if crate::buffer::same_buffer_type(ctx.buffer_types[nb], ctx.buffer_types[rb]) {
+            continue;
+        }
+        let placed = g.data(root).is_some() || matches!(a.cause[root.index()], Cause::User | Cause::Input);
+        if !placed {
+            a.set(root, nb, Cause::Consumer);
+            for &v in g.nodes() {
+                let vt = g.tensor(v)?;
+                if vt.op().is_view() && vt.view_src() == Some(root) {
+                    a.set(v, nb, Cause::ViewSource);
+                }
+            }
+        } else if ctx.supports(rb, id) {
+            a.set(id, rb, Cause::ViewSource);
+        } else {
+            return Err(Error::NoBackend {
+                tensor: g.label(id),
+                op: t.op().name(),
+                buffer: ctx.buffer_types[rb].name().into(),
+                backends: ctx.names.join(", "),
+            });
+        }
+    }
     // A view whose source was assigned late still follows it.
     for &id in g.nodes() {
         if a.get(id).is_none() {

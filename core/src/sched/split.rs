@@ -70,8 +70,17 @@ pub(crate) fn cut(ctx: &Context, a: &Assignment, n_copies: usize, cur_copy: usiz
             .or(a.get(root(id)?))
             .ok_or_else(|| Error::InvalidParam { op: "SCHEDULE", message: format!("'{}' has no backend", g.label(id)) })
     };
+    // Memory that a node writes into (CPY into a view) holds computed values, not the user's.
+    let written: alloc::collections::BTreeSet<TensorId> = g
+        .nodes()
+        .iter()
+        .filter_map(|&n| g.tensor(n).ok().filter(|t| !t.op().is_view()).and_then(|t| t.view_src()))
+        .collect();
     let user_input = |id: TensorId| -> Result<bool> {
-        Ok(n_copies > 1 && g.tensor(root(id)?)?.flags().contains(TensorFlags::INPUT))
+        let t = g.tensor(id)?;
+        let computed = t.op() != Op::None && !t.op().is_view();
+        let r = root(id)?;
+        Ok(n_copies > 1 && !computed && !written.contains(&r) && g.tensor(r)?.flags().contains(TensorFlags::INPUT))
     };
     // Whether split backend `b` must get a copy of `src`.
     let needs_copy = |src: TensorId, b: usize| -> Result<bool> {
