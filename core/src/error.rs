@@ -61,6 +61,10 @@ pub enum Error {
     Backend { backend: String, message: String },
     /// The compute was stopped by the eval callback.
     Cancelled,
+    /// A GGUF model file is malformed or uses something tessera does not support. `field`
+    /// locates the offending part (`metadata[3].key`, `tensors[0].offset`, a metadata key);
+    /// `message` says what was wrong and what was expected.
+    Gguf { field: String, message: String },
 }
 
 impl fmt::Display for Error {
@@ -129,6 +133,7 @@ impl fmt::Display for Error {
             }
             Error::Backend { backend, message } => write!(f, "{backend}: {message}"),
             Error::Cancelled => f.write_str("compute stopped by the eval callback"),
+            Error::Gguf { message, .. } => write!(f, "gguf: {message}"),
         }
     }
 }

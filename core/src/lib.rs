@@ -24,6 +24,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod graph;
+pub mod gguf;
 pub mod host_buffer;
 /// The linear allocator under its earlier path.
 pub use allocator::linear as linear_alloc;

@@ -3,6 +3,8 @@
 //! Device selection by name (`"auto"`, `"cpu"`, `"cuda1"`) and human-readable device
 //! descriptions. Plugin loading and module placement build on this.
 
+pub mod gguf_writer;
+
 use tessera_core::{Device, Error, Registry, Result};
 
 /// The device a user asked for: `None`, `""`, `"auto"` or `"default"` mean the best device
