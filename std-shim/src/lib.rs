@@ -4,6 +4,7 @@
 //! descriptions. Plugin loading and module placement build on this.
 
 pub mod gguf_writer;
+pub mod placement;
 
 use tessera_core::{Device, Error, Registry, Result};
 

@@ -1,0 +1,118 @@
+//! Placement strings: every syntax rule, name resolution, and errors that list what exists.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::OnceLock;
+
+use tessera::runtime::placement::{parse, resolve_device, ModuleDecl, Placement, PlacementError};
+use tessera::Device;
+use tessera_sim::{SimConfig, SimDevice};
+
+const MODULES: &[ModuleDecl] = &[
+    ModuleDecl { name: "embed", aliases: &["embeddings", "tok_embd"] },
+    ModuleDecl { name: "encoder", aliases: &["layers", "text_encoder"] },
+    ModuleDecl { name: "pool", aliases: &["pooler"] },
+];
+
+/// SIM0, SIM1 (simulated GPUs) and the CPU, in priority order.
+fn devices() -> &'static [&'static dyn Device] {
+    static DEVICES: OnceLock<Vec<&'static dyn Device>> = OnceLock::new();
+    DEVICES.get_or_init(|| {
+        let sim0: &'static dyn Device = SimDevice::create(SimConfig::new("SIM0"));
+        let sim1: &'static dyn Device = SimDevice::create(SimConfig::new("SIM1"));
+        vec![sim0, sim1, &tessera::cpu::CPU_DEVICE]
+    })
+}
+
+fn cpu_only() -> &'static [&'static dyn Device] {
+    static DEVICES: [&dyn Device; 1] = [&tessera::cpu::CPU_DEVICE];
+    &DEVICES
+}
+
+fn names(devs: &[&'static dyn Device]) -> Vec<String> {
+    devs.iter().map(|d| d.name().to_string()).collect()
+}
+
+#[test]
+fn an_item_without_equals_sets_the_default() {
+    let a = parse("cpu", MODULES).unwrap();
+    assert_eq!(a.default.as_deref(), Some("cpu"));
+    assert!(a.modules.is_empty());
+    assert_eq!(a.request(2), Some("cpu"));
+    assert_eq!(parse("", MODULES).unwrap().request(0), None);
+}
+
+#[test]
+fn module_items_aliases_and_normalisation() {
+    let a = parse(" Embeddings = cpu , TEXT-ENCODER=sim1,Pooler=auto", MODULES).unwrap();
+    assert_eq!(a.request(0), Some("cpu"));
+    assert_eq!(a.request(1), Some("sim1"));
+    assert_eq!(a.request(2), Some("auto"));
+}
+
+#[test]
+fn star_all_and_default_set_the_default_inside_a_list() {
+    for key in ["*", "all", "default", "ALL"] {
+        let a = parse(&format!("embed=cpu,{key}=sim0"), MODULES).unwrap();
+        assert_eq!(a.request(0), Some("cpu"), "{key}");
+        assert_eq!(a.request(1), Some("sim0"), "{key}");
+    }
+}
+
+#[test]
+fn later_items_override_earlier_ones() {
+    let a = parse("encoder=cpu,sim0,encoder=sim1,cpu", MODULES).unwrap();
+    assert_eq!(a.request(1), Some("sim1"));
+    assert_eq!(a.request(0), Some("cpu"), "the last default wins");
+}
+
+#[test]
+fn malformed_items_and_unknown_modules_are_errors() {
+    for spec in ["=cpu", "encoder=", "cpu,,sim0", "cpu,", " , "] {
+        let err = parse(spec, MODULES).unwrap_err();
+        assert!(matches!(err, PlacementError::EmptyItem { .. }), "{spec}: {err:?}");
+        assert!(err.to_string().starts_with("invalid backend assignment"), "{err}");
+    }
+    let err = parse("vae=cpu", MODULES).unwrap_err();
+    assert_eq!(err.to_string(), "unknown module 'vae'; modules: embed, encoder, pool");
+}
+
+#[test]
+fn device_names_resolve_case_insensitively() {
+    let d = devices();
+    let name = |r: &str| resolve_device(r, d).map(|x| x.name().to_string());
+    assert_eq!(name("auto").unwrap(), "SIM0", "best = first GPU");
+    assert_eq!(name("DEFAULT").unwrap(), "SIM0");
+    assert_eq!(name("gpu").unwrap(), "SIM0");
+    assert_eq!(name("sim").unwrap(), "SIM0", "a family is its first device");
+    assert_eq!(name("Sim1").unwrap(), "SIM1");
+    assert_eq!(name("cpu").unwrap(), "CPU");
+    let err = resolve_device("cuda9", d).err().unwrap();
+    assert_eq!(err.to_string(), "unknown device 'cuda9'; devices: SIM0, SIM1, CPU");
+    // Without a GPU, `auto` is the CPU and `gpu` is an error naming what exists.
+    assert_eq!(resolve_device("auto", cpu_only()).unwrap().name(), "CPU");
+    assert_eq!(resolve_device("gpu", cpu_only()).err().unwrap().to_string(), "no GPU found for 'gpu'; devices: CPU");
+}
+
+#[test]
+fn params_follow_compute_unless_given_and_instances_are_shared() {
+    let d = devices();
+    let p = Placement::resolve("embed=cpu,encoder=sim1", "", MODULES, d).unwrap();
+    assert_eq!(names(&p.compute), ["CPU", "SIM1", "SIM0"]);
+    assert_eq!(names(&p.params), ["CPU", "SIM1", "SIM0"]);
+    // One backend per distinct device, GPUs in priority order, the CPU last.
+    assert_eq!(names(&p.devices(d)), ["SIM0", "SIM1", "CPU"]);
+
+    let p = Placement::resolve("sim1", "cpu", MODULES, d).unwrap();
+    assert_eq!(names(&p.compute), ["SIM1", "SIM1", "SIM1"]);
+    assert_eq!(names(&p.params), ["CPU", "CPU", "CPU"]);
+    assert_eq!(names(&p.devices(d)), ["SIM1", "CPU"]);
+    assert_eq!(Placement::index_in(&p.devices(d), p.compute[0]), Some(0));
+
+    let p = Placement::resolve("cpu", "", MODULES, d).unwrap();
+    assert_eq!(names(&p.devices(d)), ["CPU"], "all on the CPU: one backend");
+
+    let err = Placement::resolve("encoder=sim7", "", MODULES, d).err().unwrap();
+    assert_eq!(err.to_string(), "unknown device 'sim7'; devices: SIM0, SIM1, CPU");
+    let err = Placement::resolve("cpu", "decoder=cpu", MODULES, d).err().unwrap();
+    assert!(matches!(err, PlacementError::UnknownModule { .. }));
+}
