@@ -14,7 +14,8 @@ use tessera::{DType, Graph, Result, TensorId};
 /// The encoder graph for `batch` sequences of `tokens` tokens, weights bound (zeroed).
 fn encoder(config: &BertConfig, tokens: usize, batch: usize) -> Result<Graph> {
     let mut g = Graph::new();
-    let model = bert::build(&mut g, config, DType::F32, tokens, batch)?;
+    let model =
+        bert::build(&mut g, config, &bert::uniform_weight_type(DType::F32), bert::Layout::padded(tokens, batch))?;
     let weights: Vec<TensorId> = model.weights.iter().map(|w| w.2).collect();
     alloc_tensors(&mut g, &weights, &HOST_BUFFER_TYPE)?;
     Ok(g)

@@ -23,18 +23,32 @@ fn run() -> Result<()> {
     let mut config = SimConfig::new("SIM1");
     config.unsupported_ops.push("SOFT_MAX");
     let gpu1: &'static SimDevice = SimDevice::create(config);
-    println!("{:>8} {:>6} {:>12} {:>10} {:>16} {:>10}", "nodes", "splits", "plan us", "ns/node", "plan+alloc us", "ns/node");
+    println!(
+        "{:>8} {:>6} {:>12} {:>10} {:>16} {:>10}",
+        "nodes", "splits", "plan us", "ns/node", "plan+alloc us", "ns/node"
+    );
     for target in [1_000usize, 10_000, 100_000] {
         let layers = target / 35;
-        let c = BertConfig { layers, vocab: 64, max_positions: 16, hidden: 64, heads: 4, intermediate: 128, ..BertConfig::MINILM_L6 };
+        let c = BertConfig {
+            layers,
+            vocab: 64,
+            max_positions: 16,
+            hidden: 64,
+            heads: 4,
+            intermediate: 128,
+            ..BertConfig::MINILM_L6
+        };
         let mut g = Graph::new();
-        let model = bert::build(&mut g, &c, DType::F32, 8, 1)?;
+        let model = bert::build(&mut g, &c, &bert::uniform_weight_type(DType::F32), bert::Layout::padded(8, 1))?;
         // Weights of even layers on SIM0, of odd layers on SIM1, embeddings on the CPU.
         let mut even: Vec<TensorId> = Vec::new();
         let mut odd: Vec<TensorId> = Vec::new();
         let mut host: Vec<TensorId> = Vec::new();
         for (name, _, id) in &model.weights {
-            let layer = name.strip_prefix("encoder.layer.").and_then(|r| r.split('.').next()).and_then(|n| n.parse::<usize>().ok());
+            let layer = name
+                .strip_prefix("encoder.layer.")
+                .and_then(|r| r.split('.').next())
+                .and_then(|n| n.parse::<usize>().ok());
             match layer {
                 Some(l) if l % 2 == 0 => even.push(*id),
                 Some(_) => odd.push(*id),
@@ -46,7 +60,8 @@ fn run() -> Result<()> {
                 b.set_usage(BufferUsage::Weights);
             }
         }
-        let backends: Vec<Box<dyn Backend>> = vec![gpu0.init_backend()?, gpu1.init_backend()?, Box::new(CpuBackend::new())];
+        let backends: Vec<Box<dyn Backend>> =
+            vec![gpu0.init_backend()?, gpu1.init_backend()?, Box::new(CpuBackend::new())];
         let mut sched: Scheduler = Scheduler::new(backends, SchedulerOptions::default())?;
         let (mut plan_t, mut alloc_t) = (Vec::new(), Vec::new());
         let mut splits = 0;
@@ -60,7 +75,15 @@ fn run() -> Result<()> {
         }
         let n = g.nodes().len() as f64;
         let (p, a) = (median(plan_t), median(alloc_t));
-        println!("{:>8} {:>6} {:>12.1} {:>10.0} {:>16.1} {:>10.0}", n, splits, p * 1e6, p * 1e9 / n, a * 1e6, a * 1e9 / n);
+        println!(
+            "{:>8} {:>6} {:>12.1} {:>10.0} {:>16.1} {:>10.0}",
+            n,
+            splits,
+            p * 1e6,
+            p * 1e9 / n,
+            a * 1e6,
+            a * 1e9 / n
+        );
     }
     Ok(())
 }

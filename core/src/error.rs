@@ -59,6 +59,11 @@ pub enum Error {
     UnknownDevice { name: String, available: String },
     /// A backend-specific failure (driver errors and the like).
     Backend { backend: String, message: String },
+    /// A backend plugin could not be loaded or used; `plugin` is its path (while loading) or
+    /// its family's name, `message` a one-line reason.
+    Plugin { plugin: String, message: String },
+    /// A model or data file could not be read.
+    File { path: String, message: String },
     /// The compute was stopped by the eval callback.
     Cancelled,
     /// A GGUF model file is malformed or uses something tessera does not support. `field`
@@ -132,6 +137,8 @@ impl fmt::Display for Error {
                 write!(f, "unknown device '{name}'; devices: {available}")
             }
             Error::Backend { backend, message } => write!(f, "{backend}: {message}"),
+            Error::Plugin { plugin, message } => write!(f, "plugin {plugin}: {message}"),
+            Error::File { path, message } => write!(f, "{path}: {message}"),
             Error::Cancelled => f.write_str("compute stopped by the eval callback"),
             Error::Gguf { message, .. } => write!(f, "gguf: {message}"),
         }

@@ -1,13 +1,18 @@
 //! A BERT encoder (the all-MiniLM-L6-v2 family) as a tessera graph: embeddings, a stack of
 //! post-norm transformer layers, and masked mean pooling with L2 normalisation.
 //!
+//! Tokens are laid out in `rows` rows of `tokens` each. A row holds one padded sequence, or
+//! several sequences packed one after another (no padding): the attention mask keeps each
+//! sequence to itself, and the pooling matrix averages each sequence's tokens.
+//!
 //! Weights are leafs named as in the Hugging Face checkpoints ("encoder.layer.0.output.dense.weight")
 //! so a loader can bind them by name. Linear weights are `[in, out]` in tessera's order (the
-//! checkpoint's `[out, in]` row-major matrix).
+//! checkpoint's `[out, in]` row-major matrix, byte for byte).
 
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::ops::Range;
 
 use crate::{DType, Graph, Result, TensorId};
 
@@ -38,7 +43,7 @@ impl BertConfig {
     };
 }
 
-/// The module a weight or node belongs to (for per-module device placement).
+/// The modules of the model, for per-module device placement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Module {
     Embed,
@@ -46,36 +51,88 @@ pub enum Module {
     Pool,
 }
 
+impl Module {
+    pub const ALL: [Module; 3] = [Module::Embed, Module::Encoder, Module::Pool];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Module::Embed => "embed",
+            Module::Encoder => "encoder",
+            Module::Pool => "pool",
+        }
+    }
+
+    /// Other names users may give the module.
+    pub const fn aliases(self) -> &'static [&'static str] {
+        match self {
+            Module::Embed => &["embeddings", "embedding"],
+            Module::Encoder => &["layers", "transformer"],
+            Module::Pool => &["pooling", "pooler"],
+        }
+    }
+
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How tokens are laid out: `rows` rows of `tokens` tokens, each row holding
+/// `seqs_per_row` sequences.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub tokens: usize,
+    pub rows: usize,
+    pub seqs_per_row: usize,
+}
+
+impl Layout {
+    /// All sequences packed into one row of `total_tokens` tokens.
+    pub const fn packed(total_tokens: usize, sequences: usize) -> Layout {
+        Layout { tokens: total_tokens, rows: 1, seqs_per_row: sequences }
+    }
+
+    /// `batch` sequences of (at most) `tokens` tokens, one per row.
+    pub const fn padded(tokens: usize, batch: usize) -> Layout {
+        Layout { tokens, rows: batch, seqs_per_row: 1 }
+    }
+}
+
 /// A built encoder graph: its inputs, output and weights.
 pub struct BertGraph {
-    /// I32 `[tokens * batch]`: token ids, sequence after sequence.
+    /// I32 `[tokens * rows]`: token ids, row after row.
     pub token_ids: TensorId,
-    /// I32 `[tokens * batch]`: positions 0..tokens for each sequence.
+    /// I32 `[tokens * rows]`: each token's position in its own sequence.
     pub positions: TensorId,
-    /// F32 `[tokens, tokens, 1, batch]`: 0 where a key token is real, -inf where it is padding.
+    /// F32 `[tokens, tokens, 1, rows]`: 0 where a query token may attend to a key token (same
+    /// sequence, not padding), -inf elsewhere.
     pub attention_mask: TensorId,
-    /// F32 `[1, tokens, batch]`: 1 for real tokens, 0 for padding.
-    pub token_mask: TensorId,
-    /// F32 `[1, 1, batch]`: the number of real tokens of each sequence.
-    pub token_count: TensorId,
-    /// F32 `[hidden, batch]`: L2-normalised sentence embeddings.
+    /// F32 `[tokens, seqs_per_row, rows]`: `1 / len(s)` where token t belongs to sequence s.
+    pub pooling: TensorId,
+    /// F32 `[hidden, seqs_per_row * rows]`: L2-normalised sentence embeddings.
     pub embeddings: TensorId,
     /// Every weight leaf with its checkpoint name and module.
     pub weights: Vec<(String, Module, TensorId)>,
+    /// The ids of the tensors each module created (contiguous ranges, in graph order).
+    pub module_tensors: Vec<(Module, Range<u32>)>,
 }
 
-struct Builder<'g> {
+impl BertGraph {
+    /// The module that created `id`.
+    pub fn module_of(&self, id: TensorId) -> Option<Module> {
+        self.module_tensors.iter().find(|(_, r)| r.contains(&id.0)).map(|(m, _)| *m)
+    }
+}
+
+struct Builder<'g, 'f> {
     g: &'g mut Graph,
-    weight_type: DType,
+    weight_type: &'f dyn Fn(&str) -> DType,
     weights: Vec<(String, Module, TensorId)>,
     module: Module,
 }
 
-impl Builder<'_> {
-    /// A weight leaf; matrices use `weight_type`, vectors stay F32.
+impl Builder<'_, '_> {
     fn weight(&mut self, name: String, ne: &[usize]) -> Result<TensorId> {
-        let dtype = if ne.len() > 1 { self.weight_type } else { DType::F32 };
-        let id = self.g.new_tensor(dtype, ne)?;
+        let id = self.g.new_tensor((self.weight_type)(&name), ne)?;
         self.g.set_name(id, &name)?;
         self.weights.push((name, self.module, id));
         Ok(id)
@@ -97,32 +154,47 @@ impl Builder<'_> {
         let y = self.g.mul(y, gamma)?;
         self.g.add(y, beta)
     }
+
+    fn next_id(&self) -> u32 {
+        self.g.tensors().len() as u32
+    }
 }
 
-/// Builds the encoder for `batch` sequences of `tokens` tokens into `g` and expands the
-/// graph to its output. Matrices are created with `weight_type`.
-pub fn build(g: &mut Graph, c: &BertConfig, weight_type: DType, tokens: usize, batch: usize) -> Result<BertGraph> {
+/// Whether a weight may be stored in any type: the matrices that matrix products and row
+/// lookups read. Biases, layer norms and the token-type table are added element-wise and
+/// stay in a float type.
+pub fn is_quantizable(name: &str) -> bool {
+    name.ends_with(".weight") && !name.contains("LayerNorm") && !name.contains("token_type_embeddings")
+}
+
+/// Weight types for a model stored with its quantizable matrices in `matrix_type` and
+/// everything else in F32.
+pub fn uniform_weight_type(matrix_type: DType) -> impl Fn(&str) -> DType {
+    move |name: &str| if is_quantizable(name) { matrix_type } else { DType::F32 }
+}
+
+/// Builds the encoder for `layout` into `g` and expands the graph to its output.
+/// `weight_type` gives each weight's type by name.
+pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType, layout: Layout) -> Result<BertGraph> {
     let (h, heads) = (c.hidden, c.heads);
     let head_dim = h / heads;
-    let n = tokens * batch;
-    let token_ids = g.new_tensor(DType::I32, &[n])?;
-    let positions = g.new_tensor(DType::I32, &[n])?;
-    let attention_mask = g.new_tensor(DType::F32, &[tokens, tokens, 1, batch])?;
-    let token_mask = g.new_tensor(DType::F32, &[1, tokens, batch])?;
-    let token_count = g.new_tensor(DType::F32, &[1, 1, batch])?;
-    for (id, name) in [
-        (token_ids, "token_ids"),
-        (positions, "positions"),
-        (attention_mask, "attention_mask"),
-        (token_mask, "token_mask"),
-        (token_count, "token_count"),
-    ] {
+    let (t, rows) = (layout.tokens, layout.rows);
+    let inputs_start = g.tensors().len() as u32;
+    let token_ids = g.new_tensor(DType::I32, &[t * rows])?;
+    let positions = g.new_tensor(DType::I32, &[t * rows])?;
+    let attention_mask = g.new_tensor(DType::F32, &[t, t, 1, rows])?;
+    let pooling = g.new_tensor(DType::F32, &[t, layout.seqs_per_row, rows])?;
+    for (id, name) in
+        [(token_ids, "token_ids"), (positions, "positions"), (attention_mask, "attention_mask"), (pooling, "pooling")]
+    {
         g.set_name(id, name)?;
         g.set_input(id)?;
     }
     let mut b = Builder { g, weight_type, weights: Vec::new(), module: Module::Embed };
+    let mut module_tensors = Vec::new();
 
     // Embeddings: word + position + token type 0, then layer norm.
+    let start = inputs_start;
     let word = b.weight("embeddings.word_embeddings.weight".into(), &[h, c.vocab])?;
     let pos = b.weight("embeddings.position_embeddings.weight".into(), &[h, c.max_positions])?;
     let types = b.weight("embeddings.token_type_embeddings.weight".into(), &[h, c.type_vocab])?;
@@ -131,30 +203,32 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: DType, tokens: usize, b
     let x = b.g.add(x, p)?;
     let type0 = b.g.view_1d(types, h, 0)?;
     let x = b.g.add(x, type0)?;
-    let x = b.g.reshape(x, &[h, tokens, batch])?;
+    let x = b.g.reshape(x, &[h, t, rows])?;
     let mut x = b.layer_norm("embeddings.LayerNorm", x, h, c.eps)?;
+    module_tensors.push((Module::Embed, start..b.next_id()));
 
     b.module = Module::Encoder;
+    let start = b.next_id();
     let scale = 1.0 / libm::sqrtf(head_dim as f32);
     for layer in 0..c.layers {
         let pre = format!("encoder.layer.{layer}");
-        // Self-attention, heads split as [head_dim, tokens, heads, batch].
+        // Self-attention, heads split as [head_dim, tokens, heads, rows].
         let q = b.linear(&format!("{pre}.attention.self.query"), x, h, h)?;
         let k = b.linear(&format!("{pre}.attention.self.key"), x, h, h)?;
         let v = b.linear(&format!("{pre}.attention.self.value"), x, h, h)?;
-        let q = b.g.reshape(q, &[head_dim, heads, tokens, batch])?;
+        let q = b.g.reshape(q, &[head_dim, heads, t, rows])?;
         let q = b.g.permute(q, [0, 2, 1, 3])?;
-        let k = b.g.reshape(k, &[head_dim, heads, tokens, batch])?;
+        let k = b.g.reshape(k, &[head_dim, heads, t, rows])?;
         let k = b.g.permute(k, [0, 2, 1, 3])?;
-        let v = b.g.reshape(v, &[head_dim, heads, tokens, batch])?;
+        let v = b.g.reshape(v, &[head_dim, heads, t, rows])?;
         let v = b.g.permute(v, [1, 2, 0, 3])?;
-        let v = b.g.cont(v)?; // [tokens, head_dim, heads, batch]
-        let scores = b.g.mul_mat(k, q)?; // [keys, queries, heads, batch]
+        let v = b.g.cont(v)?; // [tokens, head_dim, heads, rows]
+        let scores = b.g.mul_mat(k, q)?; // [keys, queries, heads, rows]
         let probs = b.g.soft_max(scores, Some(attention_mask), scale)?;
-        let ctx = b.g.mul_mat(v, probs)?; // [head_dim, queries, heads, batch]
+        let ctx = b.g.mul_mat(v, probs)?; // [head_dim, queries, heads, rows]
         let ctx = b.g.permute(ctx, [0, 2, 1, 3])?;
         let ctx = b.g.cont(ctx)?;
-        let ctx = b.g.reshape(ctx, &[h, tokens, batch])?;
+        let ctx = b.g.reshape(ctx, &[h, t, rows])?;
         let attn = b.linear(&format!("{pre}.attention.output.dense"), ctx, h, h)?;
         let attn = b.g.add(attn, x)?;
         let attn = b.layer_norm(&format!("{pre}.attention.output.LayerNorm"), attn, h, c.eps)?;
@@ -165,20 +239,75 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: DType, tokens: usize, b
         let down = b.g.add(down, attn)?;
         x = b.layer_norm(&format!("{pre}.output.LayerNorm"), down, h, c.eps)?;
     }
+    module_tensors.push((Module::Encoder, start..b.next_id()));
 
-    // Mean over real tokens, then L2 normalisation (RMS norm scaled by 1/sqrt(hidden)).
+    // Mean over each sequence's tokens, then L2 normalisation (RMS norm scaled by 1/sqrt(h)).
     b.module = Module::Pool;
-    let masked = b.g.mul(x, token_mask)?;
-    let by_token = b.g.permute(masked, [1, 0, 2, 3])?;
-    let by_token = b.g.cont(by_token)?; // [tokens, hidden, batch]
-    let sum = b.g.sum_rows(by_token)?; // [1, hidden, batch]
-    let mean = b.g.div(sum, token_count)?;
-    let mean = b.g.reshape(mean, &[h, batch])?;
+    let start = b.next_id();
+    let by_token = b.g.transpose(x)?;
+    let by_token = b.g.cont(by_token)?; // [tokens, hidden, rows]
+    let mean = b.g.mul_mat(by_token, pooling)?; // [hidden, seqs_per_row, rows]
+    let mean = b.g.reshape(mean, &[h, layout.seqs_per_row * rows])?;
     let unit = b.g.rms_norm(mean, 1e-12)?;
     let embeddings = b.g.scale(unit, 1.0 / libm::sqrtf(h as f32))?;
+    module_tensors.push((Module::Pool, start..b.next_id()));
     let weights = b.weights;
     g.set_name(embeddings, "embeddings")?;
     g.set_output(embeddings)?;
     g.build_forward(embeddings)?;
-    Ok(BertGraph { token_ids, positions, attention_mask, token_mask, token_count, embeddings, weights })
+    Ok(BertGraph { token_ids, positions, attention_mask, pooling, embeddings, weights, module_tensors })
+}
+
+/// The values of the packed inputs for sequences of the given lengths.
+pub struct PackedInputs {
+    pub positions: Vec<i32>,
+    pub attention_mask: Vec<f32>,
+    pub pooling: Vec<f32>,
+}
+
+/// Positions, the block-diagonal attention mask and the pooling matrix for sequences of
+/// lengths `lens` packed one after another into one row ([`Layout::packed`]).
+pub fn packed_inputs(lens: &[usize]) -> PackedInputs {
+    let t: usize = lens.iter().sum();
+    let mut positions = Vec::with_capacity(t);
+    let mut seq_of = Vec::with_capacity(t);
+    for (s, &len) in lens.iter().enumerate() {
+        positions.extend((0..len).map(|p| p as i32));
+        seq_of.extend(core::iter::repeat_n(s, len));
+    }
+    let mut attention_mask = alloc::vec![f32::NEG_INFINITY; t * t];
+    for q in 0..t {
+        for k in 0..t {
+            if seq_of[q] == seq_of[k] {
+                attention_mask[q * t + k] = 0.0;
+            }
+        }
+    }
+    let mut pooling = alloc::vec![0.0f32; t * lens.len()];
+    for (tok, &s) in seq_of.iter().enumerate() {
+        pooling[s * t + tok] = 1.0 / lens[s] as f32;
+    }
+    PackedInputs { positions, attention_mask, pooling }
+}
+
+/// The same for sequences padded to `tokens` each, one per row ([`Layout::padded`]):
+/// padding keys are masked out and padding tokens left out of the mean.
+pub fn padded_inputs(lens: &[usize], tokens: usize) -> PackedInputs {
+    let rows = lens.len();
+    let mut positions = Vec::with_capacity(tokens * rows);
+    let mut attention_mask = alloc::vec![f32::NEG_INFINITY; tokens * tokens * rows];
+    let mut pooling = alloc::vec![0.0f32; tokens * rows];
+    for (r, &len) in lens.iter().enumerate() {
+        let len = len.min(tokens);
+        positions.extend((0..tokens).map(|p| p as i32));
+        for q in 0..tokens {
+            for k in 0..len {
+                attention_mask[(r * tokens + q) * tokens + k] = 0.0;
+            }
+        }
+        for tok in 0..len {
+            pooling[r * tokens + tok] = 1.0 / len as f32;
+        }
+    }
+    PackedInputs { positions, attention_mask, pooling }
 }

@@ -1,0 +1,245 @@
+//! Model files (GGUF or safetensors), memory-mapped, and their weights placed on devices.
+//!
+//! On a device that reads host memory the weights are used where they lie in the mapping
+//! (zero-copy); on others they are uploaded into the device's own buffers, once.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use tessera_core::gguf::Gguf;
+use tessera_core::host_buffer::{HostBuffer, HOST_MAPPED_BUFFER_TYPE};
+use tessera_core::{Buffer, BufferUsage, DType, Device, Error, Result, Shape, TensorData};
+
+/// The file formats tessera reads weights from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Gguf,
+    Safetensors,
+}
+
+/// One tensor stored in a model file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileTensor {
+    pub name: String,
+    pub dtype: DType,
+    /// Shape in tessera's order (`ne[0]` is the row length).
+    pub ne: [usize; 4],
+    /// Byte offset of its data in the file.
+    pub offset: usize,
+    pub nbytes: usize,
+}
+
+/// A memory-mapped model file and its tensor table.
+pub struct ModelFile {
+    path: PathBuf,
+    format: Format,
+    map: Arc<Mmap>,
+    tensors: Vec<FileTensor>,
+    /// Tensors the file has in types tessera does not use ("position_ids: i64").
+    skipped: Vec<String>,
+}
+
+fn file_error(path: &Path, message: impl Into<String>) -> Error {
+    Error::File { path: path.display().to_string(), message: message.into() }
+}
+
+impl ModelFile {
+    /// Maps `path` and reads its tensor table (the format is recognised by its first bytes).
+    pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| file_error(path, format!("cannot open: {e}")))?;
+        // SAFETY: the mapping is read-only; like every reader of a model file we rely on the
+        // file not being truncated or rewritten while it is mapped.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| file_error(path, format!("cannot map: {e}")))?;
+        let (format, tensors, skipped) = if map.starts_with(b"GGUF") {
+            (Format::Gguf, gguf_tensors(&map)?, Vec::new())
+        } else {
+            let (t, s) = safetensors_tensors(path, &map)?;
+            (Format::Safetensors, t, s)
+        };
+        Ok(ModelFile { path: path.to_path_buf(), format, map: Arc::new(map), tensors, skipped })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn format(&self) -> Format {
+        self.format
+    }
+    pub fn tensors(&self) -> &[FileTensor] {
+        &self.tensors
+    }
+    pub fn skipped(&self) -> &[String] {
+        &self.skipped
+    }
+    pub fn tensor(&self, name: &str) -> Option<&FileTensor> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+    /// The whole file.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+    /// A tensor's bytes.
+    pub fn data(&self, t: &FileTensor) -> &[u8] {
+        &self.map[t.offset..t.offset + t.nbytes]
+    }
+    /// For GGUF files, the parsed header (metadata and tensor infos).
+    pub fn gguf(&self) -> Option<Gguf<'_>> {
+        (self.format == Format::Gguf).then(|| Gguf::parse(&self.map).ok()).flatten()
+    }
+
+    /// A read-only host buffer over the whole mapping (no copy), tagged as weights.
+    pub fn host_buffer(&self) -> Arc<dyn Buffer> {
+        let owner: Box<dyn std::any::Any + Send + Sync> = Box::new(self.map.clone());
+        let ptr = NonNull::new(self.map.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
+        // SAFETY: the mapping is valid for `len` bytes for as long as `owner` (a clone of the Arc
+        // holding it) lives, which the buffer guarantees; it is mapped read-only and the buffer
+        // is created non-writable.
+        let buffer = unsafe { HostBuffer::from_raw(ptr, self.map.len(), false, owner) };
+        buffer.set_usage(BufferUsage::Weights);
+        Arc::new(buffer)
+    }
+}
+
+fn gguf_tensors(map: &[u8]) -> Result<Vec<FileTensor>> {
+    let g = Gguf::parse(map)?;
+    Ok(g.tensors()
+        .iter()
+        .map(|t| FileTensor {
+            name: t.name().into(),
+            dtype: t.dtype(),
+            ne: t.ne(),
+            offset: t.file_offset(),
+            nbytes: t.nbytes(),
+        })
+        .collect())
+}
+
+fn safetensors_tensors(path: &Path, map: &[u8]) -> Result<(Vec<FileTensor>, Vec<String>)> {
+    use safetensors::Dtype;
+    let st = safetensors::SafeTensors::deserialize(map)
+        .map_err(|e| file_error(path, format!("not a GGUF or safetensors file: {e}")))?;
+    let base = map.as_ptr() as usize;
+    let (mut tensors, mut skipped) = (Vec::new(), Vec::new());
+    for (name, view) in st.tensors() {
+        let dtype = match view.dtype() {
+            Dtype::F32 => DType::F32,
+            Dtype::F16 => DType::F16,
+            Dtype::BF16 => DType::BF16,
+            Dtype::I32 => DType::I32,
+            other => {
+                skipped.push(format!("{name}: {other:?}"));
+                continue;
+            }
+        };
+        let shape = view.shape();
+        if shape.len() > 4 {
+            return Err(file_error(
+                path,
+                format!("tensor '{name}' has {} dimensions; at most 4 are supported", shape.len()),
+            ));
+        }
+        let mut ne = [1usize; 4];
+        for (i, d) in shape.iter().rev().enumerate() {
+            ne[i] = *d;
+        }
+        let data = view.data();
+        tensors.push(FileTensor { name, dtype, ne, offset: data.as_ptr() as usize - base, nbytes: data.len() });
+    }
+    tensors.sort_by_key(|t| t.offset);
+    Ok((tensors, skipped))
+}
+
+/// Weights placed on a device: where each named tensor's data lives.
+pub struct WeightStore {
+    data: BTreeMap<String, TensorData>,
+    /// Buffers uploaded to the device (none when used in place).
+    pub uploaded: Vec<Arc<dyn Buffer>>,
+    pub bytes: usize,
+}
+
+impl WeightStore {
+    pub fn get(&self, name: &str) -> Option<&TensorData> {
+        self.data.get(name)
+    }
+}
+
+/// What a model expects of one weight.
+pub struct WeightSpec<'a> {
+    pub name: &'a str,
+    pub dtype: DType,
+    pub ne: [usize; 4],
+}
+
+/// Places `weights` of `file` on `device`: in place when it reads host memory, else
+/// uploaded into its buffers (split at its largest allocation). `progress(done, total)`
+/// is called as bytes are placed.
+pub fn place_weights(
+    file: &ModelFile,
+    weights: &[WeightSpec<'_>],
+    device: &'static dyn Device,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<WeightStore> {
+    let mut found = Vec::with_capacity(weights.len());
+    for w in weights {
+        let t = file.tensor(w.name).ok_or_else(|| {
+            file_error(file.path(), format!("has no tensor '{}' ({} {})", w.name, w.dtype, Shape(w.ne)))
+        })?;
+        if t.dtype != w.dtype || t.ne != w.ne {
+            return Err(file_error(
+                file.path(),
+                format!(
+                    "tensor '{}' is {} {} but the model expects {} {}",
+                    w.name,
+                    t.dtype,
+                    Shape(t.ne),
+                    w.dtype,
+                    Shape(w.ne)
+                ),
+            ));
+        }
+        found.push(t);
+    }
+    let total: usize = found.iter().map(|t| t.nbytes).sum();
+    let mut data = BTreeMap::new();
+    if device.supports_buffer_type(&HOST_MAPPED_BUFFER_TYPE) {
+        let buffer = file.host_buffer();
+        for t in &found {
+            data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset: t.offset });
+        }
+        progress(total, total);
+        return Ok(WeightStore { data, uploaded: Vec::new(), bytes: total });
+    }
+    // Upload, packing tensors into buffers no larger than the device allows.
+    let bt = device.buffer_type();
+    let align = bt.alignment().max(1);
+    let pad = |n: usize| n.div_ceil(align) * align;
+    let mut uploaded = Vec::new();
+    let mut done = 0;
+    let mut i = 0;
+    while i < found.len() {
+        let mut size = 0;
+        let mut j = i;
+        while j < found.len() && (j == i || size + pad(found[j].nbytes) <= bt.max_size()) {
+            size += pad(found[j].nbytes);
+            j += 1;
+        }
+        let buffer = bt.alloc_buffer(size)?;
+        buffer.set_usage(BufferUsage::Weights);
+        let mut offset = 0;
+        for t in &found[i..j] {
+            buffer.set_bytes(offset, file.data(t))?;
+            data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset });
+            offset += pad(t.nbytes);
+            done += t.nbytes;
+            progress(done, total);
+        }
+        uploaded.push(buffer);
+        i = j;
+    }
+    Ok(WeightStore { data, uploaded, bytes: total })
+}

@@ -1,0 +1,144 @@
+//! all-MiniLM-L6-v2 end to end: embeddings equal an independent float64 numpy implementation
+//! (scripts/minilm_reference.py) for f32, q8_0 and f16 weights, and stay the same when
+//! modules are placed on a simulated accelerator with their weights on the CPU.
+//! Skips (saying so) when the model has not been fetched with scripts/fetch_minilm.sh.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../examples/embed/runner.rs"]
+#[allow(dead_code)]
+mod runner;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use runner::Embedder;
+use tessera::{DType, Device};
+use tessera_sim::{SimConfig, SimDevice};
+
+const MODEL: &str = "models/all-MiniLM-L6-v2/model.safetensors";
+
+struct Reference {
+    tokens: Vec<Vec<u32>>,
+    embeddings: Vec<Vec<f64>>,
+}
+
+fn reference() -> &'static Reference {
+    static R: OnceLock<Reference> = OnceLock::new();
+    R.get_or_init(|| {
+        let text = std::fs::read_to_string("tests/data/minilm/reference.json").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let tokens = v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect())
+            .collect();
+        let embeddings = v["embeddings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+            .collect();
+        Reference { tokens, embeddings }
+    })
+}
+
+fn model() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(MODEL);
+    if p.exists() {
+        Some(p)
+    } else {
+        println!("skipped: {MODEL} not found (run scripts/fetch_minilm.sh)");
+        None
+    }
+}
+
+fn cosine(a: &[f32], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * y).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+fn cpu() -> Vec<&'static dyn Device> {
+    vec![&tessera::cpu::CPU_DEVICE]
+}
+
+/// Embeds every reference sentence in one batch; returns the smallest cosine similarity.
+fn worst_cosine(embedder: &mut Embedder) -> (f64, Vec<Vec<f32>>) {
+    let r = reference();
+    let got = embedder.embed(&r.tokens).unwrap();
+    assert_eq!(got.len(), r.embeddings.len());
+    let worst = got.iter().zip(&r.embeddings).map(|(g, w)| cosine(g, w)).fold(1.0, f64::min);
+    (worst, got)
+}
+
+fn load(model: &Path, backend: &str, params: &str, devices: &[&'static dyn Device]) -> Embedder {
+    Embedder::load(model, backend, params, devices, None, &mut |_, _, _| {}).unwrap()
+}
+
+#[test]
+fn f32_embeddings_match_the_reference() {
+    let Some(model) = model() else { return };
+    assert!(reference().tokens.len() >= 32);
+    let (worst, _) = worst_cosine(&mut load(&model, "", "", &cpu()));
+    println!("minilm f32: worst cosine similarity {worst:.9} over {} sentences", reference().tokens.len());
+    assert!(worst >= 0.999999, "worst cosine {worst}");
+}
+
+/// The model converted to GGUF with `dtype` matrices (the example's `--convert`).
+fn converted(model: &Path, dtype: DType) -> PathBuf {
+    let out = std::env::temp_dir().join(format!("tessera-minilm-{dtype}-{}.gguf", std::process::id()));
+    runner::convert(model, &out, dtype).unwrap();
+    out
+}
+
+#[test]
+fn gguf_q8_0_and_f16_embeddings_match_the_reference() {
+    let Some(model) = model() else { return };
+    for (dtype, bound) in [(DType::Q8_0, 0.9995), (DType::F16, 0.99999), (DType::F32, 0.999999)] {
+        let path = converted(&model, dtype);
+        let (worst, _) = worst_cosine(&mut load(&path, "", "", &cpu()));
+        println!("minilm gguf {dtype}: worst cosine similarity {worst:.9}");
+        std::fs::remove_file(&path).ok();
+        assert!(worst >= bound, "{dtype}: worst cosine {worst} < {bound}");
+    }
+}
+
+#[test]
+fn params_on_the_cpu_compute_on_an_accelerator_gives_the_same_embeddings() {
+    let Some(model) = model() else { return };
+    let sim: &'static dyn Device = SimDevice::create(SimConfig::new("SIM0"));
+    let devices = vec![sim, &tessera::cpu::CPU_DEVICE];
+    let (_, on_cpu) = worst_cosine(&mut load(&model, "cpu", "", &devices));
+    // The encoder runs on the accelerator with its weights in host memory: the scheduler
+    // copies them in as split inputs. The embedding lookup stays on the CPU.
+    let mut split = load(&model, "encoder=sim0,pool=sim0,embed=cpu", "cpu", &devices);
+    assert!(split.describe().contains("encoder: SIM0 (params CPU)"), "{}", split.describe());
+    let (worst, got) = worst_cosine(&mut split);
+    let plan = split.scheduler().plan().unwrap();
+    assert!(plan.splits.len() > 2, "{plan}");
+    assert!(plan.splits.iter().any(|s| s.inputs.iter().any(|i| i.name.ends_with(".weight"))), "{plan}");
+    assert!(worst >= 0.999999, "worst cosine {worst}");
+    assert_eq!(got, on_cpu, "the accelerator runs the same kernels: identical results");
+    // Weights placed on the accelerator itself: uploaded once, no weight copies per run.
+    let mut resident = load(&model, "sim0", "", &devices);
+    let (_, got) = worst_cosine(&mut resident);
+    let plan = resident.scheduler().plan().unwrap();
+    assert!(!plan.splits.iter().any(|s| s.inputs.iter().any(|i| i.name.ends_with(".weight"))), "{plan}");
+    assert_eq!(got, on_cpu);
+}
+
+#[test]
+fn a_missing_or_foreign_file_is_a_clear_error() {
+    let err =
+        Embedder::load(Path::new("no/such/model.safetensors"), "", "", &cpu(), None, &mut |_, _, _| {}).err().unwrap();
+    assert!(err.to_string().contains("no/such/model.safetensors: cannot open"), "{err}");
+    let err = Embedder::load(Path::new("tests/data/minilm/sentences.txt"), "", "", &cpu(), None, &mut |_, _, _| {})
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("not a GGUF or safetensors file"), "{err}");
+    let Some(model) = model() else { return };
+    let err = Embedder::load(&model, "encoder=cuda0", "", &cpu(), None, &mut |_, _, _| {}).err().unwrap();
+    assert_eq!(err.to_string(), "unknown device 'cuda0'; devices: CPU");
+}
