@@ -4,6 +4,7 @@
 //! descriptions. Plugin loading and module placement build on this.
 
 pub mod gguf_writer;
+pub mod model_file;
 pub mod placement;
 
 use tessera_core::{Device, Error, Registry, Result};
