@@ -9,6 +9,7 @@
 //! runs can overlap across devices (pipeline parallelism).
 
 pub mod assign;
+pub mod check;
 mod run;
 pub mod split;
 
