@@ -151,8 +151,9 @@ fn run() -> Result<(), BoxError> {
     }
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
+    let splits = embedder.scheduler().plan().map_or(0, |p| p.splits.len());
     eprintln!(
-        "embedded {} sentences ({n_tokens} tokens) in {:.1} ms (median of {} after a warm-up), {:.0} tokens/s",
+        "embedded {} sentences ({n_tokens} tokens, {splits} split(s)) in {:.1} ms (median of {} after a warm-up), {:.0} tokens/s",
         embeddings.len(),
         median * 1e3,
         times.len(),

@@ -126,10 +126,6 @@ impl Embedder {
             .join(", ")
     }
 
-    pub fn model_file(&self) -> &ModelFile {
-        &self.file
-    }
-
     /// Builds the graph for sequences of `lens` tokens packed in one row, weights bound and
     /// every node pinned to its module's device.
     fn graph(&mut self, total: usize, n: usize) -> Result<(Graph, BertGraph)> {

@@ -8,8 +8,18 @@ use tessera_core::{Buffer, BufferType, BufferUsage, Result};
 
 /// The memory of one simulated device.
 pub struct SimBufferType {
-    pub(crate) name: alloc::string::String,
-    pub(crate) max_size: usize,
+    name: alloc::string::String,
+    max_size: core::sync::atomic::AtomicUsize,
+}
+
+impl SimBufferType {
+    pub(crate) fn new(name: alloc::string::String, max_size: usize) -> SimBufferType {
+        SimBufferType { name, max_size: core::sync::atomic::AtomicUsize::new(max_size) }
+    }
+
+    pub(crate) fn set_max_size(&self, max_size: usize) {
+        self.max_size.store(max_size, core::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl BufferType for SimBufferType {
@@ -20,15 +30,15 @@ impl BufferType for SimBufferType {
         64
     }
     fn max_size(&self) -> usize {
-        self.max_size
+        self.max_size.load(core::sync::atomic::Ordering::Relaxed)
     }
     fn is_host(&self) -> bool {
         false
     }
     fn alloc_buffer(&'static self, size: usize) -> Result<Arc<dyn Buffer>> {
-        if size > self.max_size {
+        if size > self.max_size() {
             return Err(tessera_core::Error::OutOfMemory {
-                what: alloc::format!("one {} buffer (at most {} bytes)", self.name, self.max_size),
+                what: alloc::format!("one {} buffer (at most {} bytes)", self.name, self.max_size()),
                 requested: size,
             });
         }

@@ -47,21 +47,29 @@ impl SimConfig {
 
 /// A simulated accelerator. Devices are created at run time and live for the process.
 pub struct SimDevice {
-    config: SimConfig,
+    name: String,
+    config: spin::Mutex<SimConfig>,
     buffer_type: &'static SimBufferType,
-    description: String,
 }
 
 impl SimDevice {
     /// Creates a device; it is leaked, like every enumerated device, to be `'static`.
     pub fn create(config: SimConfig) -> &'static SimDevice {
-        let buffer_type = Box::leak(Box::new(SimBufferType { name: config.name.clone(), max_size: config.max_buffer }));
-        let description = alloc::format!("simulated accelerator ({} ops unsupported)", config.unsupported_ops.len());
-        Box::leak(Box::new(SimDevice { config, buffer_type, description }))
+        let buffer_type = Box::leak(Box::new(SimBufferType::new(config.name.clone(), config.max_buffer)));
+        Box::leak(Box::new(SimDevice { name: config.name.clone(), config: spin::Mutex::new(config), buffer_type }))
     }
 
-    pub fn config(&self) -> &SimConfig {
-        &self.config
+    /// The device's current configuration.
+    pub fn config(&self) -> SimConfig {
+        self.config.lock().clone()
+    }
+
+    /// Changes what the device supports (its name stays): lets a fuzzer reuse a few devices
+    /// instead of leaking a new one per case. Buffers already allocated keep their size.
+    pub fn reconfigure(&self, mut config: SimConfig) {
+        config.name = self.name.clone();
+        self.buffer_type.set_max_size(config.max_buffer);
+        *self.config.lock() = config;
     }
 
     pub(crate) fn sim_buffer_type(&self) -> &'static SimBufferType {
@@ -88,10 +96,10 @@ impl BackendReg for SimReg {
 
 impl Device for SimDevice {
     fn name(&self) -> &str {
-        &self.config.name
+        &self.name
     }
     fn description(&self) -> &str {
-        &self.description
+        "simulated accelerator"
     }
     fn memory(&self) -> MemoryInfo {
         MemoryInfo::default()
@@ -100,7 +108,7 @@ impl Device for SimDevice {
         DeviceType::Gpu
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { async_compute: true, host_buffer: false, buffer_from_host_ptr: false, events: self.config.events }
+        DeviceCaps { async_compute: true, host_buffer: false, buffer_from_host_ptr: false, events: self.config.lock().events }
     }
     fn reg(&self) -> &'static dyn BackendReg {
         &SIM_REG
@@ -110,15 +118,15 @@ impl Device for SimDevice {
         if t.op() == Op::None || t.op().is_view() {
             return true;
         }
-        let type_ok =
-            |id: TensorId| graph.tensor(id).is_ok_and(|s| !self.config.unsupported_types.contains(&s.dtype()));
-        !self.config.unsupported_ops.contains(&t.op().name()) && type_ok(node) && t.srcs().all(|(_, s)| type_ok(s))
+        let config = self.config.lock();
+        let type_ok = |id: TensorId| graph.tensor(id).is_ok_and(|s| !config.unsupported_types.contains(&s.dtype()));
+        !config.unsupported_ops.contains(&t.op().name()) && type_ok(node) && t.srcs().all(|(_, s)| type_ok(s))
     }
     fn supports_buffer_type(&self, buffer_type: &dyn BufferType) -> bool {
         tessera_core::buffer::same_buffer_type(buffer_type, self.buffer_type)
     }
     fn offload_op(&self, graph: &Graph, node: TensorId) -> bool {
-        let Some(min) = self.config.offload_min_batch else { return false };
+        let Some(min) = self.config.lock().offload_min_batch else { return false };
         graph.tensor(node).is_ok_and(|t| t.op() == Op::MulMat && t.ne()[1] >= min)
     }
     fn buffer_type(&self) -> &'static dyn BufferType {
@@ -128,6 +136,6 @@ impl Device for SimDevice {
         Ok(Box::new(SimBackend::new(self)))
     }
     fn new_event(&self) -> Result<Option<Box<dyn Event>>> {
-        Ok(self.config.events.then(|| Box::new(SimEvent::new()) as Box<dyn Event>))
+        Ok(self.config.lock().events.then(|| Box::new(SimEvent::new()) as Box<dyn Event>))
     }
 }
