@@ -1069,3 +1069,31 @@ fn pinning_an_op_to_a_backend_without_it_fails_at_planning() {
     let err = sched.alloc_graph(&g).unwrap_err();
     assert_eq!(err.to_string(), "backend SIM0 does not support SOFT_MAX as used by tensor 'p'");
 }
+
+/// Found by the `sched` fuzz target: a view op pinned to a backend other than its source's
+/// was copied as if it lived there. A view lives where its source does, pinned or not.
+#[test]
+fn a_pinned_view_still_lives_with_its_source() {
+    let sim = sim_no_softmax();
+    let mut g = Graph::new();
+    let x = input(&mut g, &[8, 4], "x");
+    let w = named(&mut g, &[8, 8], "w");
+    let y = g.mul_mat(w, x).unwrap(); // [8, 4], on the SIM with its weights
+    let yt = g.transpose(y).unwrap();
+    let yt = name(&mut g, yt, "yt");
+    let z = g.cont(yt).unwrap();
+    let z = name(&mut g, z, "z");
+    g.set_output(z).unwrap();
+    g.build_forward(z).unwrap();
+    for buffer in tessera::allocator::alloc_tensors(&mut g, &[w], sim.buffer_type()).unwrap() {
+        buffer.set_usage(tessera::BufferUsage::Weights);
+    }
+    g.set_f32(w, &(0..64).map(|i| i as f32 * 0.01).collect::<Vec<_>>()).unwrap();
+    let mut sched: Scheduler = Scheduler::new(vec![sim.init_backend().unwrap(), cpu()], SchedulerOptions::default()).unwrap();
+    sched.set_tensor_backend(yt, 1).unwrap();
+    let plan = sched.alloc_graph(&g).unwrap().clone();
+    assert_eq!(assignment(&plan, yt), (0, Cause::ViewSource), "{}", plan.detailed());
+    let devices: Vec<&'static dyn tessera::Device> = vec![sim, &tessera::cpu::CPU_DEVICE];
+    let violations = tessera::sched::check::check_plan(&plan, sched.graph().unwrap(), &g, &devices).unwrap();
+    assert!(violations.is_empty(), "{violations:?}");
+}

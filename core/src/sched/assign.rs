@@ -301,6 +301,16 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
             });
         }
     }
+    // A view op only reinterprets its source's memory: it lives where the source does, even
+    // when pinned elsewhere.
+    for &id in g.nodes() {
+        let t = g.tensor(id)?;
+        if let Some(b) = t.view_src().filter(|_| t.op().is_view()).and_then(|root| a.get(root)) {
+            if a.get(id) != Some(b) {
+                a.set(id, b, Cause::ViewSource);
+            }
+        }
+    }
     // A view whose source was assigned late still follows it.
     for &id in g.nodes() {
         if a.get(id).is_none() {
