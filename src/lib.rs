@@ -22,3 +22,14 @@ pub static BUILTIN_REGS: &[&'static dyn BackendReg] = &[&tessera_cpu::CPU_REG];
 pub fn registry() -> Registry<'static> {
     Registry::new(BUILTIN_REGS)
 }
+
+/// Every family this process can use: the compiled-in ones (filtered by
+/// `TESSERA_DISABLE_<FAMILY>` and `TESSERA_<FAMILY>_VISIBLE_DEVICES`) plus the best variant of
+/// each plugin found in the search paths and `TESSERA_BACKEND_PATH`. Plugins that cannot be
+/// used are listed in [`runtime::RuntimeRegistry::skipped`] with the reason.
+#[cfg(feature = "std")]
+pub fn discover() -> runtime::RuntimeRegistry {
+    let mut registry = runtime::RuntimeRegistry::new(BUILTIN_REGS);
+    registry.load_all();
+    registry
+}

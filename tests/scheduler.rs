@@ -1089,7 +1089,8 @@ fn a_pinned_view_still_lives_with_its_source() {
         buffer.set_usage(tessera::BufferUsage::Weights);
     }
     g.set_f32(w, &(0..64).map(|i| i as f32 * 0.01).collect::<Vec<_>>()).unwrap();
-    let mut sched: Scheduler = Scheduler::new(vec![sim.init_backend().unwrap(), cpu()], SchedulerOptions::default()).unwrap();
+    let mut sched: Scheduler =
+        Scheduler::new(vec![sim.init_backend().unwrap(), cpu()], SchedulerOptions::default()).unwrap();
     sched.set_tensor_backend(yt, 1).unwrap();
     let plan = sched.alloc_graph(&g).unwrap().clone();
     assert_eq!(assignment(&plan, yt), (0, Cause::ViewSource), "{}", plan.detailed());

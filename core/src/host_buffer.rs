@@ -37,7 +37,8 @@ impl BufferType for HostBufferType {
         true
     }
     fn alloc_buffer(&'static self, size: usize) -> Result<Arc<dyn Buffer>> {
-        Ok(Arc::new(HostBuffer::alloc(self, size)?))
+        let buffer: Arc<dyn Buffer> = crate::fallible::try_arc(HostBuffer::alloc(self, size)?)?;
+        Ok(buffer)
     }
 }
 
@@ -70,7 +71,7 @@ unsafe impl Sync for HostBuffer {}
 impl HostBuffer {
     /// Allocates `size` zeroed bytes aligned to [`HOST_ALIGNMENT`].
     pub fn alloc(buffer_type: &'static dyn BufferType, size: usize) -> Result<HostBuffer> {
-        let oom = || Error::OutOfMemory { what: String::from(buffer_type.name()) + " buffer", requested: size };
+        let oom = || crate::fallible::out_of_memory_fmt(format_args!("{} buffer", buffer_type.name()), size);
         let layout = Layout::from_size_align(size.max(1), HOST_ALIGNMENT).map_err(|_| oom())?;
         // SAFETY: `layout` has a non-zero size.
         let ptr = unsafe { alloc::alloc::alloc_zeroed(layout) };

@@ -23,12 +23,14 @@ pub mod convert;
 pub mod device;
 pub mod dtype;
 pub mod error;
-pub mod graph;
+pub mod fallible;
 pub mod gguf;
+pub mod graph;
 pub mod host_buffer;
 /// The linear allocator under its earlier path.
 pub use allocator::linear as linear_alloc;
 pub mod op;
+pub mod plugin;
 pub mod quant;
 pub mod registry;
 pub mod sched;

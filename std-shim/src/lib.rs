@@ -6,6 +6,12 @@
 pub mod gguf_writer;
 pub mod model_file;
 pub mod placement;
+pub mod plugin_loader;
+pub mod registry_config;
+pub mod runtime_registry;
+
+pub use registry_config::RegistryConfig;
+pub use runtime_registry::{LoadReport, Origin, RegEntry, RuntimeRegistry, Skipped};
 
 use tessera_core::{Device, Error, Registry, Result};
 

@@ -24,11 +24,22 @@ pub struct ModuleDecl {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PlacementError {
     /// An item with an empty module or device (`=cpu`, `encoder=`, `a,,b`).
-    EmptyItem { spec: String, item: String },
-    UnknownModule { module: String, modules: String },
-    UnknownDevice { name: String, devices: String },
+    EmptyItem {
+        spec: String,
+        item: String,
+    },
+    UnknownModule {
+        module: String,
+        modules: String,
+    },
+    UnknownDevice {
+        name: String,
+        devices: String,
+    },
     /// `gpu` asked for, but there is none.
-    NoGpu { devices: String },
+    NoGpu {
+        devices: String,
+    },
 }
 
 impl fmt::Display for PlacementError {
@@ -179,7 +190,10 @@ impl Placement {
     /// backend each, shared by every module placed there.
     pub fn devices(&self, devices: &[&'static dyn Device]) -> Vec<&'static dyn Device> {
         let used = |d: &&'static dyn Device| {
-            self.compute.iter().chain(&self.params).any(|u| std::ptr::addr_eq(*u as *const dyn Device, *d as *const dyn Device))
+            self.compute
+                .iter()
+                .chain(&self.params)
+                .any(|u| std::ptr::addr_eq(*u as *const dyn Device, *d as *const dyn Device))
         };
         let mut out: Vec<&'static dyn Device> =
             devices.iter().copied().filter(|d| d.device_type() != DeviceType::Cpu).filter(used).collect();

@@ -108,7 +108,12 @@ impl Device for SimDevice {
         DeviceType::Gpu
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { async_compute: true, host_buffer: false, buffer_from_host_ptr: false, events: self.config.lock().events }
+        DeviceCaps {
+            async_compute: true,
+            host_buffer: false,
+            buffer_from_host_ptr: false,
+            events: self.config.lock().events,
+        }
     }
     fn reg(&self) -> &'static dyn BackendReg {
         &SIM_REG

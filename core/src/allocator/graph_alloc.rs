@@ -12,7 +12,6 @@
 
 use alloc::format;
 use alloc::sync::Arc;
-use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -105,14 +104,26 @@ pub struct GraphAllocator<const MAX_FREE: usize = 256, const MAX_CHUNKS: usize =
 
 impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MAX_CHUNKS> {
     /// An allocator with one slot per entry of `slot_types`; slots of the same buffer type
-    /// share memory.
+    /// share memory. Running out of memory for its tables is the allocation error handler's
+    /// business, as for any collection; [`try_new`](Self::try_new) reports it instead.
     pub fn new(slot_types: &[&'static dyn BufferType]) -> Self {
+        match Self::try_new(slot_types) {
+            Ok(allocator) => allocator,
+            Err(_) => alloc::alloc::handle_alloc_error(core::alloc::Layout::new::<TypeState<MAX_FREE, MAX_CHUNKS>>()),
+        }
+    }
+
+    /// Like [`new`](Self::new), but running out of memory for the tables is
+    /// [`Error::OutOfMemory`].
+    pub fn try_new(slot_types: &[&'static dyn BufferType]) -> Result<Self> {
         let mut types: Vec<TypeState<MAX_FREE, MAX_CHUNKS>> = Vec::new();
-        let mut slot_type = Vec::with_capacity(slot_types.len());
+        let mut slot_type = Vec::new();
+        try_reserve(&mut slot_type, slot_types.len())?;
         for &bt in slot_types {
             let index = match types.iter().position(|t| same_buffer_type(t.buffer_type, bt)) {
                 Some(i) => i,
                 None => {
+                    try_reserve(&mut types, 1)?;
                     types.push(TypeState {
                         buffer_type: bt,
                         planner: DynamicPlanner::new(bt.alignment(), bt.max_size()),
@@ -123,7 +134,7 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
             };
             slot_type.push(index);
         }
-        GraphAllocator { slot_type, types, plan: None }
+        Ok(GraphAllocator { slot_type, types, plan: None })
     }
 
     /// The report of the last plan.
@@ -177,7 +188,10 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
                 buffer.set_usage(BufferUsage::Compute);
                 match t.buffers.get_mut(chunk) {
                     Some(old) => *old = buffer,
-                    None => t.buffers.push(buffer),
+                    None => {
+                        try_reserve(&mut t.buffers, 1)?;
+                        t.buffers.push(buffer);
+                    }
                 }
             }
         }
@@ -257,47 +271,50 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
     fn make_plan(&mut self, graph: &Graph, slots: Option<&[usize]>) -> Result<Plan> {
         let n = graph.tensors().len();
         let mut live = Vec::new();
-        live.try_reserve_exact(n).map_err(|_| table_oom(n))?;
+        try_reserve(&mut live, n)?;
         live.resize(n, Live::default());
         // Memory of an output, or of a tensor an output views, is never freed or taken over.
-        let mut keep = vec![false; n];
+        let mut keep = Vec::new();
+        try_reserve(&mut keep, n)?;
+        keep.resize(n, false);
         for &id in graph.leafs().iter().chain(graph.nodes()) {
             let t = graph.tensor(id)?;
             if t.flags().contains(TensorFlags::OUTPUT) {
                 keep[t.view_src().unwrap_or(id).index()] = true;
             }
         }
-        let mut planning = Planning {
-            graph,
-            live,
-            keep,
-            types: &mut self.types,
-            live_bytes: vec![0; 0],
-            report: PlanReport::default(),
-        };
-        planning.live_bytes = vec![0; planning.types.len()];
-        planning.report.buffer_types = planning
-            .types
-            .iter()
-            .map(|t| BufferTypeReport { name: t.buffer_type.name().into(), ..Default::default() })
-            .collect();
-        for t in planning.types.iter_mut() {
+        let n_types = self.types.len();
+        let mut live_bytes = Vec::new();
+        try_reserve(&mut live_bytes, n_types)?;
+        live_bytes.resize(n_types, 0);
+        let mut report = PlanReport::default();
+        try_reserve(&mut report.buffer_types, n_types)?;
+        for t in &self.types {
+            let name = t.buffer_type.name();
+            let mut owned = alloc::string::String::new();
+            owned.try_reserve_exact(name.len()).map_err(|_| table_oom(name.len()))?;
+            owned.push_str(name);
+            report.buffer_types.push(BufferTypeReport { name: owned, ..Default::default() });
+        }
+        let mut slot_types = Vec::new();
+        try_reserve(&mut slot_types, n)?;
+        for i in 0..n {
+            slot_types.push(self_type(&self.slot_type, graph, slots, TensorId(i as u32))?);
+        }
+        for t in self.types.iter_mut() {
             t.planner.reset();
         }
-        let slot_types: Vec<usize> =
-            (0..n).map(|i| self_type(&self.slot_type, graph, slots, TensorId(i as u32))).collect::<Result<_>>()?;
+        let mut planning = Planning { graph, live, keep, types: &mut self.types, live_bytes, report };
         planning.run(&slot_types)?;
         let Planning { live, types, mut report, .. } = planning;
         for (r, t) in report.buffer_types.iter_mut().zip(types.iter()) {
             r.planned = t.planner.total_size();
             r.chunks = t.planner.chunk_sizes().count();
         }
-        Ok(Plan {
-            n_nodes: graph.nodes().len(),
-            n_leafs: graph.leafs().len(),
-            placements: live.iter().map(|l| l.placement).collect(),
-            report,
-        })
+        let mut placements = Vec::new();
+        try_reserve(&mut placements, n)?;
+        placements.extend(live.iter().map(|l| l.placement));
+        Ok(Plan { n_nodes: graph.nodes().len(), n_leafs: graph.leafs().len(), placements, report })
     }
 }
 
@@ -317,11 +334,13 @@ fn self_type(slot_type: &[usize], graph: &Graph, slots: Option<&[usize]>, id: Te
     })
 }
 
-fn table_oom(n: usize) -> Error {
-    Error::OutOfMemory {
-        what: "graph allocator tables".into(),
-        requested: n.saturating_mul(core::mem::size_of::<Live>()),
-    }
+fn table_oom(bytes: usize) -> Error {
+    crate::fallible::out_of_memory("graph allocator tables", bytes)
+}
+
+/// `v.try_reserve_exact(n)`, failing with `Error::OutOfMemory`.
+fn try_reserve<T>(v: &mut Vec<T>, n: usize) -> Result<()> {
+    v.try_reserve_exact(n).map_err(|_| table_oom(n.saturating_mul(core::mem::size_of::<T>())))
 }
 
 /// The state of one planning pass.

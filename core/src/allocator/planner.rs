@@ -158,7 +158,7 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> DynamicPlanner<MAX_FREE, MA
     /// Returns `size` bytes at `addr` to the free list, merging with neighbours.
     pub fn free(&mut self, addr: Address, size: usize) -> Result<()> {
         let size = self.aligned(size)?;
-        let c = self.chunks.get_mut(addr.chunk).ok_or(Error::InvalidParam {
+        let c = self.chunks.get_mut(addr.chunk).ok_or_else(|| Error::InvalidParam {
             op: "FREE",
             message: alloc::format!("chunk {} was never allocated", addr.chunk),
         })?;
@@ -190,7 +190,7 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> DynamicPlanner<MAX_FREE, MA
 }
 
 fn oom() -> Error {
-    Error::OutOfMemory { what: "allocation planner tables".into(), requested: core::mem::size_of::<FreeBlock>() }
+    crate::fallible::out_of_memory("allocation planner tables", core::mem::size_of::<FreeBlock>())
 }
 
 #[cfg(test)]

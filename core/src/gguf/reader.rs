@@ -1,6 +1,5 @@
 //! Parsing a whole GGUF file: header, metadata, tensor infos and the data section.
 
-use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -98,9 +97,11 @@ pub struct Gguf<'a> {
     alignment: usize,
     data_offset: usize,
     metadata: Vec<KeyValue<'a>>,
-    keys: BTreeMap<&'a str, usize>,
+    /// `(key, entry)` sorted by key.
+    keys: Vec<(&'a str, usize)>,
     tensors: Vec<TensorInfo<'a>>,
-    names: BTreeMap<&'a str, usize>,
+    /// `(name, tensor)` sorted by name.
+    names: Vec<(&'a str, usize)>,
 }
 
 macro_rules! typed_getters {
@@ -163,7 +164,7 @@ impl<'a> Gguf<'a> {
 
     /// The value of `key`, if the file has it.
     pub fn get(&self, key: &str) -> Option<Value<'a>> {
-        self.keys.get(key).and_then(|&i| self.metadata.get(i)).map(|kv| kv.value)
+        lookup(&self.keys, key).and_then(|i| self.metadata.get(i)).map(|kv| kv.value)
     }
 
     fn require(&self, key: &str) -> Result<Value<'a>> {
@@ -200,7 +201,7 @@ impl<'a> Gguf<'a> {
 
     /// The tensor called `name`, if there is one.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo<'a>> {
-        self.names.get(name).and_then(|&i| self.tensors.get(i))
+        lookup(&self.names, name).and_then(|i| self.tensors.get(i))
     }
 
     /// A tensor's bytes, borrowed from the file.
@@ -264,19 +265,38 @@ fn check_count(c: &Cursor<'_>, field: Field<'_>, count: u64, min_bytes: usize, w
 }
 
 fn reserve<T>(v: &mut Vec<T>, n: usize, what: &str) -> Result<()> {
-    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
-        what: format!("gguf {what} table"),
-        requested: n.saturating_mul(core::mem::size_of::<T>()),
+    v.try_reserve_exact(n).map_err(|_| {
+        crate::fallible::out_of_memory_fmt(
+            format_args!("gguf {what} table"),
+            n.saturating_mul(core::mem::size_of::<T>()),
+        )
     })
 }
 
-type Metadata<'a> = (Vec<KeyValue<'a>>, BTreeMap<&'a str, usize>);
+/// `(name, index)` pairs sorted by name: a lookup table built with fallible allocation
+/// (a `BTreeMap` cannot report running out of memory).
+type Index<'a> = Vec<(&'a str, usize)>;
+
+/// Sorts `index` by name and returns the first repeated name, as `(name, first index, repeat
+/// index)` with the smallest repeat index: the repetition a reader in file order meets first.
+fn sort_index<'a>(index: &mut Index<'a>) -> Option<(&'a str, usize, usize)> {
+    index.sort_unstable();
+    index.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| (w[0].0, w[0].1, w[1].1)).min_by_key(|&(_, _, repeat)| repeat)
+}
+
+/// The index of `name` in a sorted index.
+fn lookup(index: &Index<'_>, name: &str) -> Option<usize> {
+    index.binary_search_by(|(n, _)| (*n).cmp(name)).ok().map(|at| index[at].1)
+}
+
+type Metadata<'a> = (Vec<KeyValue<'a>>, Index<'a>);
 
 fn read_metadata<'a>(c: &mut Cursor<'a>, kv_count: u64) -> Result<Metadata<'a>> {
     let n = check_count(c, Field::KvCount, kv_count, MIN_KV_BYTES, "metadata entries")?;
     let mut metadata = Vec::new();
     reserve(&mut metadata, n, "metadata")?;
-    let mut keys = BTreeMap::new();
+    let mut keys = Vec::new();
+    reserve(&mut keys, n, "metadata key")?;
     for entry in 0..n {
         let key = read_str(c).map_err(|p| Field::Key { entry }.problem(p))?;
         let type_field = Field::ValueType { entry, key };
@@ -285,18 +305,19 @@ fn read_metadata<'a>(c: &mut Cursor<'a>, kv_count: u64) -> Result<Metadata<'a>> 
             type_field.error(format!("{} is {tag}, which is no GGUF value type (0 to 12)", type_field.describe()))
         })?;
         let value = decode(c, ty, 0).map_err(|p| Field::Value { entry, key }.problem(p))?;
-        if let Some(first) = keys.insert(key, entry) {
-            let field = Field::Key { entry };
-            return Err(field.error(format!("metadata key '{key}' appears twice (entries {first} and {entry})")));
-        }
+        keys.push((key, entry));
         metadata.push(KeyValue { key, value });
+    }
+    if let Some((key, first, entry)) = sort_index(&mut keys) {
+        let field = Field::Key { entry };
+        return Err(field.error(format!("metadata key '{key}' appears twice (entries {first} and {entry})")));
     }
     Ok((metadata, keys))
 }
 
 /// `general.alignment` if present (a non-zero power of two of any unsigned type), else 32.
-fn read_alignment(metadata: &[KeyValue<'_>], keys: &BTreeMap<&str, usize>) -> Result<usize> {
-    let Some(&entry) = keys.get(ALIGNMENT_KEY) else {
+fn read_alignment(metadata: &[KeyValue<'_>], keys: &Index<'_>) -> Result<usize> {
+    let Some(entry) = lookup(keys, ALIGNMENT_KEY) else {
         return Ok(DEFAULT_ALIGNMENT);
     };
     let Some(value) = metadata.get(entry).map(|kv| kv.value) else {
@@ -327,19 +348,17 @@ struct PendingInfo<'a> {
     nbytes: usize,
 }
 
-type TensorInfos<'a> = (Vec<PendingInfo<'a>>, BTreeMap<&'a str, usize>);
+type TensorInfos<'a> = (Vec<PendingInfo<'a>>, Index<'a>);
 
 fn read_tensor_infos<'a>(c: &mut Cursor<'a>, tensor_count: u64, alignment: usize) -> Result<TensorInfos<'a>> {
     let n = check_count(c, Field::TensorCount, tensor_count, MIN_TENSOR_INFO_BYTES, "tensors")?;
     let mut infos = Vec::new();
     reserve(&mut infos, n, "tensor")?;
-    let mut names = BTreeMap::new();
+    let mut names = Vec::new();
+    reserve(&mut names, n, "tensor name")?;
     for tensor in 0..n {
         let name = read_str(c).map_err(|p| Field::TensorName { tensor }.problem(p))?;
-        if let Some(first) = names.insert(name, tensor) {
-            let field = Field::TensorName { tensor };
-            return Err(field.error(format!("tensor name '{name}' appears twice (tensors {first} and {tensor})")));
-        }
+        names.push((name, tensor));
         let part = |part| Field::Tensor { tensor, name, part };
 
         let n_dims = c.u32().map_err(|s| part("n_dims").truncated(s))?;
@@ -372,6 +391,10 @@ fn read_tensor_infos<'a>(c: &mut Cursor<'a>, tensor_count: u64, alignment: usize
         let nbytes =
             tensor_bytes(dtype, ne).map_err(|message| part("type").error(format!("tensor '{name}' {message}")))?;
         infos.push(PendingInfo { name, dtype, n_dims, ne, offset, nbytes });
+    }
+    if let Some((name, first, tensor)) = sort_index(&mut names) {
+        let field = Field::TensorName { tensor };
+        return Err(field.error(format!("tensor name '{name}' appears twice (tensors {first} and {tensor})")));
     }
     Ok((infos, names))
 }

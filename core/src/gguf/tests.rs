@@ -1,5 +1,6 @@
 //! Reader tests over files built byte by byte here (the writer lives in tessera-std).
 
+use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec;
@@ -322,6 +323,36 @@ fn duplicates_and_overlaps_are_errors() {
     let (field, message) = gguf_err(&b.build());
     assert_eq!(field, "tensors[1].offset");
     assert_eq!(message, "tensor 'b' data (offsets 32..48) overlaps tensor 'a' (offsets 0..64)");
+}
+
+#[test]
+fn lookups_find_every_name_whatever_the_file_order() {
+    // Names out of order (the lookup tables are sorted copies), each found by name.
+    let names = ["z", "m.2", "a", "m.10", "b", "m.1", "y.weight", "y.bias"];
+    let mut b = Builder::new();
+    for (i, name) in names.iter().enumerate() {
+        b = b.kv(&format!("key.{name}"), ValueType::U8, &[i as u8]).tensor_f32(name, &[1], &[i as f32]);
+    }
+    let bytes = b.build();
+    let g = Gguf::parse(&bytes).unwrap();
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(g.get(&format!("key.{name}")), Some(Value::U8(i as u8)), "{name}");
+        let t = g.tensor(name).unwrap();
+        assert_eq!(t.name(), *name);
+        assert_eq!(t.data(), (i as f32).to_le_bytes());
+    }
+    assert!(g.tensor("m").is_none() && g.tensor("m.3").is_none() && g.get("key.").is_none());
+    // In file order, the first repetition is reported: 'q' (entries 1 and 3) repeats before
+    // 'p' (entries 0 and 4), even though 'p' sorts first.
+    let bytes = Builder::new()
+        .kv("p", ValueType::U8, &[0])
+        .kv("q", ValueType::U8, &[1])
+        .kv("r", ValueType::U8, &[2])
+        .kv("q", ValueType::U8, &[3])
+        .kv("p", ValueType::U8, &[4])
+        .kv("q", ValueType::U8, &[5])
+        .build();
+    assert_eq!(gguf_err(&bytes), ("metadata[3].key".into(), "metadata key 'q' appears twice (entries 1 and 3)".into()));
 }
 
 #[test]

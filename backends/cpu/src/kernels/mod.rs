@@ -48,7 +48,8 @@ pub struct NodeTensors<'g> {
 impl<'g> NodeTensors<'g> {
     /// Source `i`; the op constructors guarantee the sources each op needs are present.
     pub fn src(&self, i: usize) -> Result<HostTensor<'g>> {
-        self.src[i].ok_or(Error::InvalidParam { op: "COMPUTE", message: alloc::format!("source {i} is missing") })
+        self.src[i]
+            .ok_or_else(|| Error::InvalidParam { op: "COMPUTE", message: alloc::format!("source {i} is missing") })
     }
 
     pub fn opt_src(&self, i: usize) -> Option<HostTensor<'g>> {

@@ -1,0 +1,750 @@
+//! The runtime registry: the families compiled in plus those loaded from plugins.
+//!
+//! Devices are listed family by family in registration order. While a family is
+//! registered its devices are filtered by `TESSERA_<FAMILY>_VISIBLE_DEVICES`, and a device
+//! with the PCI bus id of one already listed (the same GPU seen through a second API) is
+//! hidden, keeping the first. `TESSERA_DISABLE_<FAMILY>=1` skips a family. Plugins come from
+//! [`RuntimeRegistry::load`] (one file), [`RuntimeRegistry::load_best`] (the
+//! highest-scoring variant of one family) and [`RuntimeRegistry::load_all`] (every family in
+//! the search paths, then `TESSERA_BACKEND_PATH`). A plugin that cannot be used is skipped
+//! with a one-line reason and the rest keeps working; [`RuntimeRegistry::unload`] takes one
+//! out again.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use tessera_core::plugin::PluginReg;
+use tessera_core::registry::{extension, Extension};
+use tessera_core::{Backend, BackendReg, Device, DeviceType, Error, Result};
+
+use crate::plugin_loader::{parse_plugin_file_name, PluginLibrary};
+use crate::registry_config::RegistryConfig;
+
+/// Where a family came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Compiled into this program.
+    BuiltIn,
+    /// Loaded from a plugin file, with the score it gave itself.
+    Plugin { path: PathBuf, score: u32 },
+    /// Routed through the plugin tables within this process (no library).
+    Loopback,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::BuiltIn => f.write_str("built in"),
+            Origin::Plugin { path, score } => write!(f, "plugin {} (score {score})", path.display()),
+            Origin::Loopback => f.write_str("plugin tables, in process"),
+        }
+    }
+}
+
+/// A plugin file (or built-in family) that was not used, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// The file's path, or `built-in <NAME>`.
+    pub source: String,
+    /// One line.
+    pub reason: String,
+}
+
+impl fmt::Display for Skipped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.source, self.reason)
+    }
+}
+
+impl Skipped {
+    fn from_error(e: Error, source: &Path) -> Skipped {
+        match e {
+            Error::Plugin { plugin, message } => Skipped { source: plugin, reason: message },
+            e => Skipped { source: source.display().to_string(), reason: e.to_string() },
+        }
+    }
+}
+
+/// A device that a family has but the registry does not list.
+#[derive(Clone)]
+pub struct HiddenDevice {
+    pub device: &'static dyn Device,
+    pub reason: String,
+}
+
+/// What one loading call did.
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    /// (family name, file, score) of each plugin loaded.
+    pub loaded: Vec<(String, PathBuf, u32)>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// One registered family.
+pub struct RegEntry {
+    reg: &'static dyn BackendReg,
+    origin: Origin,
+    devices: Vec<&'static dyn Device>,
+    plugin: Option<&'static PluginReg>,
+    library: Option<PluginLibrary>,
+}
+
+impl RegEntry {
+    pub fn reg(&self) -> &'static dyn BackendReg {
+        self.reg
+    }
+    pub fn name(&self) -> &str {
+        self.reg.name()
+    }
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+    /// The family's devices the registry lists (after visibility filters and de-duplication).
+    pub fn devices(&self) -> &[&'static dyn Device] {
+        &self.devices
+    }
+    /// The loaded plugin's reg, for plugin families.
+    pub fn plugin(&self) -> Option<&'static PluginReg> {
+        self.plugin
+    }
+    /// The features the family reports (`("AVX2", "1")`, ...).
+    pub fn features(&self) -> Vec<(String, String)> {
+        match (self.plugin, self.reg.extension(extension::FEATURES)) {
+            (Some(p), _) => p.features().to_vec(),
+            (None, Some(Extension::Features(f))) => f().iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+            _ => Vec::new(),
+        }
+    }
+    fn path(&self) -> Option<&Path> {
+        match &self.origin {
+            Origin::Plugin { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+}
+
+/// Every family and device this process can use.
+pub struct RuntimeRegistry {
+    config: RegistryConfig,
+    entries: Vec<RegEntry>,
+    skipped: Vec<Skipped>,
+    hidden: Vec<HiddenDevice>,
+}
+
+impl RuntimeRegistry {
+    /// The families compiled in (in priority order), filtered by the process environment.
+    pub fn new(builtin: &[&'static dyn BackendReg]) -> RuntimeRegistry {
+        RuntimeRegistry::with_config(builtin, RegistryConfig::from_env())
+    }
+
+    /// The families compiled in, filtered by `config`.
+    pub fn with_config(builtin: &[&'static dyn BackendReg], config: RegistryConfig) -> RuntimeRegistry {
+        let mut registry = RuntimeRegistry { config, entries: Vec::new(), skipped: Vec::new(), hidden: Vec::new() };
+        for &reg in builtin {
+            if let Err(e) = registry.register(reg) {
+                log::info!("{e}");
+            }
+        }
+        registry
+    }
+
+    pub fn config(&self) -> &RegistryConfig {
+        &self.config
+    }
+
+    /// Adds a family compiled into the program (after those already registered).
+    pub fn register(&mut self, reg: &'static dyn BackendReg) -> Result<&RegEntry> {
+        if let Some(by) = self.config.disabled_by(reg.name()) {
+            let skipped = Skipped { source: format!("built-in {}", reg.name()), reason: format!("disabled by {by}") };
+            self.skipped.push(skipped.clone());
+            return Err(Error::Plugin { plugin: skipped.source, message: skipped.reason });
+        }
+        Ok(self.push_entry(reg, Origin::BuiltIn, None, None))
+    }
+
+    /// Adds a family whose tables were wrapped in this process ([`tessera_core::plugin::loopback`]).
+    pub fn register_loopback(&mut self, reg: &'static PluginReg) -> Result<&RegEntry> {
+        if let Some(by) = self.config.disabled_by(reg.name()) {
+            let _ = reg.shutdown();
+            return Err(Error::Plugin { plugin: reg.name().into(), message: format!("disabled by {by}") });
+        }
+        Ok(self.push_entry(reg, Origin::Loopback, Some(reg), None))
+    }
+
+    fn push_entry(
+        &mut self,
+        reg: &'static dyn BackendReg,
+        origin: Origin,
+        plugin: Option<&'static PluginReg>,
+        library: Option<PluginLibrary>,
+    ) -> &RegEntry {
+        let all: Vec<&'static dyn Device> = (0..reg.device_count()).filter_map(|i| reg.device(i)).collect();
+        let mut candidates = all.clone();
+        match self.config.visible_devices(reg.name()) {
+            None => {}
+            Some(Ok(visible)) => {
+                let setting = format!("TESSERA_{}_VISIBLE_DEVICES", RegistryConfig::family_key(reg.name()));
+                candidates = visible.iter().filter_map(|&i| all.get(i).copied()).collect();
+                for (i, &d) in all.iter().enumerate() {
+                    if !visible.contains(&i) {
+                        self.hidden.push(HiddenDevice { device: d, reason: format!("device {i} is not in {setting}") });
+                    }
+                }
+                for &i in visible.iter().filter(|&&i| i >= all.len()) {
+                    log::warn!("{setting} names device {i}, but {} has {} device(s)", reg.name(), all.len());
+                }
+            }
+            Some(Err(message)) => {
+                log::warn!("{message}; showing every device of {}", reg.name());
+                self.skipped.push(Skipped { source: format!("{} devices", reg.name()), reason: message });
+            }
+        }
+        let mut devices: Vec<&'static dyn Device> = Vec::new();
+        for d in candidates {
+            let first = d.pci_bus_id().and_then(|pci| {
+                self.devices()
+                    .chain(devices.iter().copied())
+                    .find(|o| o.pci_bus_id().is_some_and(|p| p.eq_ignore_ascii_case(pci)))
+                    .map(|o| (pci, o))
+            });
+            match first {
+                Some((pci, o)) => {
+                    log::info!(
+                        "hiding {}: the same PCI device {pci} as {}, which was registered first",
+                        d.name(),
+                        o.name()
+                    );
+                    self.hidden.push(HiddenDevice {
+                        device: d,
+                        reason: format!("the same PCI device {pci} as {}, which was registered first", o.name()),
+                    });
+                }
+                None => devices.push(d),
+            }
+        }
+        let i = self.entries.len();
+        self.entries.push(RegEntry { reg, origin, devices, plugin, library });
+        &self.entries[i]
+    }
+
+    /// Every registered family, in priority order.
+    pub fn regs(&self) -> impl Iterator<Item = &RegEntry> + '_ {
+        self.entries.iter()
+    }
+
+    /// The family called `name` (case-insensitive); the first, if several are.
+    pub fn reg_by_name(&self, name: &str) -> Option<&RegEntry> {
+        self.entries.iter().find(|e| e.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Every listed device, in priority order.
+    pub fn devices(&self) -> impl Iterator<Item = &'static dyn Device> + '_ {
+        self.entries.iter().flat_map(|e| e.devices.iter().copied())
+    }
+
+    /// Devices a family has that are not listed, and why.
+    pub fn hidden(&self) -> &[HiddenDevice] {
+        &self.hidden
+    }
+
+    /// Every plugin file or family skipped so far, with the reason.
+    pub fn skipped(&self) -> &[Skipped] {
+        &self.skipped
+    }
+
+    /// "CPU, CUDA0, ..." (or "none").
+    pub fn device_names(&self) -> String {
+        let names: Vec<&str> = self.devices().map(|d| d.name()).collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    }
+
+    /// The device called `name` (case-insensitive); the error lists the devices there are.
+    pub fn device_by_name(&self, name: &str) -> Result<&'static dyn Device> {
+        self.devices()
+            .find(|d| d.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| Error::UnknownDevice { name: name.into(), available: self.device_names() })
+    }
+
+    /// The first device of `device_type`.
+    pub fn device_by_type(&self, device_type: DeviceType) -> Option<&'static dyn Device> {
+        self.devices().find(|d| d.device_type() == device_type)
+    }
+
+    /// The first GPU, else the first integrated GPU, else the first CPU.
+    pub fn best_device(&self) -> Option<&'static dyn Device> {
+        [DeviceType::Gpu, DeviceType::IGpu, DeviceType::Cpu].into_iter().find_map(|t| self.device_by_type(t))
+    }
+
+    /// A backend on the best device.
+    pub fn init_best(&self) -> Result<Box<dyn Backend>> {
+        self.best_device()
+            .ok_or_else(|| Error::UnknownDevice { name: "best".into(), available: self.device_names() })?
+            .init_backend()
+    }
+
+    /// The device a user asked for: `None`, `""`, `"auto"` or `"default"` mean the best one.
+    pub fn select(&self, request: Option<&str>) -> Result<&'static dyn Device> {
+        match request.map(str::trim) {
+            None | Some("") => self.best_or_error("auto"),
+            Some(r) if r.eq_ignore_ascii_case("auto") || r.eq_ignore_ascii_case("default") => self.best_or_error(r),
+            Some(name) => self.device_by_name(name),
+        }
+    }
+
+    fn best_or_error(&self, name: &str) -> Result<&'static dyn Device> {
+        self.best_device().ok_or_else(|| Error::UnknownDevice { name: name.into(), available: self.device_names() })
+    }
+
+    fn loaded_from(&self, path: &Path) -> Option<&RegEntry> {
+        let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        self.entries
+            .iter()
+            .find(|e| e.path().is_some_and(|p| p.canonicalize().unwrap_or_else(|_| p.to_path_buf()) == key))
+    }
+
+    /// Loads one plugin file. It is refused if its family is disabled, it is not a plugin of
+    /// this ABI, it scores 0 here, or its init fails; the error is a one-line reason, also
+    /// recorded in [`Self::skipped`].
+    pub fn load(&mut self, path: &Path) -> Result<&RegEntry> {
+        match self.try_load(path) {
+            Ok(i) => Ok(&self.entries[i]),
+            Err(e) => {
+                let skipped = Skipped::from_error(e.clone(), path);
+                log::info!("skipping plugin {skipped}");
+                self.skipped.push(skipped);
+                Err(e)
+            }
+        }
+    }
+
+    fn try_load(&mut self, path: &Path) -> Result<usize> {
+        let fail = |message: String| Error::Plugin { plugin: path.display().to_string(), message };
+        if let Some(by) = self.family_of(path).and_then(|f| self.config.disabled_by(&f)) {
+            return Err(fail(format!("disabled by {by}")));
+        }
+        if let Some(e) = self.loaded_from(path) {
+            return Err(fail(format!("already loaded (family {})", e.name())));
+        }
+        let library = PluginLibrary::open(path)?;
+        let score = match library.score() {
+            Some(0) => return Err(fail(score_zero())),
+            Some(s) => s,
+            None => 1,
+        };
+        self.install(library, score)
+    }
+
+    fn family_of(&self, path: &Path) -> Option<String> {
+        parse_plugin_file_name(path.file_name()?.to_str()?).map(|(family, _)| family)
+    }
+
+    /// Initialises an opened plugin and registers its family.
+    fn install(&mut self, library: PluginLibrary, score: u32) -> Result<usize> {
+        let reg = library.init()?;
+        let path = library.path().to_path_buf();
+        if let Some(by) = self.config.disabled_by(reg.name()) {
+            if reg.shutdown().is_ok() {
+                library.close();
+            } else {
+                library.leak();
+            }
+            return Err(Error::Plugin { plugin: path.display().to_string(), message: format!("disabled by {by}") });
+        }
+        log::info!("loaded the {} backend from {} (score {score})", reg.name(), path.display());
+        self.push_entry(reg, Origin::Plugin { path, score }, Some(reg), Some(library));
+        Ok(self.entries.len() - 1)
+    }
+
+    /// Loads the highest-scoring usable variant of `family` from `dir`, or from the search
+    /// paths when `dir` is `None`.
+    pub fn load_best(&mut self, family: &str, dir: Option<&Path>) -> Result<&RegEntry> {
+        let dirs = match dir {
+            Some(d) => vec![d.to_path_buf()],
+            None => self.config.search_dirs(),
+        };
+        let family = family.to_ascii_lowercase();
+        let candidates: Vec<PathBuf> =
+            plugin_files(&dirs).into_iter().filter(|(f, _)| *f == family).map(|(_, p)| p).collect();
+        let mut report = LoadReport::default();
+        let loaded = self.load_family(&family, &candidates, &mut report);
+        self.skipped.extend(report.skipped.iter().cloned());
+        match loaded {
+            Some(i) => Ok(&self.entries[i]),
+            None if candidates.is_empty() => Err(Error::Plugin {
+                plugin: family.clone(),
+                message: format!(
+                    "no plugin file for it in {}",
+                    dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+                ),
+            }),
+            None => Err(Error::Plugin {
+                plugin: family,
+                message: format!(
+                    "no usable variant: {}",
+                    report.skipped.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("; ")
+                ),
+            }),
+        }
+    }
+
+    /// Loads the best variant of every family found in the search paths (the compile-time
+    /// `TESSERA_BACKEND_DIR`, the executable's directory, the current directory), then the
+    /// file named by `TESSERA_BACKEND_PATH`.
+    pub fn load_all(&mut self) -> LoadReport {
+        let dirs = self.config.search_dirs();
+        let mut report = self.load_all_in(&dirs);
+        if let Some(path) = self.config.backend_path() {
+            match self.load(&path) {
+                Ok(e) => {
+                    let score = match e.origin() {
+                        Origin::Plugin { score, .. } => *score,
+                        _ => 0,
+                    };
+                    report.loaded.push((e.name().to_string(), path, score));
+                }
+                Err(e) => report.skipped.push(Skipped::from_error(e, &path)),
+            }
+        }
+        report
+    }
+
+    /// Loads the best variant of every family found in `dir` only.
+    pub fn load_all_from(&mut self, dir: &Path) -> LoadReport {
+        self.load_all_in(&[dir.to_path_buf()])
+    }
+
+    fn load_all_in(&mut self, dirs: &[PathBuf]) -> LoadReport {
+        let files = plugin_files(dirs);
+        let mut families: Vec<String> = Vec::new();
+        for (f, _) in &files {
+            if !families.contains(f) {
+                families.push(f.clone());
+            }
+        }
+        // Accelerator families first, the CPU last: the order devices are preferred in.
+        families.sort_by_key(|f| (f == "cpu", f.clone()));
+        let mut report = LoadReport::default();
+        for family in families {
+            let candidates: Vec<PathBuf> = files.iter().filter(|(f, _)| *f == family).map(|(_, p)| p.clone()).collect();
+            self.load_family(&family, &candidates, &mut report);
+        }
+        self.skipped.extend(report.skipped.iter().cloned());
+        report
+    }
+
+    /// Probes every candidate file of `family`, then initialises the highest-scoring one
+    /// (falling back to the next if its init fails). Returns the new entry's index.
+    fn load_family(&mut self, family: &str, candidates: &[PathBuf], report: &mut LoadReport) -> Option<usize> {
+        let skip = |report: &mut LoadReport, path: &Path, reason: String| {
+            log::info!("skipping plugin {}: {reason}", path.display());
+            report.skipped.push(Skipped { source: path.display().to_string(), reason });
+        };
+        if let Some(by) = self.config.disabled_by(family) {
+            for path in candidates {
+                skip(report, path, format!("disabled by {by}"));
+            }
+            return None;
+        }
+        let already = self
+            .entries
+            .iter()
+            .find(|e| e.path().is_some_and(|p| self.family_of(p).as_deref() == Some(family)))
+            .and_then(|e| e.path().map(|p| (e.name().to_string(), p.to_path_buf())));
+        if let Some((name, from)) = already {
+            for path in candidates.iter().filter(|p| self.loaded_from(p).is_none()) {
+                skip(report, path, format!("the {name} family is already loaded from {}", from.display()));
+            }
+            return None;
+        }
+        let mut probed: Vec<(PluginLibrary, u32)> = Vec::new();
+        for path in candidates {
+            let is_variant = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(parse_plugin_file_name)
+                .is_some_and(|(_, v)| v.is_some());
+            match PluginLibrary::open(path) {
+                Err(e) => report.skipped.push(Skipped::from_error(e, path)),
+                Ok(lib) => match lib.score() {
+                    Some(0) => skip(report, path, score_zero()),
+                    Some(s) => probed.push((lib, s)),
+                    None if is_variant => skip(
+                        report,
+                        path,
+                        "a variant must export `tessera_backend_score` so that the best one can be chosen".into(),
+                    ),
+                    None => probed.push((lib, 1)),
+                },
+            }
+        }
+        probed.sort_by_key(|(_, s)| std::cmp::Reverse(*s));
+        let mut winner: Option<(usize, PathBuf, u32)> = None;
+        for (lib, score) in probed {
+            let path = lib.path().to_path_buf();
+            if let Some((_, won, best)) = &winner {
+                let name = won.file_name().map_or_else(|| won.display().to_string(), |n| n.to_string_lossy().into());
+                skip(report, &path, format!("not chosen: {name} scores {best}, this variant {score}"));
+                lib.close();
+                continue;
+            }
+            match self.install(lib, score) {
+                Ok(i) => {
+                    report.loaded.push((self.entries[i].name().to_string(), path.clone(), score));
+                    winner = Some((i, path, score));
+                }
+                Err(e) => report.skipped.push(Skipped::from_error(e, &path)),
+            }
+        }
+        winner.map(|(i, _, _)| i)
+    }
+
+    /// Takes a plugin family out of the registry and closes its library. Refused (and the
+    /// family kept) while any buffer, backend or event of it is alive.
+    pub fn unload(&mut self, name: &str) -> Result<()> {
+        let i = self
+            .entries
+            .iter()
+            .position(|e| e.plugin.is_some() && e.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                let plugins: Vec<&str> = self.entries.iter().filter(|e| e.plugin.is_some()).map(|e| e.name()).collect();
+                Error::Plugin {
+                    plugin: name.into(),
+                    message: format!(
+                        "is not a loaded plugin family (loaded: {})",
+                        if plugins.is_empty() { "none".into() } else { plugins.join(", ") }
+                    ),
+                }
+            })?;
+        if let Some(plugin) = self.entries[i].plugin {
+            plugin.shutdown()?;
+        }
+        let entry = self.entries.remove(i);
+        if let Some(library) = entry.library {
+            library.close();
+        }
+        log::info!("unloaded the {} backend", entry.reg.name());
+        Ok(())
+    }
+}
+
+fn score_zero() -> String {
+    "scores 0: it cannot run on this machine (a processor feature or device it needs is missing)".into()
+}
+
+/// Every file in `dirs` named like a plugin, as (family, path): directories in order, files
+/// by name.
+fn plugin_files(dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for dir in dirs {
+        let Ok(read) = std::fs::read_dir(dir) else { continue };
+        let mut files: Vec<(String, PathBuf)> = read
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let (family, _) = parse_plugin_file_name(&name)?;
+                Some((family, e.path()))
+            })
+            .collect();
+        files.sort_by(|a, b| a.1.cmp(&b.1));
+        out.extend(files);
+    }
+    out
+}
+
+impl Drop for RuntimeRegistry {
+    /// Unloads every plugin whose objects are all gone; a plugin with live objects stays
+    /// mapped for the rest of the process (its code may still run).
+    fn drop(&mut self) {
+        for entry in self.entries.drain(..) {
+            let (Some(plugin), library) = (entry.plugin, entry.library) else { continue };
+            match (plugin.shutdown(), library) {
+                (Ok(()), Some(library)) => library.close(),
+                (Err(e), Some(library)) => {
+                    log::warn!("{e}; keeping it loaded");
+                    library.leak();
+                }
+                (_, None) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_core::{BufferType, DeviceCaps, Graph, MemoryInfo, TensorId};
+
+    /// A device of a made-up family, computing with the CPU backend.
+    struct FakeDevice {
+        name: &'static str,
+        device_type: DeviceType,
+        pci: Option<&'static str>,
+        reg: &'static FakeReg,
+    }
+
+    struct FakeReg {
+        name: &'static str,
+        devices: std::sync::OnceLock<Vec<&'static FakeDevice>>,
+    }
+
+    impl BackendReg for FakeReg {
+        fn name(&self) -> &str {
+            self.name
+        }
+        fn device_count(&self) -> usize {
+            self.devices.get().map_or(0, Vec::len)
+        }
+        fn device(&self, index: usize) -> Option<&'static dyn Device> {
+            self.devices.get()?.get(index).map(|d| *d as &'static dyn Device)
+        }
+    }
+
+    impl Device for FakeDevice {
+        fn name(&self) -> &str {
+            self.name
+        }
+        fn description(&self) -> &str {
+            "a fake device"
+        }
+        fn memory(&self) -> MemoryInfo {
+            MemoryInfo::default()
+        }
+        fn device_type(&self) -> DeviceType {
+            self.device_type
+        }
+        fn caps(&self) -> DeviceCaps {
+            DeviceCaps::default()
+        }
+        fn pci_bus_id(&self) -> Option<&str> {
+            self.pci
+        }
+        fn reg(&self) -> &'static dyn BackendReg {
+            self.reg
+        }
+        fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
+            tessera_cpu::CPU_DEVICE.supports_op(graph, node)
+        }
+        fn supports_buffer_type(&self, buffer_type: &dyn BufferType) -> bool {
+            buffer_type.is_host()
+        }
+        fn buffer_type(&self) -> &'static dyn BufferType {
+            tessera_cpu::CPU_DEVICE.buffer_type()
+        }
+        fn init_backend(&'static self) -> Result<Box<dyn Backend>> {
+            tessera_cpu::CPU_DEVICE.init_backend()
+        }
+    }
+
+    /// A family `name` with devices (name, type, PCI bus id), leaked.
+    fn family(name: &'static str, devices: &[(&'static str, DeviceType, Option<&'static str>)]) -> &'static FakeReg {
+        let reg: &'static FakeReg = Box::leak(Box::new(FakeReg { name, devices: std::sync::OnceLock::new() }));
+        let list = devices
+            .iter()
+            .map(|&(name, device_type, pci)| &*Box::leak(Box::new(FakeDevice { name, device_type, pci, reg })))
+            .collect();
+        let _ = reg.devices.set(list);
+        reg
+    }
+
+    fn names(r: &RuntimeRegistry) -> Vec<&str> {
+        r.devices().map(|d| d.name()).collect()
+    }
+
+    #[test]
+    fn the_same_gpu_seen_twice_is_listed_once_keeping_the_first() {
+        let cuda = family(
+            "CUDA",
+            &[("CUDA0", DeviceType::Gpu, Some("0000:65:00.0")), ("CUDA1", DeviceType::Gpu, Some("0000:66:00.0"))],
+        );
+        let vulkan = family(
+            "Vulkan",
+            &[
+                ("Vulkan0", DeviceType::Gpu, Some("0000:66:00.0")),
+                ("Vulkan1", DeviceType::IGpu, Some("0000:00:02.0")),
+                ("Vulkan2", DeviceType::Gpu, Some("0000:65:00.0")),
+            ],
+        );
+        let r = RuntimeRegistry::with_config(&[cuda, vulkan, &tessera_cpu::CPU_REG], RegistryConfig::from_vars(&[]));
+        assert_eq!(names(&r), ["CUDA0", "CUDA1", "Vulkan1", "CPU"]);
+        let hidden: Vec<String> = r.hidden().iter().map(|h| format!("{}: {}", h.device.name(), h.reason)).collect();
+        assert_eq!(
+            hidden,
+            [
+                "Vulkan0: the same PCI device 0000:66:00.0 as CUDA1, which was registered first",
+                "Vulkan2: the same PCI device 0000:65:00.0 as CUDA0, which was registered first"
+            ]
+        );
+        assert_eq!(r.best_device().map(|d| d.name()), Some("CUDA0"));
+        assert_eq!(r.device_by_type(DeviceType::IGpu).map(|d| d.name()), Some("Vulkan1"));
+        assert_eq!(r.device_by_name("vulkan1").map(|d| d.name()), Ok("Vulkan1"));
+        assert_eq!(
+            r.device_by_name("vulkan0").err().map(|e| e.to_string()).as_deref(),
+            Some("unknown device 'vulkan0'; devices: CUDA0, CUDA1, Vulkan1, CPU")
+        );
+        assert_eq!(r.select(Some("auto")).map(|d| d.name()), Ok("CUDA0"));
+        assert_eq!(r.reg_by_name("vulkan").map(|e| e.devices().len()), Some(1));
+    }
+
+    #[test]
+    fn families_can_be_disabled_and_their_devices_filtered() {
+        let cuda = family(
+            "CUDA",
+            &[("CUDA0", DeviceType::Gpu, None), ("CUDA1", DeviceType::Gpu, None), ("CUDA2", DeviceType::Gpu, None)],
+        );
+        let igpu = family("my-igpu", &[("IG0", DeviceType::IGpu, None)]);
+        let config = RegistryConfig::from_vars(&[("TESSERA_CUDA_VISIBLE_DEVICES", "2,0")]);
+        let r = RuntimeRegistry::with_config(&[cuda, igpu, &tessera_cpu::CPU_REG], config);
+        assert_eq!(names(&r), ["CUDA2", "CUDA0", "IG0", "CPU"]);
+        assert_eq!(r.hidden().len(), 1);
+        assert_eq!(r.hidden()[0].reason, "device 1 is not in TESSERA_CUDA_VISIBLE_DEVICES");
+
+        let config = RegistryConfig::from_vars(&[("TESSERA_DISABLE_CUDA", "1"), ("TESSERA_DISABLE_MY_IGPU", "true")]);
+        let r = RuntimeRegistry::with_config(&[cuda, igpu, &tessera_cpu::CPU_REG], config);
+        assert_eq!(names(&r), ["CPU"]);
+        assert_eq!(r.best_device().map(|d| d.name()), Some("CPU"));
+        let skipped: Vec<String> = r.skipped().iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            skipped,
+            [
+                "built-in CUDA: disabled by TESSERA_DISABLE_CUDA=1",
+                "built-in my-igpu: disabled by TESSERA_DISABLE_MY_IGPU=true"
+            ]
+        );
+        // With no GPU at all, the integrated one is preferred over the CPU.
+        let r = RuntimeRegistry::with_config(&[&tessera_cpu::CPU_REG, igpu], RegistryConfig::from_vars(&[]));
+        assert_eq!(r.best_device().map(|d| d.name()), Some("IG0"));
+        let mut b = r.init_best().unwrap();
+        assert_eq!(b.name(), "CPU");
+        b.synchronize().unwrap();
+
+        let config = RegistryConfig::from_vars(&[("TESSERA_DISABLE_CPU", "1")]);
+        let r = RuntimeRegistry::with_config(&[&tessera_cpu::CPU_REG], config);
+        assert!(r.init_best().is_err());
+        assert_eq!(
+            r.select(None).err().map(|e| e.to_string()).as_deref(),
+            Some("unknown device 'auto'; devices: none")
+        );
+    }
+
+    #[test]
+    fn missing_plugins_and_unknown_families_are_clear_errors() {
+        let mut r = RuntimeRegistry::with_config(&[&tessera_cpu::CPU_REG], RegistryConfig::from_vars(&[]));
+        let dir = std::env::temp_dir().join(format!("tessera-empty-plugin-dir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = r.load_best("cuda", Some(&dir)).err().unwrap().to_string();
+        assert_eq!(e, format!("plugin cuda: no plugin file for it in {}", dir.display()));
+        let report = r.load_all_from(&dir);
+        assert!(report.loaded.is_empty() && report.skipped.is_empty());
+        let e = r.unload("CPU").unwrap_err().to_string();
+        assert_eq!(e, "plugin CPU: is not a loaded plugin family (loaded: none)");
+        let e = r.load(&dir.join("libtessera-missing.so")).err().unwrap().to_string();
+        assert!(e.contains("not a loadable shared library"), "{e}");
+        assert_eq!(r.skipped().len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
