@@ -38,7 +38,7 @@ cargo build --release --target thumbv7em-none-eabihf -p tessera-alloc --features
 DEFMT_LOG=info cargo build --release --target thumbv7em-none-eabihf -p edge-digits --features defmt
 
 step "embedded: firmware (thumbv7m-none-eabi, Cortex-M3)"
-(cd "$FIRMWARE" && cargo build --release)
+(cd "$FIRMWARE" && cargo build --release --target-dir target)
 (cd "$FIRMWARE" && DEFMT_LOG=info cargo build --release --features defmt --target-dir target/defmt)
 
 step "embedded: firmware size"
