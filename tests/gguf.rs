@@ -236,7 +236,9 @@ fn weights_bound_from_a_file_compute_in_place() {
     let got = g.get_f32(y).unwrap();
     for (row, out) in got.iter().enumerate() {
         let reference: f32 = dequantized[row * 64..][..64].iter().zip(&xs).map(|(a, b)| a * b).sum();
-        assert!((out - reference).abs() <= 1e-3 * reference.abs().max(1.0), "row {row}: {out} vs {reference}");
+        // The fast CPU kernels quantize the activations to 8-bit blocks, as ggml does: about
+        // 3e-3 relative error here (MUL_MAT's conformance threshold is an NMSE of 5e-4).
+        assert!((out - reference).abs() <= 1e-2 * reference.abs().max(1.0), "row {row}: {out} vs {reference}");
     }
 }
 

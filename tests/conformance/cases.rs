@@ -417,6 +417,11 @@ fn mul_mat(v: &mut Vec<Case>) {
         list.push((7, 5, k, [2, 3], [1, 1], Layout::PermB));
         list.push((7, 1, k, [1, 1], [2, 3], Layout::PermB));
         list.push((7, 5, k, [2, 1], [2, 2], Layout::PermA));
+        // Past one cache block of the fast CPU kernels in every direction (k, rows, columns),
+        // and a matrix-vector product over many blocks.
+        let k_long = if ta.is_quantized() { 2112 } else { 1031 };
+        list.push((400, 29, k_long, [1, 1], [1, 1], Layout::Plain));
+        list.push((67, 8, k_long, [1, 1], [1, 1], Layout::Plain));
         for (m, n, k, bs, nr, layout) in list {
             let e = [bs[0] * nr[0], bs[1] * nr[1]];
             let extra = match layout {

@@ -45,6 +45,12 @@ impl<'g> HostTensor<'g> {
         })
     }
 
+    /// The address of the tensor's first value (the fast kernels compute addresses from the
+    /// strides themselves).
+    pub fn ptr(&self) -> *mut u8 {
+        self.base
+    }
+
     pub fn nelements(&self) -> usize {
         self.ne.iter().product()
     }

@@ -1,30 +1,109 @@
-//! The CPU backend: runs graphs with the reference kernels, synchronously.
+//! The CPU backend: runs graphs synchronously, with the fast kernels (SIMD, threads under
+//! `std`) or with the reference kernels only.
 
+use alloc::vec::Vec;
 use core::any::Any;
 use core::ops::Range;
 
 use tessera_core::{Backend, Device, Error, Graph, Result};
 
 use crate::device::CPU_DEVICE;
+use crate::fast::Fast;
 use crate::kernels::{compute_node, Scratch};
 
-/// A CPU stream: computes each node in order on the calling thread.
-#[derive(Default)]
+/// A CPU stream: computes each node in order; a node's work may be split over threads.
 pub struct CpuBackend {
     scratch: Scratch,
+    /// `None`: the reference kernels only.
+    fast: Option<Fast>,
+}
+
+impl Default for CpuBackend {
+    fn default() -> CpuBackend {
+        CpuBackend::new()
+    }
 }
 
 impl CpuBackend {
-    /// A CPU backend with the fastest kernels this build and processor have.
+    /// A CPU backend with the fastest kernels this build and processor have, on as many
+    /// threads as the system offers (one without `std`).
     pub fn new() -> CpuBackend {
-        CpuBackend::default()
+        CpuBackend { scratch: Scratch::default(), fast: Some(Fast::new(default_threads())) }
     }
 
-    /// A CPU backend that runs only the reference kernels: the yardstick of the conformance
-    /// suite.
+    /// A CPU backend that runs only the reference kernels, on the calling thread: the
+    /// yardstick of the conformance suite.
     pub fn reference() -> CpuBackend {
-        CpuBackend::default()
+        CpuBackend { scratch: Scratch::default(), fast: None }
     }
+
+    /// The fastest kernels on `threads` threads (at least 1).
+    #[cfg(feature = "std")]
+    pub fn with_threads(threads: usize) -> CpuBackend {
+        CpuBackend { scratch: Scratch::default(), fast: Some(Fast::new(threads)) }
+    }
+
+    /// The kernel set called `name` (one of [`CpuBackend::kernel_sets`]) on `threads` threads:
+    /// lets tests and benchmarks run the kernels of an older instruction set on a newer
+    /// processor.
+    pub fn with_kernels(name: &str, threads: usize) -> Result<CpuBackend> {
+        let fast = Fast::with_kernels(name, threads).ok_or_else(|| Error::Backend {
+            backend: "CPU".into(),
+            message: alloc::format!(
+                "no kernel set '{name}' runs on this processor; sets: {}",
+                CpuBackend::kernel_sets().join(", ")
+            ),
+        })?;
+        Ok(CpuBackend { scratch: Scratch::default(), fast: Some(fast) })
+    }
+
+    /// The kernel sets this processor can run, fastest first ("avx512-vnni", "avx2", ...,
+    /// "scalar").
+    pub fn kernel_sets() -> Vec<&'static str> {
+        Fast::kernel_names()
+    }
+
+    /// The kernel set this backend computes with ("reference" for [`CpuBackend::reference`]).
+    pub fn kernel_set(&self) -> &'static str {
+        self.fast.as_ref().map_or("reference", Fast::kernels_name)
+    }
+
+    /// Threads a node's work is split over.
+    pub fn threads(&self) -> usize {
+        self.fast.as_ref().map_or(1, Fast::threads)
+    }
+
+    /// Sets the number of threads (at least 1). The reference backend always computes on the
+    /// calling thread and accepts only 1.
+    #[cfg(feature = "std")]
+    pub fn set_threads(&mut self, threads: usize) -> Result<()> {
+        match &mut self.fast {
+            _ if threads == 0 => Err(Error::InvalidParam {
+                op: "set_n_threads",
+                message: "the CPU backend needs at least 1 thread, not 0".into(),
+            }),
+            Some(fast) => {
+                fast.set_threads(threads);
+                Ok(())
+            }
+            None if threads == 1 => Ok(()),
+            None => Err(Error::InvalidParam {
+                op: "set_n_threads",
+                message: alloc::format!("the reference CPU backend computes on 1 thread, not {threads}"),
+            }),
+        }
+    }
+}
+
+/// What the system says it can run in parallel (1 without `std`).
+fn default_threads() -> usize {
+    #[cfg(feature = "std")]
+    {
+        extern crate std;
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+    #[cfg(not(feature = "std"))]
+    1
 }
 
 impl Backend for CpuBackend {
@@ -40,7 +119,10 @@ impl Backend for CpuBackend {
             message: alloc::format!("node range {nodes:?} is outside the graph's {} nodes", graph.nodes().len()),
         })?;
         for &id in ids {
-            compute_node(graph, id, "CPU", &mut self.scratch)?;
+            match &mut self.fast {
+                Some(fast) => fast.compute_node(graph, id, &mut self.scratch)?,
+                None => compute_node(graph, id, "CPU", &mut self.scratch)?,
+            }
         }
         Ok(())
     }

@@ -2,8 +2,25 @@
 
 use tessera_core::MemoryInfo;
 
-/// Target features this build was compiled with, as (name, "1").
+/// Target features this build was compiled with, as (name, "1"), and under `std` the kernel
+/// set chosen for this processor at run time, as ("KERNELS", "avx512-vnni").
 pub fn features() -> &'static [(&'static str, &'static str)] {
+    #[cfg(feature = "std")]
+    {
+        extern crate std;
+        static ALL: std::sync::OnceLock<alloc::vec::Vec<(&'static str, &'static str)>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| {
+            let mut all = alloc::vec::Vec::from(compiled_features());
+            all.push(("KERNELS", crate::fast::best_kernels()));
+            all
+        })
+    }
+    #[cfg(not(feature = "std"))]
+    compiled_features()
+}
+
+/// Target features this build was compiled with, as (name, "1").
+fn compiled_features() -> &'static [(&'static str, &'static str)] {
     const FEATURES: &[(&str, &str)] = &[
         ("REFERENCE_KERNELS", "1"),
         #[cfg(target_feature = "sse2")]

@@ -1,0 +1,96 @@
+//! Matrix-vector products (up to [`super::GEMV_MAX_N`] columns): memory-bound, so the
+//! weights are streamed once in their own layout, and each row meets all the columns while
+//! it is in cache. Items are runs of rows; each output value is one kernel call's dot
+//! product, whatever the thread count.
+
+use tessera_core::{DType, Result};
+
+use super::operands::MatMul;
+use super::{gather_column, threads_for};
+use crate::fast::parallel::{Team, WorkCounter};
+use crate::fast::scratch::WorkMemory;
+use crate::fast::simd::{Kernels, QvColumn, QK, QV_BLOCK_BYTES};
+
+/// Weight rows per work item (enough to amortise a kernel call, few enough to balance).
+const ROWS: usize = 16;
+
+/// F32, F16 and BF16 weights: activations are read in place when they are dense f32 columns,
+/// else gathered first.
+pub fn run_float(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
+    let gemv = match mm.a_type {
+        DType::F16 => kernels.gemv.f16,
+        DType::BF16 => kernels.gemv.bf16,
+        _ => kernels.gemv.f32,
+    };
+    let (k, m, n, batches) = (mm.k, mm.m, mm.n, mm.batches());
+    let dense = mm.activations_dense();
+    let threads = threads_for(team.threads(), mm.work());
+    let regions = memory.reserve(if dense { 0 } else { batches * n * k * 4 }, 0, threads)?;
+    let items = batches * m.div_ceil(ROWS);
+    let to_compute = WorkCounter::new();
+
+    team.run(threads, &|w| {
+        let gathered = regions.shared().cast::<f32>();
+        if !dense {
+            for u in w.share(batches * n) {
+                let col = mm.activations(u / n, u % n, 1);
+                // SAFETY: column `u` of the shared region (`k` floats), written by this thread only.
+                unsafe { gather_column(&col, k, false, gathered.add(u * k)) };
+            }
+            w.barrier();
+        }
+        while let Some(item) = to_compute.next(items) {
+            let (batch, r0) = (item / m.div_ceil(ROWS), item % m.div_ceil(ROWS) * ROWS);
+            let rows = mm.weights(batch, r0, ROWS.min(m - r0));
+            let (x, ldx) = if dense {
+                let cols = mm.activations(batch, 0, n);
+                (cols.ptr.cast::<f32>(), cols.col_stride / 4)
+            } else {
+                // SAFETY: this batch's `n` gathered columns.
+                (unsafe { gathered.add(batch * n * k) }.cast_const(), k)
+            };
+            // SAFETY: the rows hold `k` values; `n` columns of `k` f32 at `x + j * ldx`; the
+            // outputs (rows `r0..` of every column) belong to this item alone.
+            unsafe { gemv(k, &rows, x, ldx, n, mm.out(batch).add(r0), m) };
+        }
+    })
+}
+
+/// Q8_0 and Q4_0 weights: the activations are quantized to 8-bit blocks first.
+pub fn run_quant(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
+    let gemv = if mm.a_type == DType::Q4_0 { kernels.gemv.q4_0 } else { kernels.gemv.q8_0 };
+    let (k, m, n, batches) = (mm.k, mm.m, mm.n, mm.batches());
+    let nblocks = k / QK;
+    let column_bytes = nblocks * QV_BLOCK_BYTES;
+    let dense = mm.activations_dense();
+    let bias = kernels.weight_bias(mm.a_type);
+    let threads = threads_for(team.threads(), mm.work());
+    let regions = memory.reserve(batches * n * column_bytes, if dense { 0 } else { k * 4 }, threads)?;
+    let items = batches * m.div_ceil(ROWS);
+    let to_compute = WorkCounter::new();
+
+    team.run(threads, &|w| {
+        let quantized = regions.shared();
+        for u in w.share(batches * n) {
+            let col = mm.activations(u / n, u % n, 1);
+            // SAFETY: the column exists; the private region has room for `k` floats.
+            let x = unsafe { gather_column(&col, k, dense, regions.private(w.ith).cast()) };
+            // SAFETY: column `u` of the shared region, written by this thread only.
+            let at = unsafe { quantized.add(u * column_bytes) };
+            let out = QvColumn::out(at, nblocks);
+            // SAFETY: `x` holds `k` values, `out` addresses `nblocks` blocks.
+            unsafe { (kernels.quantize)(x, nblocks, bias, &out) };
+        }
+        w.barrier();
+        while let Some(item) = to_compute.next(items) {
+            let (batch, r0) = (item / m.div_ceil(ROWS), item % m.div_ceil(ROWS) * ROWS);
+            let rows = mm.weights(batch, r0, ROWS.min(m - r0));
+            // SAFETY: this batch's `n` quantized columns; the rows hold `nblocks` blocks; the
+            // outputs (rows `r0..` of every column) belong to this item alone.
+            unsafe {
+                let x = quantized.add(batch * n * column_bytes);
+                gemv(nblocks, &rows, x, column_bytes, n, mm.out(batch).add(r0), m);
+            }
+        }
+    })
+}

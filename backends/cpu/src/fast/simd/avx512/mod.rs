@@ -1,0 +1,106 @@
+//! AVX-512 kernels (F, BW, VL, DQ; VNNI for the int8 dot products). Without VNNI the int8
+//! kernels are the AVX2 ones.
+
+mod gemm;
+mod gemv;
+mod qgemm;
+mod quantize;
+
+use super::{avx2, GemmKernels, GemvKernels, Kernels, QGemmKernels};
+
+/// The float kernels (AVX-512F) with the AVX2 int8 kernels.
+pub static KERNELS: Kernels = Kernels {
+    name: "avx512",
+    gemm: GemmKernels { mr: gemm::MR, nr: gemm::NR, tile: gemm::tile, pack_a: gemm::pack_a, pack_b: gemm::pack_b },
+    qgemm: avx2::QGEMM,
+    gemv: GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, ..avx2::GEMV },
+    quantize: quantize::quantize,
+    unsigned_weights: false,
+};
+
+/// Everything on AVX-512, int8 dot products with `vpdpbusd`.
+pub static KERNELS_VNNI: Kernels = Kernels {
+    name: "avx512-vnni",
+    qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: qgemm::pack_a },
+    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, ..KERNELS.gemv },
+    unsigned_weights: true,
+    ..KERNELS
+};
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    extern crate std;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    use super::*;
+    use crate::fast::simd::{QuantOut, QvColumn, QK, QV_BLOCK_BYTES};
+
+    fn vnni() -> bool {
+        std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512bw")
+    }
+
+    fn data(n: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 1.7).collect()
+    }
+
+    #[test]
+    fn quantizers_agree_with_the_portable_one() {
+        if !vnni() {
+            return;
+        }
+        let x = data(4 * QK);
+        let run = |f: crate::fast::simd::Quantize| {
+            let mut buf = vec![0u8; 4 * QV_BLOCK_BYTES];
+            let p = buf.as_mut_ptr();
+            // SAFETY: 4 blocks in, 4 blocks out.
+            unsafe {
+                let out = QuantOut {
+                    q: p,
+                    q_stride: QV_BLOCK_BYTES,
+                    d: p.add(QK),
+                    c: p.add(QK + 4),
+                    dc_stride: QV_BLOCK_BYTES,
+                };
+                f(x.as_ptr(), 4, 128, &out);
+            }
+            buf
+        };
+        assert_eq!(run(quantize::quantize), run(crate::fast::simd::scalar::quantize::quantize));
+    }
+
+    #[test]
+    fn int8_matrix_vector_products_agree_with_the_portable_ones() {
+        if !vnni() {
+            return;
+        }
+        use tessera_core::DType;
+        // 37 blocks: two groups of 16 and a tail of 5.
+        let (nb, m, n) = (37, 3, 2);
+        let k = nb * QK;
+        for dtype in [DType::Q8_0, DType::Q4_0] {
+            let w = tessera_core::convert::to_bytes(dtype, &data(k * m)).unwrap();
+            let rows =
+                crate::fast::simd::Rows { ptr: w.as_ptr(), stride: dtype.row_bytes(k).unwrap(), count: m, dtype };
+            let x = data(n * k + 5);
+            let run = |table: &Kernels| {
+                let mut q = vec![0u8; n * nb * QV_BLOCK_BYTES];
+                let mut y = vec![0.0f32; m * n];
+                // SAFETY: n columns of nb blocks in and out; m rows of nb blocks.
+                unsafe {
+                    for j in 0..n {
+                        let out = QvColumn::out(q.as_mut_ptr().add(j * nb * QV_BLOCK_BYTES), nb);
+                        (table.quantize)(x[5 + j * k..].as_ptr(), nb, table.weight_bias(dtype), &out);
+                    }
+                    let f = if dtype == DType::Q8_0 { table.gemv.q8_0 } else { table.gemv.q4_0 };
+                    f(nb, &rows, q.as_ptr(), nb * QV_BLOCK_BYTES, n, y.as_mut_ptr(), m);
+                }
+                y
+            };
+            let (fast, slow) = (run(&KERNELS_VNNI), run(&crate::fast::simd::scalar::KERNELS));
+            for (a, b) in fast.iter().zip(&slow) {
+                assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{dtype}: {fast:?} vs {slow:?}");
+            }
+        }
+    }
+}

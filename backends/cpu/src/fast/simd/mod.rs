@@ -1,0 +1,177 @@
+//! Kernel tables: for one instruction set, the micro-kernels, packers and quantizers the
+//! matrix-multiplication drivers call through function pointers. `dispatch` picks the table.
+//!
+//! Memory layouts shared by the drivers and the kernels (all little-endian):
+//! - packed float weights ("A"): `[k][mr]` f32 for a panel of `mr` rows, zero-padded rows;
+//! - packed float activations ("B"): `[k][nr]` f32 for a panel of `nr` columns, zero-padded;
+//! - packed int8 weights: per block of 32 values, `[8 groups][mr rows][4 values]` bytes, then
+//!   `mr` f32 scales ([`qa_block_bytes`]);
+//! - packed int8 activations: per block, `[nr][32]` i8 values, `nr` f32 scales, `nr` i32
+//!   corrections ([`qb_block_bytes`]);
+//! - int8 activations for the matrix-vector path: per column, `nblocks` blocks of 32 i8
+//!   values, then the `nblocks` f32 scales, then the `nblocks` i32 corrections
+//!   ([`QvColumn`]), so that kernels can load the scales of 16 blocks at once.
+//!
+//! The correction of a block is `-bias * sum(q)`: kernels that take weights as unsigned bytes
+//! (`w + bias`, for `vpdpbusd`) start each block's integer sum from it.
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+pub mod scalar;
+
+use tessera_core::DType;
+
+/// Values per quantized block (Q8_0, Q4_0 and the activations' 8-bit blocks).
+pub const QK: usize = 32;
+
+/// Bytes of one block of a packed int8 weight panel of `mr` rows.
+pub const fn qa_block_bytes(mr: usize) -> usize {
+    mr * (QK + 4)
+}
+
+/// Bytes of one block of a packed int8 activation panel of `nr` columns.
+pub const fn qb_block_bytes(nr: usize) -> usize {
+    nr * (QK + 8)
+}
+
+/// Bytes per block of a matrix-vector int8 activation column.
+pub const QV_BLOCK_BYTES: usize = QK + 8;
+
+/// An int8 activation column of the matrix-vector path (see the module docs).
+#[derive(Clone, Copy)]
+pub struct QvColumn {
+    /// Block `b`'s 32 values at `q + 32 b`.
+    pub q: *const u8,
+    /// Block `b`'s f32 scale at `d + 4 b`.
+    pub d: *const u8,
+    /// Block `b`'s i32 correction at `c + 4 b` (read by kernels with unsigned weights).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub c: *const u8,
+}
+
+impl QvColumn {
+    /// The column of `nblocks` blocks that starts at `x`.
+    pub fn at(x: *const u8, nblocks: usize) -> QvColumn {
+        QvColumn { q: x, d: x.wrapping_add(QK * nblocks), c: x.wrapping_add((QK + 4) * nblocks) }
+    }
+
+    /// Where a quantizer writes the column of `nblocks` blocks that starts at `x`.
+    pub fn out(x: *mut u8, nblocks: usize) -> QuantOut {
+        QuantOut {
+            q: x,
+            q_stride: QK,
+            d: x.wrapping_add(QK * nblocks),
+            c: x.wrapping_add((QK + 4) * nblocks),
+            dc_stride: 4,
+        }
+    }
+}
+
+/// Rows of a weight matrix: `count` rows of type `dtype`, `stride` bytes apart, each with its
+/// values densely packed.
+#[derive(Clone, Copy)]
+pub struct Rows {
+    pub ptr: *const u8,
+    pub stride: usize,
+    pub count: usize,
+    pub dtype: DType,
+}
+
+/// Columns of an f32 activation matrix: value `k` of column `j` is at
+/// `ptr + k * k_stride + j * col_stride` (any strides).
+#[derive(Clone, Copy)]
+pub struct Cols {
+    pub ptr: *const u8,
+    pub k_stride: usize,
+    pub col_stride: usize,
+    pub count: usize,
+}
+
+/// Where a quantizer writes block `b`: values at `q + b * q_stride`, the scale (f32) at
+/// `d + b * dc_stride`, the correction (i32) at `c + b * dc_stride`.
+#[derive(Clone, Copy)]
+pub struct QuantOut {
+    pub q: *mut u8,
+    pub q_stride: usize,
+    pub d: *mut u8,
+    pub c: *mut u8,
+    pub dc_stride: usize,
+}
+
+/// `c[j * ldc + i] (+)= sum_k a[k * mr + i] * b[k * nr + j]` for a whole `mr x nr` tile, over
+/// `kc` steps: the sum starts from zero and is added to `c` (or stored, unless `accumulate`).
+pub type GemmTile = unsafe fn(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, accumulate: bool);
+/// Packs values `k0..k0 + kc` of up to `mr` weight rows (F32, F16 or BF16) as `[kc][mr]` f32.
+pub type PackA = unsafe fn(rows: &Rows, k0: usize, kc: usize, mr: usize, dst: *mut f32);
+/// Packs values `k0..k0 + kc` of up to `nr` activation columns as `[kc][nr]` f32.
+pub type PackB = unsafe fn(cols: &Cols, k0: usize, kc: usize, nr: usize, dst: *mut f32);
+/// The int8 tile: like [`GemmTile`] over `nblocks` blocks of packed int8 panels.
+pub type QGemmTile = unsafe fn(nblocks: usize, a: *const u8, b: *const u8, c: *mut f32, ldc: usize, accumulate: bool);
+/// Packs blocks `b0..b0 + nblocks` of up to `mr` Q8_0/Q4_0 weight rows as an int8 panel;
+/// `unsigned` stores `w + bias` as unsigned bytes instead of `w`.
+pub type PackAQ = unsafe fn(rows: &Rows, b0: usize, nblocks: usize, mr: usize, unsigned: bool, dst: *mut u8);
+/// Quantizes `nblocks * 32` f32 values into 8-bit blocks (`d = max|x| / 127`, `q = round(x / d)`).
+pub type Quantize = unsafe fn(x: *const f32, nblocks: usize, bias: i32, out: &QuantOut);
+/// Matrix-vector products of float weights: `y[j * ldy + r] = dot(row r, x[j * ldx..][..k])`
+/// for every row of `rows` and `j < n` (n <= 8).
+pub type Gemv = unsafe fn(k: usize, rows: &Rows, x: *const f32, ldx: usize, n: usize, y: *mut f32, ldy: usize);
+/// Matrix-vector products of Q8_0/Q4_0 weights with int8 activation columns `ldx` bytes apart.
+pub type QGemv = unsafe fn(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usize, y: *mut f32, ldy: usize);
+
+/// Float GEMM: tile size, micro-kernel and packers.
+#[derive(Clone, Copy)]
+pub struct GemmKernels {
+    pub mr: usize,
+    pub nr: usize,
+    pub tile: GemmTile,
+    pub pack_a: PackA,
+    pub pack_b: PackB,
+}
+
+/// Int8 GEMM for Q8_0/Q4_0 weights.
+#[derive(Clone, Copy)]
+pub struct QGemmKernels {
+    pub mr: usize,
+    pub nr: usize,
+    pub tile: QGemmTile,
+    pub pack_a: PackAQ,
+}
+
+/// Matrix-vector kernels, one per weight type.
+#[derive(Clone, Copy)]
+pub struct GemvKernels {
+    pub f32: Gemv,
+    pub f16: Gemv,
+    pub bf16: Gemv,
+    pub q8_0: QGemv,
+    pub q4_0: QGemv,
+}
+
+/// Everything the fast MUL_MAT needs on one instruction set.
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    /// Printed by the bench and the `features` extension: "avx512-vnni", "avx2", "scalar", ...
+    pub name: &'static str,
+    pub gemm: GemmKernels,
+    pub qgemm: QGemmKernels,
+    pub gemv: GemvKernels,
+    pub quantize: Quantize,
+    /// Whether the int8 kernels take weights as unsigned bytes `w + bias` (`vpdpbusd`
+    /// multiplies unsigned by signed bytes); otherwise weights stay signed.
+    pub unsigned_weights: bool,
+}
+
+impl Kernels {
+    /// The bias added to weights of `dtype` by the unsigned int8 kernels (0 when signed).
+    pub fn weight_bias(&self, dtype: DType) -> i32 {
+        match (self.unsigned_weights, dtype) {
+            (true, DType::Q8_0) => 128,
+            (true, DType::Q4_0) => 8,
+            _ => 0,
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! aarch64 NEON kernels (dotprod for the int8 dot products; without it the int8 kernels are
+//! the portable ones).
+
+mod gemm;
+mod gemv;
+mod qgemm;
+mod quantize;
+
+use super::{scalar, GemmKernels, GemvKernels, Kernels, QGemmKernels};
+
+/// NEON float kernels with the portable int8 kernels.
+pub static KERNELS: Kernels = Kernels {
+    name: "neon",
+    gemm: GemmKernels {
+        mr: gemm::MR,
+        nr: gemm::NR,
+        tile: gemm::tile,
+        pack_a: gemm::pack_a,
+        pack_b: scalar::pack::pack_b,
+    },
+    gemv: GemvKernels { f32: gemv::any_float, f16: gemv::any_float, bf16: gemv::any_float, ..scalar::TABLE.gemv },
+    quantize: quantize::quantize,
+    ..scalar::TABLE
+};
+
+/// Everything on NEON, int8 dot products with `sdot`.
+pub static KERNELS_DOT: Kernels = Kernels {
+    name: "neon-dotprod",
+    qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: scalar::pack::pack_a_q },
+    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, ..KERNELS.gemv },
+    ..KERNELS
+};

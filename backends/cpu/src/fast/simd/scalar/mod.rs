@@ -1,0 +1,30 @@
+//! Portable kernels: plain Rust that any target compiles (LLVM vectorises some of it with
+//! the baseline instruction set). The fallback everywhere, and the only kernels of
+//! `no_std` builds for targets without SIMD kernels.
+
+mod gemm;
+mod gemv;
+pub mod pack;
+mod qgemm;
+pub mod quantize;
+
+use super::{GemmKernels, GemvKernels, Kernels, QGemmKernels};
+
+/// Float tile: 8 weight rows by 4 activation columns.
+const MR: usize = 8;
+const NR: usize = 4;
+/// Int8 tile: 4 weight rows by 4 activation columns.
+const QMR: usize = 4;
+const QNR: usize = 4;
+
+/// The portable table (a `const` so that other tables can start from it).
+pub const TABLE: Kernels = Kernels {
+    name: "scalar",
+    gemm: GemmKernels { mr: MR, nr: NR, tile: gemm::tile::<MR, NR>, pack_a: pack::pack_a, pack_b: pack::pack_b },
+    qgemm: QGemmKernels { mr: QMR, nr: QNR, tile: qgemm::tile::<QMR, QNR>, pack_a: pack::pack_a_q },
+    gemv: GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, q8_0: gemv::quant, q4_0: gemv::quant },
+    quantize: quantize::quantize,
+    unsigned_weights: false,
+};
+
+pub static KERNELS: Kernels = TABLE;
