@@ -17,9 +17,9 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use tessera::allocator::alloc_graph_tensors;
 use tessera::cpu::CpuBackend;
 use tessera::host_buffer::HOST_BUFFER_TYPE;
-use tessera::linear_alloc::alloc_graph_tensors;
 use tessera::{Backend, DType, Graph, Result, TensorId};
 
 /// What a case's figure of merit counts per run.

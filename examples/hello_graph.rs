@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use tessera::linear_alloc::alloc_tensors;
+use tessera::allocator::alloc_tensors;
 use tessera::{BufferUsage, DType, Graph, Result};
 
 /// Deterministic weights: a fixed pattern so every run prints the same numbers.

@@ -2,8 +2,8 @@
 //! what was expected.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use tessera::allocator::alloc_graph_tensors;
 use tessera::host_buffer::{HostBuffer, HOST_BUFFER_TYPE};
-use tessera::linear_alloc::alloc_graph_tensors;
 use tessera::{Backend, BufferType, DType, Error, Graph, RopeMode, RopeParams, TensorData};
 
 fn named(g: &mut Graph, dtype: DType, ne: &[usize], name: &str) -> tessera::TensorId {

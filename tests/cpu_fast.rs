@@ -10,9 +10,9 @@ mod conformance;
 use conformance::rng::Rng;
 use conformance::runner::{generate, run_cases, Target, Values};
 use conformance::{cases, Case, Init};
+use tessera::allocator::alloc_graph_tensors;
 use tessera::cpu::CpuBackend;
 use tessera::host_buffer::HOST_BUFFER_TYPE;
-use tessera::linear_alloc::alloc_graph_tensors;
 use tessera::{Backend, DType, Graph, TensorId};
 
 const TYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use tessera::allocator::alloc_graph_tensors;
 use tessera::gguf::{bind_static, bind_tensors, ggml_type_id, Gguf, Value, ValueType, DEFAULT_ALIGNMENT};
 use tessera::host_buffer::HOST_BUFFER_TYPE;
-use tessera::linear_alloc::alloc_graph_tensors;
 use tessera::runtime::gguf_writer::{GgufWriter, MetaArray, MetaValue};
 use tessera::{convert, Backend, Buffer, BufferType, BufferUsage, DType, Error, Graph};
 

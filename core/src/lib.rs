@@ -27,8 +27,6 @@ pub mod fallible;
 pub mod gguf;
 pub mod graph;
 pub mod host_buffer;
-/// The linear allocator under its earlier path.
-pub use allocator::linear as linear_alloc;
 pub mod op;
 pub mod plugin;
 pub mod quant;

@@ -6,9 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tessera::allocator::alloc_graph_tensors;
 use tessera::cpu::CpuBackend;
 use tessera::host_buffer::HOST_BUFFER_TYPE;
-use tessera::linear_alloc::alloc_graph_tensors;
 use tessera::{Backend, Buffer, BufferType, DType, Device, Graph, Op, TensorData, TensorId};
 
 use super::cases::{self, Case, Init};

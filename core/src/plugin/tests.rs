@@ -102,7 +102,7 @@ fn sample_graph() -> (Graph, Vec<TensorId>) {
     let out = g.cpy(c, window).unwrap();
     g.set_output(out).unwrap();
     g.build_forward(out).unwrap();
-    crate::linear_alloc::alloc_graph_tensors(&mut g, &HOST_BUFFER_TYPE).unwrap();
+    crate::allocator::alloc_graph_tensors(&mut g, &HOST_BUFFER_TYPE).unwrap();
     let nodes = g.nodes().to_vec();
     (g, nodes)
 }
@@ -384,7 +384,7 @@ fn a_family_round_trips_through_the_tables() {
     assert!(dev.supports_op(&g, c) && dev.supports_op(&g, n) && !dev.supports_op(&g, s));
     for bt in [dev.buffer_type(), &HOST_BUFFER_TYPE as &'static dyn BufferType] {
         let mut g = g.clone();
-        crate::linear_alloc::alloc_graph_tensors(&mut g, bt).unwrap();
+        crate::allocator::alloc_graph_tensors(&mut g, bt).unwrap();
         g.set_f32(a, &[1., 2., 3., 4., 5., 6., 7., 8.]).unwrap();
         let mut backend = dev.init_backend().unwrap();
         let ci = g.nodes().iter().position(|x| *x == c).unwrap();
