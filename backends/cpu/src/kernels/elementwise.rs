@@ -1,6 +1,6 @@
 //! Element-wise kernels: binary ops with broadcasting, SCALE and the unary functions.
 
-use core::f32::consts::{FRAC_1_SQRT_2, PI};
+use core::f32::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
 
 use tessera_core::{BinaryOp, Result, UnaryOp};
 
@@ -54,8 +54,9 @@ pub fn unary_fn(op: UnaryOp) -> fn(f32) -> f32 {
         UnaryOp::Exp => libm::expf,
         UnaryOp::Relu => |x| if x > 0.0 { x } else { 0.0 },
         UnaryOp::Gelu => |x| {
-            let sqrt_2_over_pi = libm::sqrtf(2.0 / PI);
-            0.5 * x * (1.0 + libm::tanhf(sqrt_2_over_pi * (x + 0.044715 * x * x * x)))
+            // sqrt(2/pi) = (2/sqrt(pi)) / sqrt(2), both constants: nothing computed per value.
+            const SQRT_2_OVER_PI: f32 = FRAC_2_SQRT_PI * FRAC_1_SQRT_2;
+            0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
         },
         UnaryOp::GeluErf => |x| 0.5 * x * (1.0 + libm::erff(x * FRAC_1_SQRT_2)),
         UnaryOp::Silu => |x| x / (1.0 + libm::expf(-x)),
