@@ -20,20 +20,18 @@ use std::time::{Duration, Instant};
 use tessera::allocator::alloc_graph_tensors;
 use tessera::cpu::CpuBackend;
 use tessera::host_buffer::HOST_BUFFER_TYPE;
-use tessera::{Backend, DType, Graph, Result, TensorId};
+use tessera::{Backend, BinaryOp, DType, Graph, Result, RopeMode, RopeParams, TensorId, UnaryOp};
 
 /// What a case's figure of merit counts per run.
 enum Work {
     /// Floating-point operations (printed as GFLOPS).
     Flops(f64),
-    /// Bytes read and written (printed as GB/s): for the bandwidth-bound ops (ADD, SOFT_MAX,
-    /// NORM, ...) that have no cases here yet.
-    #[allow(dead_code)]
+    /// Bytes read and written (printed as GB/s), counted as ggml counts them for the op.
     Bytes(f64),
 }
 
-/// Builds a case's graph (its leafs are filled with values in [-1, 1)); returns the node
-/// that is timed.
+/// Builds a case's graph (its float leafs are filled with values in `[-spread, spread)`, its
+/// I32 leafs with integers in `0..256`); returns the node that is timed.
 type Build = Box<dyn Fn(&mut Graph) -> Result<TensorId>>;
 
 /// One benchmark: ggml's parameter string and a graph builder whose output node is timed.
@@ -42,13 +40,32 @@ struct Case {
     params: String,
     build: Build,
     work: Work,
+    spread: f32,
 }
 
 /// The cases of one op.
 type OpCases = fn() -> Vec<Case>;
 
 /// Every op with its cases, in ggml's perf order.
-const OPS: &[(&str, OpCases)] = &[("MUL_MAT", mul_mat)];
+const OPS: &[(&str, OpCases)] = &[
+    ("MUL_MAT", mul_mat),
+    ("ADD", add),
+    ("MUL", mul),
+    ("SOFT_MAX", soft_max),
+    ("NORM", norm),
+    ("RMS_NORM", rms_norm),
+    ("GELU", gelu),
+    ("GELU_ERF", gelu_erf),
+    ("SILU", silu),
+    ("ROPE", rope),
+    ("GET_ROWS", get_rows),
+    ("CPY", cpy),
+];
+
+/// f32 bytes of `ne`.
+fn bytes(ne: [usize; 4]) -> f64 {
+    4.0 * ne.iter().product::<usize>() as f64
+}
 
 const MUL_MAT_TYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
 
@@ -68,10 +85,194 @@ fn mul_mat() -> Vec<Case> {
                     g.mul_mat(a, b)
                 }),
                 work: Work::Flops(2.0 * (m * n * k) as f64),
+                spread: 1.0,
             });
         }
     }
     cases
+}
+
+/// `a op b` with `b: ne` repeated `nr` times over `a`; ggml counts three times the result.
+fn bin_bcast(op: BinaryOp, cases: &[([usize; 4], [usize; 4])]) -> Vec<Case> {
+    cases
+        .iter()
+        .map(|&(ne, nr)| {
+            let ne_a = [ne[0] * nr[0], ne[1] * nr[1], ne[2] * nr[2], ne[3] * nr[3]];
+            Case {
+                op: op.name(),
+                params: format!("type=f32,ne={},nr={}", fmt_ne(ne), fmt_ne(nr)),
+                build: Box::new(move |g| {
+                    let (a, b) = (g.new_tensor(DType::F32, &ne_a)?, g.new_tensor(DType::F32, &ne)?);
+                    g.binary(op, a, b)
+                }),
+                work: Work::Bytes(3.0 * bytes(ne_a)),
+                spread: 1.0,
+            }
+        })
+        .collect()
+}
+
+/// ADD as ggml's perf list has it (one row, a row broadcast over 512), plus a result too
+/// big for the caches and two same-shape operands.
+fn add() -> Vec<Case> {
+    bin_bcast(
+        BinaryOp::Add,
+        &[
+            ([4096, 1, 1, 1], [1, 1, 1, 1]),
+            ([4096, 1, 1, 1], [1, 512, 1, 1]),
+            ([4096, 1, 1, 1], [1, 8192, 1, 1]),
+            ([4096, 512, 1, 1], [1, 1, 1, 1]),
+        ],
+    )
+}
+
+fn mul() -> Vec<Case> {
+    bin_bcast(BinaryOp::Mul, &[([4096, 1, 1, 1], [1, 512, 1, 1])])
+}
+
+/// An op of one f32 source of shape `ne` and a result of the same shape (ggml counts both).
+fn one_source(
+    op: &'static str,
+    params: String,
+    ne: [usize; 4],
+    spread: f32,
+    f: fn(&mut Graph, TensorId) -> Result<TensorId>,
+) -> Case {
+    Case {
+        op,
+        params,
+        build: Box::new(move |g| {
+            let a = g.new_tensor(DType::F32, &ne)?;
+            f(g, a)
+        }),
+        work: Work::Bytes(2.0 * bytes(ne)),
+        spread,
+    }
+}
+
+fn soft_max() -> Vec<Case> {
+    [[4096, 4096, 5, 1], [1024, 1024, 10, 1], [77, 4096, 5, 1], [32768, 16, 1, 1]]
+        .into_iter()
+        .map(|ne| {
+            one_source("SOFT_MAX", format!("type=f32,ne={},mask=0,scale=1", fmt_ne(ne)), ne, 1.0, |g, a| {
+                g.soft_max(a, None, 1.0)
+            })
+        })
+        .collect()
+}
+
+const ROWS_NE: [usize; 4] = [4096, 512, 1, 1];
+
+fn norm() -> Vec<Case> {
+    vec![one_source("NORM", format!("type=f32,ne={},eps=0.000001", fmt_ne(ROWS_NE)), ROWS_NE, 1.0, |g, a| {
+        g.norm(a, 1e-6)
+    })]
+}
+
+fn rms_norm() -> Vec<Case> {
+    vec![one_source("RMS_NORM", format!("type=f32,ne={},eps=0.000001", fmt_ne(ROWS_NE)), ROWS_NE, 1.0, |g, a| {
+        g.rms_norm(a, 1e-6)
+    })]
+}
+
+/// Unary ops on inputs spread over +-150, as ggml's perf cases have them.
+fn unary(op: UnaryOp) -> Vec<Case> {
+    let build: fn(&mut Graph, TensorId) -> Result<TensorId> = match op {
+        UnaryOp::Gelu => |g, a| g.unary(UnaryOp::Gelu, a),
+        UnaryOp::GeluErf => |g, a| g.unary(UnaryOp::GeluErf, a),
+        _ => |g, a| g.unary(UnaryOp::Silu, a),
+    };
+    vec![one_source(op.name(), format!("type=f32,ne_a={}", fmt_ne(ROWS_NE)), ROWS_NE, 150.0, build)]
+}
+
+fn gelu() -> Vec<Case> {
+    unary(UnaryOp::Gelu)
+}
+
+fn gelu_erf() -> Vec<Case> {
+    unary(UnaryOp::GeluErf)
+}
+
+fn silu() -> Vec<Case> {
+    unary(UnaryOp::Silu)
+}
+
+/// ROPE as in ggml's perf list (llama 7B and a NeoX model, 512 positions); ggml counts the
+/// source, the positions and the result.
+fn rope() -> Vec<Case> {
+    [
+        ([128, 32, 512, 1], 128, RopeMode::Normal),
+        ([128, 64, 512, 1], 128, RopeMode::Normal),
+        ([64, 8, 512, 1], 64, RopeMode::Neox),
+    ]
+    .into_iter()
+    .map(|(ne, n_dims, mode)| Case {
+        op: "ROPE",
+        params: format!(
+            "type=f32,ne_a={},n_dims={n_dims},mode={}",
+            fmt_ne(ne),
+            if mode == RopeMode::Neox { 2 } else { 0 }
+        ),
+        build: Box::new(move |g| {
+            let a = g.new_tensor(DType::F32, &ne)?;
+            let pos = g.new_tensor(DType::I32, &[ne[2]])?;
+            g.rope(a, pos, RopeParams { mode, n_dims, freq_base: 10000.0, freq_scale: 1.0 })
+        }),
+        work: Work::Bytes(2.0 * bytes(ne) + 4.0 * ne[2] as f64),
+        spread: 1.0,
+    })
+    .collect()
+}
+
+/// 512 rows of a 4096 x 4096 matrix; ggml counts the whole matrix, the indices and the result.
+fn get_rows() -> Vec<Case> {
+    [DType::Q8_0, DType::F32]
+        .into_iter()
+        .map(|t| {
+            let (n, m, r) = (4096usize, 4096usize, 512usize);
+            let matrix = (n * m / t.block_len() * t.block_bytes()) as f64;
+            Case {
+                op: "GET_ROWS",
+                params: format!("type={t},n={n},m={m},r={r}"),
+                build: Box::new(move |g| {
+                    let a = g.new_tensor(t, &[n, m])?;
+                    let rows = g.new_tensor(DType::I32, &[r])?;
+                    g.get_rows(a, rows)
+                }),
+                work: Work::Bytes(matrix + 4.0 * r as f64 + bytes([n, r, 1, 1])),
+                spread: 1.0,
+            }
+        })
+        .collect()
+}
+
+/// CPY between same-shape tensors, converting: f32 to f16, f32 to q4_0 and back.
+fn cpy() -> Vec<Case> {
+    [
+        (DType::F32, DType::F16, [512, 3072, 1, 1]),
+        (DType::F32, DType::Q4_0, [8192, 512, 2, 1]),
+        (DType::Q4_0, DType::F32, [8192, 512, 2, 1]),
+    ]
+    .into_iter()
+    .map(|(ts, td, ne)| {
+        let n = ne.iter().product::<usize>();
+        let size = |t: DType| (n / t.block_len() * t.block_bytes()) as f64;
+        Case {
+            op: "CPY",
+            params: format!("type_src={ts},type_dst={td},ne_src={}", fmt_ne(ne)),
+            build: Box::new(move |g| {
+                let (a, b) = (g.new_tensor(ts, &ne)?, g.new_tensor(td, &ne)?);
+                g.cpy(a, b)
+            }),
+            work: Work::Bytes(size(ts) + size(td)),
+            spread: 1.0,
+        }
+    })
+    .collect()
+}
+
+fn fmt_ne(ne: [usize; 4]) -> String {
+    format!("[{},{},{},{}]", ne[0], ne[1], ne[2], ne[3])
 }
 
 /// Deterministic values in [-1, 1).
@@ -98,8 +299,15 @@ fn run_case(case: &Case, backend: &mut CpuBackend, budget: Duration) -> Result<T
     g.build_forward(out)?;
     alloc_graph_tensors(&mut g, &HOST_BUFFER_TYPE)?;
     for (i, &leaf) in g.leafs().to_vec().iter().enumerate() {
-        let n = g.tensor(leaf)?.nelements();
-        g.set_f32(leaf, &fill(n, i as u64 + 1))?;
+        let t = g.tensor(leaf)?;
+        let n = t.nelements();
+        if t.dtype() == DType::I32 {
+            let ints: Vec<i32> = fill(n, i as u64 + 1).iter().map(|v| ((v + 1.0) * 128.0) as i32 % 256).collect();
+            g.set_i32(leaf, &ints)?;
+        } else {
+            let values: Vec<f32> = fill(n, i as u64 + 1).iter().map(|v| v * case.spread).collect();
+            g.set_f32(leaf, &values)?;
+        }
     }
     backend.compute_graph(&g)?; // warm-up: work memory, threads, page faults
     let mut times = Vec::new();

@@ -1,7 +1,8 @@
 //! The fast CPU kernels against the reference kernels: the whole conformance suite at 1, 2
-//! and 3 threads, extra MUL_MAT shapes on every kernel set this processor can run (so the
-//! AVX2 and scalar kernels are tested on an AVX-512 machine too), and results that are
-//! bitwise identical whatever the thread count.
+//! and 3 threads, extra MUL_MAT shapes and row-op cases large enough to be split over
+//! threads on every kernel set this processor can run (so the AVX2 and scalar kernels are
+//! tested on an AVX-512 machine too), and results that are bitwise identical whatever the
+//! thread count.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "conformance/mod.rs"]
@@ -13,7 +14,7 @@ use conformance::{cases, Case, Init};
 use tessera::allocator::alloc_graph_tensors;
 use tessera::cpu::CpuBackend;
 use tessera::host_buffer::HOST_BUFFER_TYPE;
-use tessera::{Backend, DType, Graph, TensorId};
+use tessera::{Backend, BinaryOp, DType, Graph, RopeMode, RopeParams, TensorId, UnaryOp};
 
 const TYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
 
@@ -61,6 +62,93 @@ fn extra_cases() -> Vec<Case> {
         v.push(mul_mat_case(ta, 45, 5, k_odd, [1, 1], [1, 1], ",trans_b"));
     }
     v
+}
+
+/// The element-wise, normalisation, softmax, rotary, GET_ROWS and CPY ops on shapes big
+/// enough to run on several threads: odd row lengths, every kind of broadcast, strided rows.
+fn row_op_cases() -> Vec<Case> {
+    const NE: [usize; 4] = [1031, 67, 1, 1];
+    const SWAP12: Option<[usize; 4]> = Some([0, 2, 1, 3]);
+    let mut v = Vec::new();
+    let binaries = [
+        (BinaryOp::Add, [1031, 1, 1, 1]),
+        (BinaryOp::Sub, NE),
+        (BinaryOp::Mul, [1, 67, 1, 1]),
+        (BinaryOp::Div, [1, 1, 1, 1]),
+    ];
+    for (op, ne_b) in binaries {
+        let name = format!("{}(ne_a={NE:?},ne_b={ne_b:?})", op.name());
+        v.push(Case::new(op.name(), name, move |g| {
+            let init = if op == BinaryOp::Div { Init::AwayFromZero(0.5, 1.5) } else { Init::DEFAULT };
+            let (a, b) = (g.leaf(DType::F32, NE)?, g.leaf_init(DType::F32, ne_b, init)?);
+            g.binary(op, a, b)
+        }));
+    }
+    v.push(Case::new("ADD", "ADD(ne_a=[1032,67,1,1],ne_b=[8,67,1,1])", |g| {
+        let (a, b) = (g.leaf(DType::F32, [1032, 67, 1, 1])?, g.leaf(DType::F32, [8, 67, 1, 1])?);
+        g.binary(BinaryOp::Add, a, b)
+    }));
+    v.push(Case::new("SCALE", "SCALE(ne=[1031,5,13,1],perm=[0,2,1,3])", |g| {
+        let a = g.input(DType::F32, [1031, 5, 13, 1], SWAP12, Init::DEFAULT)?;
+        g.scale(a, -1.5)
+    }));
+    for op in UnaryOp::ALL {
+        let init = if op == UnaryOp::Sqrt { Init::Uniform(0.01, 4.0) } else { Init::Uniform(-8.0, 8.0) };
+        v.push(Case::new(op.name(), format!("{}(ne={NE:?})", op.name()), move |g| {
+            let a = g.leaf_init(DType::F32, NE, init)?;
+            g.unary(op, a)
+        }));
+    }
+    v.push(Case::new("NORM", "NORM(ne=[1031,5,13,1],perm=[0,2,1,3])", |g| {
+        let a = g.input(DType::F32, [1031, 5, 13, 1], SWAP12, Init::DEFAULT)?;
+        g.norm(a, 1e-5)
+    }));
+    v.push(Case::new("RMS_NORM", format!("RMS_NORM(ne={NE:?})"), |g| {
+        let a = g.leaf(DType::F32, NE)?;
+        g.rms_norm(a, 1e-6)
+    }));
+    v.push(Case::new("SOFT_MAX", format!("SOFT_MAX(ne={NE:?},scale=0.5)"), |g| {
+        let a = g.leaf_init(DType::F32, NE, Init::Uniform(-20.0, 20.0))?;
+        g.soft_max(a, None, 0.5)
+    }));
+    v.push(Case::new("SOFT_MAX", "SOFT_MAX(ne=[1031,67,2,1],mask=[1031,70,1,1],inf)", |g| {
+        let a = g.leaf(DType::F32, [1031, 67, 2, 1])?;
+        let m = g.leaf_init(DType::F32, [1031, 70, 1, 1], Init::MaskInf)?;
+        g.soft_max(a, Some(m), 1.0)
+    }));
+    for (mode, n_dims) in [(RopeMode::Normal, 128), (RopeMode::Neox, 64), (RopeMode::Neox, 126)] {
+        let name = format!("ROPE(ne=[128,32,17,1],n_dims={n_dims},mode={mode:?})");
+        v.push(Case::new("ROPE", name, move |g| {
+            let a = g.leaf(DType::F32, [128, 32, 17, 1])?;
+            let pos = g.leaf_init(DType::I32, [17, 1, 1, 1], Init::Ints(0, 4096))?;
+            g.rope(a, pos, RopeParams { mode, n_dims, freq_base: 10000.0, freq_scale: 1.0 })
+        }));
+    }
+    for t in TYPES {
+        v.push(Case::new("GET_ROWS", format!("GET_ROWS(type={t},n=1024,r=300,m=200)"), move |g| {
+            let a = g.leaf(t, [1024, 300, 1, 1])?;
+            let b = g.leaf_init(DType::I32, [200, 1, 1, 1], Init::Ints(0, 300))?;
+            g.get_rows(a, b)
+        }));
+        for (ts, td) in [(DType::F32, t), (t, DType::F32)] {
+            v.push(Case::new("CPY", format!("CPY(type_src={ts},type_dst={td},ne=[1024,67,1,1])"), move |g| {
+                let (a, b) = (g.leaf(ts, [1024, 67, 1, 1])?, g.leaf(td, [1024, 67, 1, 1])?);
+                g.cpy(a, b)
+            }));
+        }
+    }
+    v
+}
+
+#[test]
+fn row_ops_pass_on_every_kernel_set() {
+    let cases = row_op_cases();
+    for set in CpuBackend::kernel_sets() {
+        for threads in [1, 3] {
+            let mut backend = CpuBackend::with_kernels(set, threads).unwrap();
+            check(&cases, &mut backend, format!("CPU[{set},{threads}t]"));
+        }
+    }
 }
 
 fn mul_mat_cases() -> Vec<Case> {
@@ -127,7 +215,8 @@ fn build(case: &Case) -> (Graph, TensorId) {
 
 #[test]
 fn results_are_bitwise_identical_for_any_thread_count() {
-    let cases = mul_mat_cases();
+    let mut cases = mul_mat_cases();
+    cases.extend(row_op_cases());
     for set in CpuBackend::kernel_sets() {
         let mut backends: Vec<CpuBackend> =
             [1, 2, 3, 4].into_iter().map(|t| CpuBackend::with_kernels(set, t).unwrap()).collect();

@@ -10,6 +10,7 @@ use crate::quant;
 
 /// Reads `out.len()` values of type `dtype` from `src` (densely packed) into f32.
 /// I32 values are converted numerically.
+#[inline]
 pub fn row_to_f32(dtype: DType, src: &[u8], out: &mut [f32]) {
     match dtype {
         DType::F32 => {
@@ -39,6 +40,7 @@ pub fn row_to_f32(dtype: DType, src: &[u8], out: &mut [f32]) {
 
 /// Writes `src` as densely packed values of type `dtype` into `out`.
 /// Conversion to I32 truncates toward zero (saturating).
+#[inline]
 pub fn row_from_f32(dtype: DType, src: &[f32], out: &mut [u8]) {
     match dtype {
         DType::F32 => {

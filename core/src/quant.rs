@@ -19,6 +19,7 @@ fn write_scale(block: &mut [u8], d: f32) {
 
 /// Quantizes `src` (a whole number of blocks) into Q8_0 blocks in `dst`.
 /// Each block: `d = max|x| / 127`, `q = round(x / d)`.
+#[inline]
 pub fn quantize_row_q8_0(src: &[f32], dst: &mut [u8]) {
     for (x, block) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q8_0_BLOCK_BYTES)) {
         let amax = x.iter().fold(0.0f32, |m, v| m.max(libm::fabsf(*v)));
@@ -32,6 +33,7 @@ pub fn quantize_row_q8_0(src: &[f32], dst: &mut [u8]) {
 }
 
 /// Dequantizes Q8_0 blocks in `src` into `dst` (a whole number of blocks).
+#[inline]
 pub fn dequantize_row_q8_0(src: &[u8], dst: &mut [f32]) {
     for (block, y) in src.chunks_exact(Q8_0_BLOCK_BYTES).zip(dst.chunks_exact_mut(QK)) {
         let d = read_scale(block);
@@ -44,6 +46,7 @@ pub fn dequantize_row_q8_0(src: &[u8], dst: &mut [f32]) {
 /// Quantizes `src` into Q4_0 blocks in `dst`.
 /// Each block: `d = m / -8` where `m` is the value of largest magnitude (sign kept),
 /// `q = min(15, trunc(x / d + 8.5))`.
+#[inline]
 pub fn quantize_row_q4_0(src: &[f32], dst: &mut [u8]) {
     for (x, block) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q4_0_BLOCK_BYTES)) {
         let mut amax = 0.0f32;
@@ -69,6 +72,7 @@ pub fn quantize_row_q4_0(src: &[f32], dst: &mut [u8]) {
 }
 
 /// Dequantizes Q4_0 blocks in `src` into `dst`.
+#[inline]
 pub fn dequantize_row_q4_0(src: &[u8], dst: &mut [f32]) {
     for (block, y) in src.chunks_exact(Q4_0_BLOCK_BYTES).zip(dst.chunks_exact_mut(QK)) {
         let d = read_scale(block);

@@ -2,6 +2,10 @@
 //! time without it), work split over a thread pool (`std`), and the dispatch that sends every
 //! op without a fast kernel to the reference kernels.
 //!
+//! Ops with fast kernels: MUL_MAT (`matmul`), the element-wise ops (`elementwise`), NORM,
+//! RMS_NORM and SOFT_MAX (`normalize`), ROPE (`rope`), GET_ROWS and CPY/CONT (`convert`); the
+//! row kernels they call are written once and compiled per instruction set (`vector`).
+//!
 //! Adding an op: give it an arm in [`Fast::compute_node`] that calls a driver in its own
 //! module (as `matmul` does). A driver sizes its work memory with [`WorkMemory::reserve`],
 //! then calls [`Team::run`] with a closure that every thread runs: split the work with
@@ -11,19 +15,27 @@
 //! the [`simd::Kernels`] table; add fields there (with a portable version in
 //! `simd/scalar`) rather than testing features in a driver.
 
+mod convert;
 mod dispatch;
+mod elementwise;
 mod matmul;
+mod normalize;
 mod parallel;
 #[cfg(feature = "std")]
 mod pool;
+mod rope;
+mod row_tensor;
 mod scratch;
 mod simd;
+mod vector;
 
 use alloc::vec::Vec;
 
 use tessera_core::{Graph, Op, Result, TensorId};
 
 use crate::kernels::{compute_node, Scratch};
+use elementwise::Map;
+use normalize::Norm;
 pub use parallel::Team;
 pub use scratch::WorkMemory;
 
@@ -72,8 +84,18 @@ impl Fast {
     /// Computes node `id`: with a fast kernel where there is one for its op and layout, else
     /// with the reference kernel.
     pub fn compute_node(&mut self, graph: &Graph, id: TensorId, scratch: &mut Scratch) -> Result<()> {
+        let (k, team, memory) = (self.kernels, &mut self.team, &mut self.memory);
         let done = match graph.tensor(id)?.op() {
-            Op::MulMat => matmul::mul_mat(self.kernels, &mut self.team, &mut self.memory, graph, id)?,
+            Op::MulMat => matmul::mul_mat(k, team, memory, graph, id)?,
+            Op::Binary(op) => elementwise::binary(k, team, graph, id, op)?,
+            Op::Scale(s) => elementwise::map(k, team, graph, id, Map::Scale(s))?,
+            Op::Unary(op) => elementwise::map(k, team, graph, id, Map::Unary(op))?,
+            Op::Norm { eps } => normalize::norm(k, team, graph, id, Norm::Norm { eps })?,
+            Op::RmsNorm { eps } => normalize::norm(k, team, graph, id, Norm::Rms { eps })?,
+            Op::SoftMax { scale } => normalize::soft_max(k, team, graph, id, scale)?,
+            Op::Rope(p) => rope::rope(k, team, memory, graph, id, p)?,
+            Op::GetRows => convert::get_rows(k, team, memory, graph, id)?,
+            Op::Cpy | Op::Cont => convert::copy(k, team, graph, id)?,
             _ => false,
         };
         if !done {

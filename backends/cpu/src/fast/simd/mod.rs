@@ -25,6 +25,8 @@ pub mod scalar;
 
 use tessera_core::DType;
 
+use super::vector::RowKernels;
+
 /// Values per quantized block (Q8_0, Q4_0 and the activations' 8-bit blocks).
 pub const QK: usize = 32;
 
@@ -160,6 +162,8 @@ pub struct Kernels {
     pub qgemm: QGemmKernels,
     pub gemv: GemvKernels,
     pub quantize: Quantize,
+    /// Element-wise, normalisation, softmax and rotary row kernels.
+    pub rows: RowKernels,
     /// Whether the int8 kernels take weights as unsigned bytes `w + bias` (`vpdpbusd`
     /// multiplies unsigned by signed bytes); otherwise weights stay signed.
     pub unsigned_weights: bool,

@@ -19,5 +19,6 @@ pub static KERNELS: Kernels = Kernels {
     qgemm: QGEMM,
     gemv: GEMV,
     quantize: quantize::quantize,
+    rows: crate::fast::vector::AVX2,
     unsigned_weights: false,
 };

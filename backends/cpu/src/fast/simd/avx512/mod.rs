@@ -15,6 +15,7 @@ pub static KERNELS: Kernels = Kernels {
     qgemm: avx2::QGEMM,
     gemv: GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, ..avx2::GEMV },
     quantize: quantize::quantize,
+    rows: crate::fast::vector::AVX512,
     unsigned_weights: false,
 };
 

@@ -20,6 +20,7 @@ pub static KERNELS: Kernels = Kernels {
     },
     gemv: GemvKernels { f32: gemv::any_float, f16: gemv::any_float, bf16: gemv::any_float, ..scalar::TABLE.gemv },
     quantize: quantize::quantize,
+    rows: crate::fast::vector::NEON,
     ..scalar::TABLE
 };
 

@@ -24,6 +24,7 @@ pub const TABLE: Kernels = Kernels {
     qgemm: QGemmKernels { mr: QMR, nr: QNR, tile: qgemm::tile::<QMR, QNR>, pack_a: pack::pack_a_q },
     gemv: GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, q8_0: gemv::quant, q4_0: gemv::quant },
     quantize: quantize::quantize,
+    rows: crate::fast::vector::SCALAR,
     unsigned_weights: false,
 };
 

@@ -1,0 +1,110 @@
+//! GET_ROWS (rows picked by index, dequantized to f32) and CPY/CONT between tensors of the
+//! same shape (converting or quantizing), rows split over the threads.
+
+use tessera_core::{DType, Graph, Result, TensorId};
+
+use super::parallel::Team;
+use super::row_tensor::{threads_for_values, RowTensor};
+use super::scratch::WorkMemory;
+use super::simd::Kernels;
+use crate::access::HostTensor;
+
+fn rows_of(graph: &Graph, id: TensorId, writable: bool) -> Result<Option<RowTensor>> {
+    Ok(RowTensor::of(&HostTensor::new(graph, id, writable, "CPU")?))
+}
+
+/// Whether two tensors' bytes are apart (the fast paths read one and write the other through
+/// separate slices).
+fn apart(a: &RowTensor, b: &RowTensor) -> bool {
+    let ((a0, a1), (b0, b1)) = (a.extent(), b.extent());
+    a1 <= b0 || b1 <= a0
+}
+
+/// GET_ROWS into f32 rows. `Ok(false)`: a layout the fast path does not take, or an index out
+/// of range (the reference kernel reports it).
+pub fn get_rows(
+    kernels: &Kernels,
+    team: &mut Team,
+    memory: &mut WorkMemory,
+    graph: &Graph,
+    id: TensorId,
+) -> Result<bool> {
+    let t = graph.tensor(id)?;
+    let (Some(a), Some(b)) = (t.src(0), t.src(1)) else { return Ok(false) };
+    let (Some(a), Some(d)) = (rows_of(graph, a, false)?, rows_of(graph, id, true)?) else { return Ok(false) };
+    let b = HostTensor::new(graph, b, false, "CPU")?;
+    let [n, r, d2, d3] = a.ne;
+    let m = b.ne[0];
+    let fits = a.dtype != DType::I32
+        && d.dtype == DType::F32
+        && b.dtype == DType::I32
+        && b.ne == [m, d2, d3, 1]
+        && d.ne == [n, m, d2, d3]
+        && apart(&a, &d);
+    if !fits {
+        return Ok(false);
+    }
+    // Every index is checked (and kept in the work memory) before any row is written.
+    let rows = d.rows();
+    let threads = threads_for_values(team.threads(), rows * n);
+    let regions = memory.reserve(rows * core::mem::size_of::<usize>(), 0, threads)?;
+    let indices = regions.shared().cast::<usize>();
+    for flat in 0..rows {
+        let (j, i2, i3) = d.index(flat);
+        let Some(i) = usize::try_from(b.get_i32([j, i2, i3, 0])).ok().filter(|&i| i < r) else { return Ok(false) };
+        // SAFETY: slot `flat` of the shared region, sized for `rows` indices and aligned.
+        unsafe { *indices.add(flat) = i };
+    }
+    let to_f32 = kernels.rows.to_f32;
+    team.run(threads, &|w| {
+        let indices = regions.shared().cast::<usize>().cast_const();
+        for flat in w.share(rows) {
+            let (j, i2, i3) = d.index(flat);
+            // SAFETY: a row of `a` (index checked above) and a row of `dst`, apart; this
+            // thread alone writes row `flat`.
+            unsafe { to_f32(a.dtype, n, a.row_ptr(*indices.add(flat), i2, i3), d.row(j, i2, i3)) };
+        }
+    })?;
+    Ok(true)
+}
+
+/// CPY or CONT between tensors of the same shape, from or to f32, or between tensors of the
+/// same type (I32 excepted). `Ok(false)`: another case, for the reference kernel.
+pub fn copy(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId) -> Result<bool> {
+    let Some(src) = graph.tensor(id)?.src(0) else { return Ok(false) };
+    let (Some(s), Some(d)) = (rows_of(graph, src, false)?, rows_of(graph, id, true)?) else { return Ok(false) };
+    let kind = match (s.dtype, d.dtype) {
+        (DType::I32, _) | (_, DType::I32) => return Ok(false),
+        (a, b) if a == b => Copy::Bytes,
+        (DType::F32, _) => Copy::Quantize,
+        (_, DType::F32) => Copy::Dequantize,
+        _ => return Ok(false),
+    };
+    if s.ne != d.ne || !apart(&s, &d) {
+        return Ok(false);
+    }
+    let (n, rows, bytes) = (d.len(), d.rows(), d.row_bytes());
+    let rk = kernels.rows;
+    team.run(threads_for_values(team.threads(), rows * n), &|w| {
+        for flat in w.share(rows) {
+            let (i1, i2, i3) = d.index(flat);
+            let (x, y) = (s.row_ptr(i1, i2, i3), d.row_ptr(i1, i2, i3));
+            // SAFETY: one row of each tensor, apart; this thread alone writes row `flat`.
+            unsafe {
+                match kind {
+                    Copy::Bytes => core::ptr::copy_nonoverlapping(x, y, bytes),
+                    Copy::Quantize => (rk.from_f32)(d.dtype, n, x.cast(), y),
+                    Copy::Dequantize => (rk.to_f32)(s.dtype, n, x, y.cast()),
+                }
+            }
+        }
+    })?;
+    Ok(true)
+}
+
+#[derive(Clone, Copy)]
+enum Copy {
+    Bytes,
+    Quantize,
+    Dequantize,
+}

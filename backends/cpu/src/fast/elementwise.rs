@@ -1,0 +1,93 @@
+//! ADD, SUB, MUL and DIV (with `src1` repeated over `src0`), SCALE and the unary ops on the
+//! vectorised row kernels, rows split over the threads.
+
+use tessera_core::{BinaryOp, Graph, Result, TensorId, UnaryOp};
+
+use super::parallel::Team;
+use super::row_tensor::{threads_for_values, RowTensor};
+use super::simd::Kernels;
+use super::vector::has_unary;
+use crate::access::HostTensor;
+
+/// The f32 rows of source `slot` of node `id`, if it has that source in that layout.
+pub fn source(graph: &Graph, id: TensorId, slot: usize) -> Result<Option<RowTensor>> {
+    let Some(s) = graph.tensor(id)?.src(slot) else { return Ok(None) };
+    Ok(RowTensor::f32(&HostTensor::new(graph, s, false, "CPU")?))
+}
+
+/// The f32 rows of node `id` itself.
+pub fn destination(graph: &Graph, id: TensorId) -> Result<Option<RowTensor>> {
+    Ok(RowTensor::f32(&HostTensor::new(graph, id, true, "CPU")?))
+}
+
+/// `dst = src0 op src1`. `Ok(false)`: a layout the fast path does not take.
+pub fn binary(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, op: BinaryOp) -> Result<bool> {
+    let (Some(a), Some(b), Some(d)) = (source(graph, id, 0)?, source(graph, id, 1)?, destination(graph, id)?) else {
+        return Ok(false);
+    };
+    let (n, nb) = (d.len(), b.len());
+    // `src1` must repeat a whole number of times along every dimension.
+    let repeats = a.ne.iter().zip(b.ne).all(|(&an, bn)| bn != 0 && an % bn == 0);
+    if a.ne != d.ne || !repeats {
+        return Ok(false);
+    }
+    let rows = d.rows();
+    let (binary, binary_scalar) = (kernels.rows.binary, kernels.rows.binary_scalar);
+    team.run(threads_for_values(team.threads(), rows * n), &|w| {
+        for r in w.share(rows) {
+            let (i1, i2, i3) = d.index(r);
+            let (x, y) = (a.row(i1, i2, i3), d.row(i1, i2, i3));
+            let z = b.row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]);
+            // SAFETY: rows of `n` (`x`, `y`) and `nb` (`z`) values, `nb` dividing `n`; this
+            // thread alone writes row `r` of the destination.
+            unsafe {
+                if nb == n {
+                    binary(op, n, x, z, y);
+                } else if nb == 1 {
+                    binary_scalar(op, n, x, *z, y);
+                } else {
+                    for at in (0..n).step_by(nb) {
+                        binary(op, nb, x.add(at), z, y.add(at));
+                    }
+                }
+            }
+        }
+    })?;
+    Ok(true)
+}
+
+/// `dst = f(src0)` for SCALE (`Some(s)`) or a unary op.
+pub fn map(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, f: Map) -> Result<bool> {
+    if let Map::Unary(op) = f {
+        if !has_unary(op) {
+            return Ok(false);
+        }
+    }
+    let (Some(a), Some(d)) = (source(graph, id, 0)?, destination(graph, id)?) else { return Ok(false) };
+    if a.ne != d.ne {
+        return Ok(false);
+    }
+    let (n, rows) = (d.len(), d.rows());
+    let rk = kernels.rows;
+    team.run(threads_for_values(team.threads(), rows * n), &|w| {
+        for r in w.share(rows) {
+            let (i1, i2, i3) = d.index(r);
+            let (x, y) = (a.row(i1, i2, i3), d.row(i1, i2, i3));
+            // SAFETY: rows of `n` values; this thread alone writes row `r`.
+            unsafe {
+                match f {
+                    Map::Scale(s) => (rk.binary_scalar)(BinaryOp::Mul, n, x, s, y),
+                    Map::Unary(op) => (rk.unary)(op, n, x, y),
+                }
+            }
+        }
+    })?;
+    Ok(true)
+}
+
+/// A value-by-value op.
+#[derive(Clone, Copy)]
+pub enum Map {
+    Scale(f32),
+    Unary(UnaryOp),
+}

@@ -1,0 +1,108 @@
+//! ROPE on the vectorised row kernels. The angles depend on the position and the pair only,
+//! so each thread computes the cosines and sines of one position once (with the reference
+//! kernel's formula, so the rotated values are bitwise the reference's) and applies them to
+//! every head: work items are positions.
+
+use tessera_core::{DType, Graph, Result, RopeMode, RopeParams, TensorId};
+
+use super::elementwise::{destination, source};
+use super::parallel::{Team, WorkCounter};
+use super::row_tensor::threads_for_values;
+use super::scratch::WorkMemory;
+use super::simd::Kernels;
+use crate::access::HostTensor;
+
+/// The I32 positions, one per index of dimension 2.
+#[derive(Clone, Copy)]
+struct Positions {
+    ptr: *const u8,
+    stride: usize,
+}
+
+// SAFETY: read-only addresses into a tensor bound for the whole compute of the node.
+unsafe impl Sync for Positions {}
+
+impl Positions {
+    /// Position `i` (below the tensor's length).
+    fn get(&self, i: usize) -> f32 {
+        let mut b = [0u8; 4];
+        // SAFETY: value `i` of the positions, 4 bytes.
+        unsafe { core::ptr::copy_nonoverlapping(self.ptr.add(i * self.stride), b.as_mut_ptr(), 4) };
+        i32::from_le_bytes(b) as f32
+    }
+}
+
+/// ROPE of node `id`. `Ok(false)`: a layout the fast path does not take.
+pub fn rope(
+    kernels: &Kernels,
+    team: &mut Team,
+    memory: &mut WorkMemory,
+    graph: &Graph,
+    id: TensorId,
+    p: RopeParams,
+) -> Result<bool> {
+    let (Some(a), Some(d)) = (source(graph, id, 0)?, destination(graph, id)?) else { return Ok(false) };
+    let Some(pos) = graph.tensor(id)?.src(1) else { return Ok(false) };
+    let pos = HostTensor::new(graph, pos, false, "CPU")?;
+    let (n, n_dims) = (d.len(), p.n_dims);
+    let valid = a.ne == d.ne
+        && pos.dtype == DType::I32
+        && pos.ne == [a.ne[2], 1, 1, 1]
+        && n_dims != 0
+        && n_dims % 2 == 0
+        && n_dims <= n;
+    if !valid {
+        return Ok(false);
+    }
+    let positions = Positions { ptr: pos.ptr(), stride: pos.nb[0] };
+    let half = n_dims / 2;
+    let threads = threads_for_values(team.threads(), d.rows() * n);
+    // Per thread: the table (cos, then sin, `n_dims` each) and `freq_base^(-2k / n_dims)`.
+    let regions = memory.reserve(0, (2 * n_dims + half) * 4, threads)?;
+    let items = a.ne[2] * a.ne[3];
+    let next = WorkCounter::new();
+    let kernel = kernels.rows.rope;
+    team.run(threads, &|w| {
+        let table = regions.private(w.ith).cast::<f32>();
+        // SAFETY: the private region holds `2 n_dims + half` f32, this thread's alone.
+        let (table, powers) = unsafe {
+            (
+                core::slice::from_raw_parts_mut(table, 2 * n_dims),
+                core::slice::from_raw_parts_mut(table.add(2 * n_dims), half),
+            )
+        };
+        for (k, power) in powers.iter_mut().enumerate() {
+            *power = libm::powf(p.freq_base, -((2 * k) as f32) / n_dims as f32);
+        }
+        while let Some(item) = next.next(items) {
+            let (i2, i3) = (item % a.ne[2], item / a.ne[2]);
+            let position = positions.get(i2);
+            fill_table(p.mode, p.freq_scale * position, powers, table);
+            for i1 in 0..a.ne[1] {
+                // SAFETY: rows of `n` values and a table of `2 n_dims`; this item alone
+                // writes the rows of position `(i2, i3)`.
+                unsafe { kernel(p.mode, n, n_dims, a.row(i1, i2, i3), table.as_ptr(), d.row(i1, i2, i3)) };
+            }
+        }
+    })?;
+    Ok(true)
+}
+
+/// The cosines and signed sines for the angles `scaled_position * powers[k]`, laid out so that
+/// value `i` of a row is rotated as `x[i] cos[i] + x[partner(i)] sin[i]` (see the ROPE row
+/// kernel).
+fn fill_table(mode: RopeMode, scaled_position: f32, powers: &[f32], table: &mut [f32]) {
+    let n_dims = table.len() / 2;
+    let half = n_dims / 2;
+    let (cos, sin) = table.split_at_mut(n_dims);
+    for (k, &power) in powers.iter().enumerate() {
+        let theta = scaled_position * power;
+        let (s, c) = (libm::sinf(theta), libm::cosf(theta));
+        let (first, second) = match mode {
+            RopeMode::Normal => (2 * k, 2 * k + 1),
+            RopeMode::Neox => (k, k + half),
+        };
+        (cos[first], sin[first]) = (c, -s);
+        (cos[second], sin[second]) = (c, s);
+    }
+}

@@ -1,0 +1,229 @@
+//! The row kernels, written once over [`lanes`](super::lanes) and compiled for every
+//! instruction set by [`row_kernels!`](super::row_kernels). Every body is `#[inline(always)]`
+//! so that it takes the target features of the function it is expanded into.
+//!
+//! A row is always computed by one thread with the same operations in the same order, so
+//! results never depend on the thread count.
+
+use tessera_core::{convert, BinaryOp, DType, RopeMode, UnaryOp};
+
+use super::lanes::{load, map, map_row, max, steps, store, sum, sum_row, zip, LANES, V};
+use super::math;
+
+/// `y = a op b` over rows of `n` values.
+///
+/// # Safety
+/// `a`, `b` readable and `y` writable for `n` f32.
+#[inline(always)]
+pub unsafe fn binary(op: BinaryOp, n: usize, a: *const f32, b: *const f32, y: *mut f32) {
+    // One loop per op, so that the op is not decided per value.
+    macro_rules! each {
+        ($f:expr) => {
+            steps!(n, |i, c| {
+                // SAFETY: values `i..i + c` of the three rows.
+                unsafe { store(y.add(i), c, zip(load(a.add(i), c, 0.0), load(b.add(i), c, 0.0), $f)) }
+            })
+        };
+    }
+    match op {
+        BinaryOp::Add => each!(|p, q| p + q),
+        BinaryOp::Sub => each!(|p, q| p - q),
+        BinaryOp::Mul => each!(|p, q| p * q),
+        BinaryOp::Div => each!(|p, q| p / q),
+    }
+}
+
+/// `y = a op s` over a row of `n` values.
+///
+/// # Safety
+/// `a` readable and `y` writable for `n` f32.
+#[inline(always)]
+pub unsafe fn binary_scalar(op: BinaryOp, n: usize, a: *const f32, s: f32, y: *mut f32) {
+    macro_rules! each {
+        ($f:expr) => {
+            map_row!(n, a, y, |u| map(u, $f))
+        };
+    }
+    match op {
+        BinaryOp::Add => each!(|p| p + s),
+        BinaryOp::Sub => each!(|p| p - s),
+        BinaryOp::Mul => each!(|p| p * s),
+        BinaryOp::Div => each!(|p| p / s),
+    }
+}
+
+/// Whether [`unary`] computes `op` (square roots are left to the reference kernel: `core`
+/// has no vectorisable `sqrt`).
+pub fn has_unary(op: UnaryOp) -> bool {
+    op != UnaryOp::Sqrt
+}
+
+/// `y = f(x)` over a row of `n` values, for every op [`has_unary`] accepts.
+///
+/// # Safety
+/// `x` readable and `y` writable for `n` f32.
+#[inline(always)]
+pub unsafe fn unary(op: UnaryOp, n: usize, x: *const f32, y: *mut f32) {
+    macro_rules! each {
+        ($f:expr) => {
+            map_row!(n, x, y, |u| map(u, $f))
+        };
+    }
+    match op {
+        UnaryOp::Sqr => each!(|p| p * p),
+        UnaryOp::Neg => each!(|p| -p),
+        UnaryOp::Abs => each!(|p| f32::from_bits(p.to_bits() & 0x7fff_ffff)),
+        UnaryOp::Exp => each!(math::exp),
+        UnaryOp::Relu => each!(|p| if p > 0.0 { p } else { 0.0 }),
+        UnaryOp::Gelu => each!(math::gelu),
+        UnaryOp::GeluErf => each!(math::gelu_erf),
+        UnaryOp::Silu => each!(math::silu),
+        UnaryOp::Sigmoid => each!(math::sigmoid),
+        UnaryOp::Tanh => each!(math::tanh),
+        // Not offered (see `has_unary`); copying keeps this total.
+        UnaryOp::Sqrt => each!(|p| p),
+    }
+}
+
+/// `y = softmax(x * scale + mask)` over a row of `n` values (`mask` may be null). A row of
+/// only `-inf` becomes zeros; a NaN makes the whole row NaN (as the reference kernel does).
+///
+/// # Safety
+/// `x` (and `mask` unless null) readable and `y` writable for `n` f32; `y` may be `x`.
+#[inline(always)]
+pub unsafe fn soft_max(n: usize, x: *const f32, mask: *const f32, scale: f32, y: *mut f32) {
+    let mut top = [f32::NEG_INFINITY; LANES];
+    steps!(n, |i, c| {
+        // SAFETY: values `i..i + c` of the rows.
+        let mut v = map(unsafe { load(x.add(i), c, 0.0) }, |p| p * scale);
+        if !mask.is_null() {
+            // SAFETY: as above.
+            v = zip(v, unsafe { load(mask.add(i), c, 0.0) }, |p, q| p + q);
+        }
+        // SAFETY: as above.
+        unsafe { store(y.add(i), c, v) };
+        v.iter_mut().skip(c).for_each(|p| *p = f32::NEG_INFINITY);
+        top = zip(top, v, |m, p| if p > m { p } else { m });
+    });
+    let top = max(top);
+    if top == f32::NEG_INFINITY {
+        // Only -inf (and NaN) values: zeros, or NaN if there is one.
+        // SAFETY: the row's `n` values.
+        let nan = (0..n).any(|i| unsafe { *y.add(i) }.is_nan());
+        let fill = if nan { f32::NAN } else { 0.0 };
+        // SAFETY: as above.
+        (0..n).for_each(|i| unsafe { *y.add(i) = fill });
+        return;
+    }
+    let mut total = [0.0; LANES];
+    steps!(n, |i, c| {
+        // SAFETY: values `i..i + c` of `y`; padding lanes are -inf, whose exponential is 0.
+        let e = map(unsafe { load(y.add(i), c, f32::NEG_INFINITY) }, |p| math::exp(p - top));
+        // SAFETY: as above.
+        unsafe { store(y.add(i), c, e) };
+        total = zip(total, e, |a, b| a + b);
+    });
+    let inv = 1.0 / sum(total);
+    map_row!(n, y, y, |v| map(v, |p| p * inv));
+}
+
+/// `y = (x - mean) / sqrt(var + eps)` over a row of `n > 0` values.
+///
+/// # Safety
+/// `x` readable and `y` writable for `n` f32; `y` may be `x`.
+#[inline(always)]
+pub unsafe fn norm(n: usize, x: *const f32, eps: f32, y: *mut f32) {
+    let mean = sum_row!(n, x, 0.0, |v| v) / n as f32;
+    // Padding lanes read as the mean, which this sum maps to 0.
+    let var = sum_row!(n, x, mean, |v| map(v, |p| (p - mean) * (p - mean))) / n as f32;
+    let inv = 1.0 / libm::sqrtf(var + eps);
+    map_row!(n, x, y, |v| map(v, |p| (p - mean) * inv));
+}
+
+/// `y = x / sqrt(mean(x^2) + eps)` over a row of `n > 0` values.
+///
+/// # Safety
+/// As for [`norm`].
+#[inline(always)]
+pub unsafe fn rms_norm(n: usize, x: *const f32, eps: f32, y: *mut f32) {
+    let mean_sq = sum_row!(n, x, 0.0, |v| map(v, |p| p * p)) / n as f32;
+    let inv = 1.0 / libm::sqrtf(mean_sq + eps);
+    map_row!(n, x, y, |v| map(v, |p| p * inv));
+}
+
+/// Rotates the first `n_dims` values of a row of `n` by a table from
+/// [`rope_table`](crate::fast::rope): `cos[i]`, then `sin[i]` at `table + n_dims`, already
+/// signed, so that `y[i] = x[i] cos[i] + x[partner(i)] sin[i]`; values from `n_dims` on are
+/// copied.
+///
+/// # Safety
+/// `x` readable and `y` writable for `n` f32 (`y` may be `x`); `table` readable for
+/// `2 n_dims` f32; `n_dims <= n` and even.
+#[inline(always)]
+pub unsafe fn rope(mode: RopeMode, n: usize, n_dims: usize, x: *const f32, table: *const f32, y: *mut f32) {
+    // SAFETY (whole body): every offset below is inside the row or the table.
+    unsafe {
+        let (cos, sin) = (table, table.add(n_dims));
+        match mode {
+            RopeMode::Normal => steps!(n_dims, |i, c| {
+                let v = load(x.add(i), c, 0.0);
+                // The partner of value 2k is 2k + 1 and the other way round; `i` is even.
+                let swapped: V = core::array::from_fn(|l| v[l ^ 1]);
+                let r = zip(
+                    zip(v, load(cos.add(i), c, 0.0), |p, q| p * q),
+                    zip(swapped, load(sin.add(i), c, 0.0), |p, q| p * q),
+                    |p, q| p + q,
+                );
+                store(y.add(i), c, r);
+            }),
+            RopeMode::Neox => {
+                let half = n_dims / 2;
+                steps!(half, |i, c| {
+                    let (lo, hi) = (load(x.add(i), c, 0.0), load(x.add(half + i), c, 0.0));
+                    let rot = |a: V, b: V, at: usize| {
+                        let ca = zip(a, load(cos.add(at), c, 0.0), |p, q| p * q);
+                        zip(ca, zip(b, load(sin.add(at), c, 0.0), |p, q| p * q), |p, q| p + q)
+                    };
+                    let (new_lo, new_hi) = (rot(lo, hi, i), rot(hi, lo, half + i));
+                    store(y.add(i), c, new_lo);
+                    store(y.add(half + i), c, new_hi);
+                });
+            }
+        }
+        if !core::ptr::eq(x, y.cast_const()) {
+            core::ptr::copy(x.add(n_dims), y.add(n_dims), n - n_dims);
+        }
+    }
+}
+
+/// Bytes of a row of `n` values of `dtype` (`n` a whole number of blocks).
+#[inline(always)]
+fn row_bytes(dtype: DType, n: usize) -> usize {
+    n / dtype.block_len() * dtype.block_bytes()
+}
+
+/// Reads a row of `n` values of `dtype` into f32, with `tessera_core`'s conversions
+/// (inlined here, so vectorised for this instruction set).
+///
+/// # Safety
+/// `x` readable for the row's bytes, `y` writable for `n` f32, not overlapping; `n` a whole
+/// number of blocks.
+#[inline(always)]
+pub unsafe fn to_f32(dtype: DType, n: usize, x: *const u8, y: *mut f32) {
+    // SAFETY: the caller's guarantees, as slices.
+    let (x, y) =
+        unsafe { (core::slice::from_raw_parts(x, row_bytes(dtype, n)), core::slice::from_raw_parts_mut(y, n)) };
+    convert::row_to_f32(dtype, x, y);
+}
+
+/// Writes a row of `n` f32 as `dtype` (quantizing), like [`to_f32`] the other way.
+///
+/// # Safety
+/// As for [`to_f32`], with the roles swapped.
+#[inline(always)]
+pub unsafe fn from_f32(dtype: DType, n: usize, x: *const f32, y: *mut u8) {
+    // SAFETY: the caller's guarantees, as slices.
+    let (x, y) =
+        unsafe { (core::slice::from_raw_parts(x, n), core::slice::from_raw_parts_mut(y, row_bytes(dtype, n))) };
+    convert::row_from_f32(dtype, x, y);
+}

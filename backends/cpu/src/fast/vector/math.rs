@@ -1,0 +1,166 @@
+//! Scalar functions written so that LLVM vectorises them when they are mapped over the
+//! lanes of [`super::lanes::V`]: no branches (only selects), no calls, integer tricks instead
+//! of `round`/`ldexp`. Each keeps NaN as NaN and saturates like the `libm` function it
+//! replaces.
+
+/// 1.5 * 2^23: adding it rounds an f32 below 2^22 in magnitude to an integer (to nearest,
+/// ties to even), which then sits in the low mantissa bits.
+const ROUNDER: f32 = 12_582_912.0;
+const ROUNDER_BITS: i32 = 0x4b40_0000;
+const SIGN: u32 = 0x8000_0000;
+
+/// `e^x` within about 2 ulp: `x = n ln2 + r` with `|r| <= ln2 / 2` (Cody and Waite's two-part
+/// ln2), `e^r` by a degree-7 polynomial (Cephes' `expf` coefficients), then `2^n` applied as
+/// two halves so that results up to overflow come out right. Results below the smallest
+/// normal f32 (`x < -87.34`) are 0: subnormal arithmetic costs a hundred cycles per value
+/// on some processors, and such values vanish in every sum they meet.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = core::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+    // Clamped with comparisons (not `min`/`max`) so that NaN stays NaN; above the bound the
+    // result is infinity anyway, below the other it is replaced by 0.
+    let tiny = x < -87.336_54;
+    let x = if tiny { -87.0 } else { x };
+    let x = if x > 89.0 { 89.0 } else { x };
+    let t = x * LOG2E + ROUNDER;
+    let n = t - ROUNDER;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = ((((P[0] * r + P[1]) * r + P[2]) * r + P[3]) * r + P[4]) * r + P[5];
+    let er = 1.0 + r + r * r * p;
+    let ni = (t.to_bits() as i32).wrapping_sub(ROUNDER_BITS);
+    let lo = ni >> 1;
+    let hi = ni.wrapping_sub(lo);
+    let e = er * pow2(lo) * pow2(hi);
+    if tiny {
+        0.0
+    } else {
+        e
+    }
+}
+
+/// `2^n` for `-126 <= n <= 127`.
+#[inline(always)]
+fn pow2(n: i32) -> f32 {
+    f32::from_bits((n.wrapping_add(127) as u32) << 23)
+}
+
+#[inline(always)]
+fn abs(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() & !SIGN)
+}
+
+/// `y` with the sign of `x`, for `y >= 0`.
+#[inline(always)]
+fn with_sign_of(y: f32, x: f32) -> f32 {
+    f32::from_bits(y.to_bits() | (x.to_bits() & SIGN))
+}
+
+/// `erf(x)` within about 3e-7 absolutely: its Taylor series below 0.6 (where the other form
+/// loses digits to cancellation), Abramowitz and Stegun's 7.1.26 above.
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    const P: f32 = 0.327_591_1;
+    const A: [f32; 5] = [0.254_829_6, -0.284_496_74, 1.421_413_7, -1.453_152_1, 1.061_405_4];
+    // 2/sqrt(pi) (-1)^n / (n! (2n + 1)), n = 0..7.
+    const T: [f32; 8] = [
+        core::f32::consts::FRAC_2_SQRT_PI,
+        -0.376_126_4,
+        0.112_837_92,
+        -0.026_866_17,
+        0.005_223_977_6,
+        -8.548_326e-4,
+        1.205_533_3e-4,
+        -1.492_565e-5,
+    ];
+    let a = abs(x);
+    let t = 1.0 / (1.0 + P * a);
+    let poly = ((((A[4] * t + A[3]) * t + A[2]) * t + A[1]) * t + A[0]) * t;
+    let large = 1.0 - poly * exp(-a * a);
+    let z = a * a;
+    let series = a * (T[0] + z * (T[1] + z * (T[2] + z * (T[3] + z * (T[4] + z * (T[5] + z * (T[6] + z * T[7])))))));
+    with_sign_of(if a < 0.6 { series } else { large }, x)
+}
+
+/// `tanh(x) = (1 - e^-2|x|) / (1 + e^-2|x|)` with the sign of `x`.
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    let e = exp(-2.0 * abs(x));
+    with_sign_of((1.0 - e) / (1.0 + e), x)
+}
+
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + exp(-x))
+}
+
+/// GELU, tanh form: `0.5 x (1 + tanh(u)) = x / (1 + e^-2u)` with
+/// `u = sqrt(2/pi) (x + 0.044715 x^3)`: one exponential, no cancellation.
+#[inline(always)]
+pub fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = core::f32::consts::FRAC_2_SQRT_PI * core::f32::consts::FRAC_1_SQRT_2;
+    let u = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+    x / (1.0 + exp(-2.0 * u))
+}
+
+/// GELU, exact form: `0.5 x (1 + erf(x / sqrt 2))`.
+#[inline(always)]
+pub fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * core::f32::consts::FRAC_1_SQRT_2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Relative error of `f` against `reference` (absolute below `floor`).
+    fn worst(f: fn(f32) -> f32, reference: fn(f64) -> f64, lo: f32, hi: f32, floor: f64) -> f64 {
+        let steps = if cfg!(miri) { 200 } else { 200_000 };
+        (0..=steps)
+            .map(|i| {
+                let x = lo + (hi - lo) * (i as f32 / steps as f32);
+                let (got, want) = (f64::from(f(x)), reference(f64::from(x)));
+                (got - want).abs() / want.abs().max(floor)
+            })
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn exp_is_within_a_few_ulp() {
+        assert!(worst(exp, libm::exp, -87.0, 88.0, 0.0) < 4e-7);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp(-200.0), 0.0);
+        assert_eq!(exp(f32::INFINITY), f32::INFINITY);
+        assert_eq!(exp(100.0), f32::INFINITY);
+        assert!(exp(f32::NAN).is_nan());
+        assert_eq!(exp(0.0), 1.0);
+        // Subnormal results are flushed to zero.
+        assert_eq!(exp(-87.4), 0.0);
+        assert!(exp(-87.3) > 0.0);
+    }
+
+    #[test]
+    fn erf_tanh_and_gelus_are_close_to_libm() {
+        assert!(worst(erf, libm::erf, -6.0, 6.0, 1.0) < 4e-7);
+        assert!(worst(tanh, libm::tanh, -20.0, 20.0, 1.0) < 3e-7);
+        let gelu_ref = |x: f64| 0.5 * x * (1.0 + libm::erf(x / core::f64::consts::SQRT_2));
+        assert!(worst(gelu_erf, gelu_ref, -150.0, 150.0, 1.0) < 3e-7);
+        let gelu_tanh_ref = |x: f64| {
+            let c = core::f64::consts::FRAC_2_SQRT_PI * core::f64::consts::FRAC_1_SQRT_2;
+            0.5 * x * (1.0 + libm::tanh(c * (x + 0.044715 * x * x * x)))
+        };
+        assert!(worst(gelu, gelu_tanh_ref, -150.0, 150.0, 1.0) < 3e-7);
+        assert!(worst(silu, |x| x / (1.0 + libm::exp(-x)), -150.0, 150.0, 1.0) < 3e-7);
+        for f in [erf, tanh, gelu, gelu_erf, silu, sigmoid] {
+            assert!(f(f32::NAN).is_nan());
+        }
+        assert_eq!(gelu(-1e30), 0.0);
+    }
+}
