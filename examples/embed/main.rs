@@ -124,7 +124,9 @@ fn run() -> Result<(), BoxError> {
     check_model(&args)?;
     if let Some((out, dtype)) = &args.convert {
         let n = convert(&args.model, out, *dtype)?;
-        println!("wrote {} ({n} tensors, matrices as {dtype})", out.display());
+        let mix = if dtype.is_quantized() { " (attention q/k/v and FFN up in f16)" } else { "" };
+        let mb = std::fs::metadata(out).map_or(0.0, |m| m.len() as f64 / 1e6);
+        println!("wrote {} ({n} tensors, matrices as {dtype}{mix}, {mb:.1} MB)", out.display());
         return Ok(());
     }
     if args.sentences.is_empty() {

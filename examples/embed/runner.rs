@@ -206,7 +206,8 @@ pub fn tokenize(
 }
 
 /// Writes `model`'s weights to `out` as GGUF: the matrices that matrix products and row
-/// lookups read in `dtype` (where rows fit its blocks), everything else in f32. Returns the
+/// lookups read in `dtype` (where rows fit its blocks; with a quantized `dtype`, a few
+/// sensitive ones in f16, see [`bert::converted_type`]), everything else in f32. Returns the
 /// number of tensors written.
 pub fn convert(model: &Path, out: &Path, dtype: DType) -> std::result::Result<usize, Box<dyn std::error::Error>> {
     let file = ModelFile::open(model)?;
@@ -223,7 +224,10 @@ pub fn convert(model: &Path, out: &Path, dtype: DType) -> std::result::Result<us
     for (name, _, _) in &shapes.weights {
         let t = file.tensor(name).ok_or_else(|| format!("{} has no tensor '{name}'", model.display()))?;
         let values = tessera::convert::to_f32_vec(t.dtype, file.data(t));
-        let target = if bert::is_quantizable(name) && t.ne[0] % dtype.block_len() == 0 { dtype } else { DType::F32 };
+        let target = match bert::converted_type(name, dtype) {
+            q if t.ne[0] % q.block_len() != 0 => DType::F32,
+            q => q,
+        };
         let bytes = tessera::convert::to_bytes(target, &values)?;
         let dims: Vec<usize> = if t.ne[1] > 1 { vec![t.ne[0], t.ne[1]] } else { vec![t.ne[0]] };
         w.add_tensor(name, target, &dims, &bytes)?;
