@@ -145,21 +145,30 @@ fn run() -> Result<(), BoxError> {
     let tokens = tokenize(&args.tokenizer, &args.sentences, MAX_TOKENS)?;
     let n_tokens: usize = tokens.iter().map(Vec::len).sum();
     let mut embeddings = embedder.embed(&tokens)?;
-    let mut times = Vec::new();
-    for _ in 0..args.repeat {
+    // Per run: the whole `embed` call, its graph building and allocation, its compute.
+    let (mut total, mut prepare, mut compute) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.repeat.max(1) {
         let start = Instant::now();
         embeddings = embedder.embed(&tokens)?;
-        times.push(start.elapsed().as_secs_f64());
+        total.push(start.elapsed().as_secs_f64());
+        prepare.push(embedder.timing().prepare.as_secs_f64());
+        compute.push(embedder.timing().compute.as_secs_f64());
     }
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let runs = total.len();
+    let (total, prepare, compute) = (median(&mut total), median(&mut prepare), median(&mut compute));
     let splits = embedder.scheduler().plan().map_or(0, |p| p.splits.len());
     eprintln!(
-        "embedded {} sentences ({n_tokens} tokens, {splits} split(s)) in {:.1} ms (median of {} after a warm-up), {:.0} tokens/s",
+        "embedded {} sentences ({n_tokens} tokens, {splits} split(s)) in {:.1} ms (median of {runs} after a warm-up; \
+         graph and allocation {:.1} ms, compute {:.1} ms), {:.0} tokens/s",
         embeddings.len(),
-        median * 1e3,
-        times.len(),
-        n_tokens as f64 / median
+        total * 1e3,
+        prepare * 1e3,
+        compute * 1e3,
+        n_tokens as f64 / total
     );
     for (s, e) in args.sentences.iter().zip(&embeddings) {
         let head: Vec<String> = e.iter().take(6).map(|v| format!("{v:+.5}")).collect();

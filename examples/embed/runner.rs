@@ -2,6 +2,7 @@
 //! each module on. Shared by the `embed` example and the MiniLM tests.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use tessera::models::bert::{self, BertConfig, BertGraph, Layout, Module};
 use tessera::registry::{extension, Extension};
@@ -27,6 +28,16 @@ pub struct Embedder {
     /// Weights of each module, where its params live.
     stores: Vec<WeightStore>,
     sched: Scheduler,
+    timing: Timing,
+}
+
+/// Where the time of the last [`Embedder::embed`] went.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    /// Building the graph, binding the weights, planning and allocating it, setting the inputs.
+    pub prepare: Duration,
+    /// Running the graph and reading the embeddings back.
+    pub compute: Duration,
 }
 
 /// The model's shape, read from the tensor shapes (and the head count from the metadata
@@ -111,7 +122,7 @@ impl Embedder {
             backends.push(b);
         }
         let sched = Scheduler::new(backends, SchedulerOptions::default())?;
-        Ok(Embedder { config, file, placement, devices: set, stores, sched })
+        Ok(Embedder { config, file, placement, devices: set, stores, sched, timing: Timing::default() })
     }
 
     /// "embed: CPU (params CPU), encoder: ..." for the user.
@@ -165,6 +176,7 @@ impl Embedder {
                 message: format!("sequence {i} has {} tokens; 1 to {} are allowed", lens[i], self.config.max_positions),
             });
         }
+        let start = Instant::now();
         let total: usize = lens.iter().sum();
         let (g, model) = self.graph(total, sequences.len())?;
         self.sched.alloc_graph(&g)?;
@@ -175,9 +187,16 @@ impl Embedder {
         sg.set_i32(model.positions, &inputs.positions)?;
         sg.set_f32(model.attention_mask, &inputs.attention_mask)?;
         sg.set_f32(model.pooling, &inputs.pooling)?;
+        let prepared = Instant::now();
         self.sched.compute()?;
         let out = self.sched.graph().ok_or(Error::Cancelled)?.get_f32(model.embeddings)?;
+        self.timing = Timing { prepare: prepared - start, compute: prepared.elapsed() };
         Ok(out.chunks(self.config.hidden).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Where the time of the last [`Embedder::embed`] went.
+    pub fn timing(&self) -> Timing {
+        self.timing
     }
 
     /// The scheduler (for its plan and buffers).
