@@ -8,7 +8,7 @@
 use tessera_core::{convert, BinaryOp, DType, RopeMode, UnaryOp};
 
 use super::lanes::{load, map, map_row, max, steps, store, sum, sum_row, zip, LANES, V};
-use super::math;
+use super::{math, quantize};
 
 /// `y = a op b` over rows of `n` values.
 ///
@@ -151,6 +151,12 @@ pub unsafe fn rms_norm(n: usize, x: *const f32, eps: f32, y: *mut f32) {
     map_row!(n, x, y, |v| map(v, |p| p * inv));
 }
 
+/// `a cos + b sin`, lane by lane.
+#[inline(always)]
+fn rotate(a: V, b: V, cos: V, sin: V) -> V {
+    zip(zip(a, cos, |p, q| p * q), zip(b, sin, |p, q| p * q), |p, q| p + q)
+}
+
 /// Rotates the first `n_dims` values of a row of `n` by a table from
 /// [`rope_table`](crate::fast::rope): `cos[i]`, then `sin[i]` at `table + n_dims`, already
 /// signed, so that `y[i] = x[i] cos[i] + x[partner(i)] sin[i]`; values from `n_dims` on are
@@ -168,7 +174,10 @@ pub unsafe fn rope(mode: RopeMode, n: usize, n_dims: usize, x: *const f32, table
             RopeMode::Normal => steps!(n_dims, |i, c| {
                 let v = load(x.add(i), c, 0.0);
                 // The partner of value 2k is 2k + 1 and the other way round; `i` is even.
-                let swapped: V = core::array::from_fn(|l| v[l ^ 1]);
+                let mut swapped: V = v;
+                for pair in swapped.chunks_exact_mut(2) {
+                    pair.swap(0, 1);
+                }
                 let r = zip(
                     zip(v, load(cos.add(i), c, 0.0), |p, q| p * q),
                     zip(swapped, load(sin.add(i), c, 0.0), |p, q| p * q),
@@ -180,11 +189,8 @@ pub unsafe fn rope(mode: RopeMode, n: usize, n_dims: usize, x: *const f32, table
                 let half = n_dims / 2;
                 steps!(half, |i, c| {
                     let (lo, hi) = (load(x.add(i), c, 0.0), load(x.add(half + i), c, 0.0));
-                    let rot = |a: V, b: V, at: usize| {
-                        let ca = zip(a, load(cos.add(at), c, 0.0), |p, q| p * q);
-                        zip(ca, zip(b, load(sin.add(at), c, 0.0), |p, q| p * q), |p, q| p + q)
-                    };
-                    let (new_lo, new_hi) = (rot(lo, hi, i), rot(hi, lo, half + i));
+                    let new_lo = rotate(lo, hi, load(cos.add(i), c, 0.0), load(sin.add(i), c, 0.0));
+                    let new_hi = rotate(hi, lo, load(cos.add(half + i), c, 0.0), load(sin.add(half + i), c, 0.0));
                     store(y.add(i), c, new_lo);
                     store(y.add(half + i), c, new_hi);
                 });
@@ -202,28 +208,41 @@ fn row_bytes(dtype: DType, n: usize) -> usize {
     n / dtype.block_len() * dtype.block_bytes()
 }
 
-/// Reads a row of `n` values of `dtype` into f32, with `tessera_core`'s conversions
-/// (inlined here, so vectorised for this instruction set).
+/// Reads a row of `n` values of `dtype` into f32: F16 here, the other types with
+/// `tessera_core`'s conversions (inlined here, so vectorised for this instruction set).
 ///
 /// # Safety
 /// `x` readable for the row's bytes, `y` writable for `n` f32, not overlapping; `n` a whole
 /// number of blocks.
 #[inline(always)]
 pub unsafe fn to_f32(dtype: DType, n: usize, x: *const u8, y: *mut f32) {
+    if dtype == DType::F16 {
+        // SAFETY: forwarded.
+        return unsafe { quantize::from_f16(n, x, y) };
+    }
     // SAFETY: the caller's guarantees, as slices.
     let (x, y) =
         unsafe { (core::slice::from_raw_parts(x, row_bytes(dtype, n)), core::slice::from_raw_parts_mut(y, n)) };
     convert::row_to_f32(dtype, x, y);
 }
 
-/// Writes a row of `n` f32 as `dtype` (quantizing), like [`to_f32`] the other way.
+/// Writes a row of `n` f32 as `dtype`: F16, Q8_0 and Q4_0 here (the same results as
+/// `tessera_core`'s), the other types with `tessera_core`'s conversions.
 ///
 /// # Safety
 /// As for [`to_f32`], with the roles swapped.
 #[inline(always)]
 pub unsafe fn from_f32(dtype: DType, n: usize, x: *const f32, y: *mut u8) {
-    // SAFETY: the caller's guarantees, as slices.
-    let (x, y) =
-        unsafe { (core::slice::from_raw_parts(x, n), core::slice::from_raw_parts_mut(y, row_bytes(dtype, n))) };
-    convert::row_from_f32(dtype, x, y);
+    // SAFETY (all arms): forwarded.
+    match dtype {
+        DType::F16 => unsafe { quantize::to_f16(n, x, y) },
+        DType::Q8_0 => unsafe { quantize::to_q8_0(n, x, y) },
+        DType::Q4_0 => unsafe { quantize::to_q4_0(n, x, y) },
+        _ => {
+            // SAFETY: the caller's guarantees, as slices.
+            let (x, y) =
+                unsafe { (core::slice::from_raw_parts(x, n), core::slice::from_raw_parts_mut(y, row_bytes(dtype, n))) };
+            convert::row_from_f32(dtype, x, y);
+        }
+    }
 }

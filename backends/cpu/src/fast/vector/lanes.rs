@@ -75,10 +75,18 @@ pub fn sum(v: V) -> f32 {
     w[0]
 }
 
-/// The largest lane, NaN lanes skipped.
+/// The largest lane (of lanes that are not NaN), compared pairwise in a tree like [`sum`].
 #[inline(always)]
 pub fn max(v: V) -> f32 {
-    v.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m })
+    let mut w = v;
+    let mut width = LANES / 2;
+    while width > 0 {
+        for i in 0..width {
+            w[i] = if w[i + width] > w[i] { w[i + width] } else { w[i] };
+        }
+        width /= 2;
+    }
+    w[0]
 }
 
 // The loops over a row are macros, not functions taking closures: a closure is a function of

@@ -116,6 +116,75 @@ pub fn gelu_erf(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * core::f32::consts::FRAC_1_SQRT_2))
 }
 
+/// The IEEE half-precision bits of `x` (in the low 16 bits), rounded to nearest even like
+/// `half::f16::from_f32`: overflow gives infinity, NaN a quiet NaN, values below the smallest
+/// normal half a subnormal half.
+#[inline(always)]
+pub fn f16_bits(x: f32) -> u32 {
+    let bits = x.to_bits();
+    let sign = (bits >> 16) & 0x8000;
+    let a = bits & !SIGN;
+    // At or above 65536 (the half range ends at 65520 after rounding): infinity, or NaN.
+    let special = if a > 0x7f80_0000 { 0x7e00 } else { 0x7c00 };
+    // Below 2^-14 the half is subnormal: adding 0.5 puts the value's bits where the float
+    // adder rounds them (to nearest even) into the low mantissa bits.
+    let subnormal = (f32::from_bits(a) + 0.5).to_bits().wrapping_sub(0x3f00_0000);
+    // Normal: rebias the exponent (-112 << 23) and round the 13 dropped bits to nearest even.
+    let odd = (a >> 13) & 1;
+    let normal = a.wrapping_add(0xc800_0fff).wrapping_add(odd) >> 13;
+    let h = if a >= 0x4780_0000 {
+        special
+    } else if a < 0x3880_0000 {
+        subnormal
+    } else {
+        normal
+    };
+    h | sign
+}
+
+/// The f32 value of the half-precision bits `h` (exact).
+#[inline(always)]
+pub fn f16_value(h: u32) -> f32 {
+    const EXP: u32 = 0x7c00 << 13;
+    let shifted = (h & 0x7fff) << 13;
+    let exp = shifted & EXP;
+    // Rebias the exponent (+112 << 23); infinity and NaN need the rest of the way to 255.
+    let o = shifted.wrapping_add(0x3800_0000);
+    let special = o.wrapping_add(0x3800_0000);
+    // Zero and subnormal halves: renormalise by subtracting 2^-14 in float arithmetic.
+    let subnormal = (f32::from_bits(o.wrapping_add(0x0080_0000)) - f32::from_bits(0x3880_0000)).to_bits();
+    let r = if exp == EXP {
+        special
+    } else if exp == 0 {
+        subnormal
+    } else {
+        o
+    };
+    f32::from_bits(r | ((h & 0x8000) << 16))
+}
+
+/// `x` truncated toward zero, saturating at `±2^30`; NaN gives 0. (Rust's `as` saturates
+/// too, but LLVM checks each lane for NaN and overflow one at a time; clamping first lets it
+/// use one vector conversion.)
+#[inline(always)]
+pub fn trunc_i32(x: f32) -> i32 {
+    const LIMIT: f32 = (1 << 30) as f32;
+    let x = if x > LIMIT { LIMIT } else { x };
+    let x = if x < -LIMIT { -LIMIT } else { x };
+    let x = if x.is_nan() { 0.0 } else { x };
+    // SAFETY: `x` is finite and within the i32 range.
+    unsafe { x.to_int_unchecked::<i32>() }
+}
+
+/// `x` rounded to the nearest integer, halfway cases away from zero (like `roundf`), for
+/// `|x| < 2^30`; NaN gives 0.
+#[inline(always)]
+pub fn round_away(x: f32) -> i32 {
+    let t = trunc_i32(x);
+    let frac = x - t as f32;
+    t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +231,33 @@ mod tests {
             assert!(f(f32::NAN).is_nan());
         }
         assert_eq!(gelu(-1e30), 0.0);
+    }
+
+    #[test]
+    fn half_conversions_match_the_half_crate_for_every_half() {
+        for h in (0..=u16::MAX).step_by(if cfg!(miri) { 97 } else { 1 }) {
+            let v = half::f16::from_bits(h);
+            let got = f16_value(u32::from(h));
+            assert!(got.to_bits() == v.to_f32().to_bits() || (got.is_nan() && v.is_nan()), "{h:#x}");
+            if !v.is_nan() {
+                // Every half converts back to itself, and midpoints round like `half`.
+                assert_eq!(f16_bits(got), u32::from(h), "{h:#x}");
+                let next = f32::from_bits(got.to_bits() + 1);
+                assert_eq!(f16_bits(next), u32::from(half::f16::from_f32(next).to_bits()), "{h:#x}+");
+            }
+        }
+        for x in [65519.0f32, 65520.0, 1e10, f32::INFINITY, 5.9604645e-8, 2.9802322e-8, 1e-30] {
+            assert_eq!(f16_bits(x), u32::from(half::f16::from_f32(x).to_bits()), "{x}");
+            assert_eq!(f16_bits(-x), u32::from(half::f16::from_f32(-x).to_bits()), "-{x}");
+        }
+        assert_eq!(f16_bits(f32::NAN) & 0x7e00, 0x7e00);
+    }
+
+    #[test]
+    fn round_away_is_roundf() {
+        for x in [0.5f32, -0.5, 1.5, -2.5, 0.49999997, 126.5, -127.49, 3.0, -0.0, 1e-8] {
+            assert_eq!(round_away(x) as f32, libm::roundf(x), "{x}");
+        }
+        assert_eq!(round_away(f32::NAN), 0);
     }
 }

@@ -6,6 +6,7 @@
 mod bodies;
 mod lanes;
 mod math;
+mod quantize;
 
 pub use bodies::has_unary;
 use tessera_core::{BinaryOp, DType, RopeMode, UnaryOp};
