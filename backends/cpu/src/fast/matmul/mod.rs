@@ -11,6 +11,8 @@ mod gemm;
 mod gemv;
 mod operands;
 mod qgemm;
+#[cfg(test)]
+mod tests;
 mod tile;
 
 use tessera_core::{DType, Error, Graph, Result, TensorId};
