@@ -64,7 +64,9 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
                     // SAFETY: column `j`'s slots inside block 0 of the panel.
                     q: unsafe { panel.add(j * QK) },
                     q_stride: qb_block_bytes(nr),
+                    // SAFETY: column `j`'s scale slot, after block 0's `nr * 32` values.
                     d: unsafe { panel.add(nr * QK + 4 * j) },
+                    // SAFETY: column `j`'s correction slot, after block 0's `nr` scales.
                     c: unsafe { panel.add(nr * (QK + 4) + 4 * j) },
                     dc_stride: qb_block_bytes(nr),
                 };

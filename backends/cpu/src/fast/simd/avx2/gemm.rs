@@ -49,7 +49,8 @@ pub unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: us
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
 pub unsafe fn load8(dtype: DType, row: *const u8, k: usize) -> __m256 {
-    // SAFETY (all arms): values `k..k + 8` lie inside the row.
+    // SAFETY: values `k..k + 8` lie inside the row (every arm loads those, and only those);
+    // the caller guarantees AVX2 and F16C.
     unsafe {
         match dtype {
             DType::F16 => _mm256_cvtph_ps(_mm_loadu_si128(row.add(2 * k).cast())),

@@ -55,7 +55,8 @@ pub unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: us
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
 pub unsafe fn load16(dtype: DType, row: *const u8, k: usize, mask: __mmask16) -> __m512 {
-    // SAFETY (all arms): masked loads touch only the lanes in `mask`, inside the row.
+    // SAFETY: every arm's masked load touches only the lanes in `mask`, which lie inside the
+    // row; the caller guarantees AVX-512F/BW/VL.
     unsafe {
         match dtype {
             DType::F16 => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row.add(2 * k).cast())),

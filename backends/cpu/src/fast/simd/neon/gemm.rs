@@ -68,7 +68,8 @@ pub fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
 #[target_feature(enable = "neon")]
 #[inline]
 pub unsafe fn load4(dtype: DType, row: *const u8, k: usize) -> float32x4_t {
-    // SAFETY (all arms): values `k..k + 4` lie inside the row.
+    // SAFETY: values `k..k + 4` lie inside the row (every arm loads those, and only those);
+    // the caller guarantees NEON.
     unsafe {
         match dtype {
             DType::F16 => f16x4_to_f32(vld1_u16(row.add(2 * k).cast())),

@@ -22,10 +22,12 @@ pub unsafe fn bytes<const N: usize>(p: *const u8) -> [u8; N] {
 /// The row must hold at least `k + 1` values of `dtype`.
 #[inline(always)]
 pub unsafe fn float_at(dtype: DType, row: *const u8, k: usize) -> f32 {
-    // SAFETY (all arms): value `k` lies inside the row, as the caller guarantees.
     match dtype {
+        // SAFETY: value `k` (4 bytes at `4 * k`) lies inside the row, as the caller guarantees.
         DType::F32 => f32::from_le_bytes(unsafe { bytes(row.add(4 * k)) }),
+        // SAFETY: value `k` (2 bytes at `2 * k`) lies inside the row, as the caller guarantees.
         DType::F16 => f16::from_le_bytes(unsafe { bytes(row.add(2 * k)) }).to_f32(),
+        // SAFETY: as for F16.
         DType::BF16 => bf16::from_le_bytes(unsafe { bytes(row.add(2 * k)) }).to_f32(),
         // The drivers send only float types here.
         _ => 0.0,
