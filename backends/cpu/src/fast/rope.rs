@@ -1,7 +1,7 @@
 //! ROPE on the vectorised row kernels. The angles depend on the position and the pair only,
-//! so each thread computes the cosines and sines of one position once (with the reference
-//! kernel's formula, so the rotated values are bitwise the reference's) and applies them to
-//! every head: work items are positions.
+//! so each thread computes the cosines and sines of one position once (the angles with the
+//! reference kernel's formula, their sines and cosines with the vectorised `sin_cos`) and
+//! applies them to every head: work items are positions.
 
 use tessera_core::{DType, Graph, Result, RopeMode, RopeParams, TensorId};
 
@@ -57,18 +57,20 @@ pub fn rope(
     let positions = Positions { ptr: pos.ptr(), stride: pos.nb[0] };
     let half = n_dims / 2;
     let threads = threads_for_values(team.threads(), d.rows() * n);
-    // Per thread: the table (cos, then sin, `n_dims` each) and `freq_base^(-2k / n_dims)`.
-    let regions = memory.reserve(0, (2 * n_dims + half) * 4, threads)?;
+    // Per thread: the table (cos, then sin, `n_dims` each), `freq_base^(-2k / n_dims)`, and
+    // the angles' sines and cosines (`half` each).
+    let regions = memory.reserve(0, (2 * n_dims + 3 * half) * 4, threads)?;
     let items = a.ne[2] * a.ne[3];
     let next = WorkCounter::new();
     let kernel = kernels.rows.rope;
     team.run(threads, &|w| {
         let table = regions.private(w.ith).cast::<f32>();
-        // SAFETY: the private region holds `2 n_dims + half` f32, this thread's alone.
-        let (table, powers) = unsafe {
+        // SAFETY: the private region holds `2 n_dims + 3 half` f32, this thread's alone.
+        let (table, powers, sines) = unsafe {
             (
                 core::slice::from_raw_parts_mut(table, 2 * n_dims),
                 core::slice::from_raw_parts_mut(table.add(2 * n_dims), half),
+                core::slice::from_raw_parts_mut(table.add(2 * n_dims + half), 2 * half),
             )
         };
         for (k, power) in powers.iter_mut().enumerate() {
@@ -77,7 +79,14 @@ pub fn rope(
         while let Some(item) = next.next(items) {
             let (i2, i3) = (item % a.ne[2], item / a.ne[2]);
             let position = positions.get(i2);
-            fill_table(p.mode, p.freq_scale * position, powers, table);
+            let (sin, cos) = sines.split_at_mut(half);
+            let scaled = p.freq_scale * position;
+            for (theta, &power) in sin.iter_mut().zip(powers.iter()) {
+                *theta = scaled * power;
+            }
+            // SAFETY: `half` angles in `sin`, overwritten by their sines; `half` cosines.
+            unsafe { (kernels.rows.sin_cos)(half, sin.as_ptr(), sin.as_mut_ptr(), cos.as_mut_ptr()) };
+            fill_table(p.mode, sin, cos, table);
             for i1 in 0..a.ne[1] {
                 // SAFETY: rows of `n` values and a table of `2 n_dims`; this item alone
                 // writes the rows of position `(i2, i3)`.
@@ -88,16 +97,13 @@ pub fn rope(
     Ok(true)
 }
 
-/// The cosines and signed sines for the angles `scaled_position * powers[k]`, laid out so that
-/// value `i` of a row is rotated as `x[i] cos[i] + x[partner(i)] sin[i]` (see the ROPE row
-/// kernel).
-fn fill_table(mode: RopeMode, scaled_position: f32, powers: &[f32], table: &mut [f32]) {
+/// The cosines and signed sines of the angles of one position, laid out so that value `i` of
+/// a row is rotated as `x[i] cos[i] + x[partner(i)] sin[i]` (see the ROPE row kernel).
+fn fill_table(mode: RopeMode, sines: &[f32], cosines: &[f32], table: &mut [f32]) {
     let n_dims = table.len() / 2;
     let half = n_dims / 2;
     let (cos, sin) = table.split_at_mut(n_dims);
-    for (k, &power) in powers.iter().enumerate() {
-        let theta = scaled_position * power;
-        let (s, c) = (libm::sinf(theta), libm::cosf(theta));
+    for (k, (&s, &c)) in sines.iter().zip(cosines).enumerate() {
         let (first, second) = match mode {
             RopeMode::Normal => (2 * k, 2 * k + 1),
             RopeMode::Neox => (k, k + half),

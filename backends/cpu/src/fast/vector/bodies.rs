@@ -167,7 +167,7 @@ fn rotate(a: V, b: V, cos: V, sin: V) -> V {
 /// `2 n_dims` f32; `n_dims <= n` and even.
 #[inline(always)]
 pub unsafe fn rope(mode: RopeMode, n: usize, n_dims: usize, x: *const f32, table: *const f32, y: *mut f32) {
-    // SAFETY (whole body): every offset below is inside the row or the table.
+    // SAFETY: every offset in the body below is inside the row or the table.
     unsafe {
         let (cos, sin) = (table, table.add(n_dims));
         match mode {
@@ -233,10 +233,12 @@ pub unsafe fn to_f32(dtype: DType, n: usize, x: *const u8, y: *mut f32) {
 /// As for [`to_f32`], with the roles swapped.
 #[inline(always)]
 pub unsafe fn from_f32(dtype: DType, n: usize, x: *const f32, y: *mut u8) {
-    // SAFETY (all arms): forwarded.
     match dtype {
+        // SAFETY: the caller's guarantees are the quantizer's.
         DType::F16 => unsafe { quantize::to_f16(n, x, y) },
+        // SAFETY: as for F16.
         DType::Q8_0 => unsafe { quantize::to_q8_0(n, x, y) },
+        // SAFETY: as for F16.
         DType::Q4_0 => unsafe { quantize::to_q4_0(n, x, y) },
         _ => {
             // SAFETY: the caller's guarantees, as slices.
@@ -245,4 +247,25 @@ pub unsafe fn from_f32(dtype: DType, n: usize, x: *const f32, y: *mut u8) {
             convert::row_from_f32(dtype, x, y);
         }
     }
+}
+
+/// `sin[i], cos[i] = sin(theta[i]), cos(theta[i])` for `n` angles.
+///
+/// # Safety
+/// `theta` readable, `sin` and `cos` writable for `n` f32 (`sin` or `cos` may be `theta`).
+#[inline(always)]
+pub unsafe fn sin_cos(n: usize, theta: *const f32, sin: *mut f32, cos: *mut f32) {
+    steps!(n, |i, c| {
+        // SAFETY: values `i..i + c` of the three rows.
+        let t = unsafe { load(theta.add(i), c, 0.0) };
+        let (mut s, mut k) = ([0.0; LANES], [0.0; LANES]);
+        for l in 0..LANES {
+            (s[l], k[l]) = math::sin_cos(t[l]);
+        }
+        // SAFETY: as above.
+        unsafe {
+            store(sin.add(i), c, s);
+            store(cos.add(i), c, k);
+        }
+    });
 }

@@ -185,6 +185,30 @@ pub fn round_away(x: f32) -> i32 {
     t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)
 }
 
+/// `(sin x, cos x)` within about 1e-7 (absolutely) for `|x| < 2^24`: `x = j pi/2 + r`
+/// reduced in f64 (two-part pi/2, exact products for `|j| < 2^20`), then Cephes' `sinf` and
+/// `cosf` polynomials on `|r| <= pi/4` and the quadrant `j mod 4`.
+#[inline(always)]
+pub fn sin_cos(x: f32) -> (f32, f32) {
+    const ROUNDER: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+    const PIO2_HI: f64 = 1.570_796_326_734_125_6;
+    const PIO2_LO: f64 = 6.077_100_506_506_192e-11;
+    const S: [f32; 3] = [-1.666_665_5e-1, 8.332_161e-3, -1.951_529_6e-4];
+    const C: [f32; 3] = [4.166_664_6e-2, -1.388_731_6e-3, 2.443_315_7e-5];
+    let xd = f64::from(x);
+    let t = xd * core::f64::consts::FRAC_2_PI + ROUNDER;
+    let quadrant = t.to_bits() as u32 & 3;
+    let j = t - ROUNDER;
+    let r = (xd - j * PIO2_HI - j * PIO2_LO) as f32;
+    let z = r * r;
+    let s = r + r * z * (S[0] + z * (S[1] + z * S[2]));
+    let c = 1.0 - 0.5 * z + z * z * (C[0] + z * (C[1] + z * C[2]));
+    let (s, c) = if quadrant & 1 == 0 { (s, c) } else { (c, s) };
+    let s = if quadrant & 2 == 0 { s } else { -s };
+    let c = if (quadrant + 1) & 2 == 0 { c } else { -c };
+    (s, c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +275,19 @@ mod tests {
             assert_eq!(f16_bits(-x), u32::from(half::f16::from_f32(-x).to_bits()), "-{x}");
         }
         assert_eq!(f16_bits(f32::NAN) & 0x7e00, 0x7e00);
+    }
+
+    #[test]
+    fn sin_cos_is_close_to_libm() {
+        let steps = if cfg!(miri) { 300 } else { 300_000 };
+        for (lo, hi) in [(-4.0f32, 4.0f32), (-1e5, 1e5), (8e6, 1.6e7)] {
+            for i in 0..=steps {
+                let x = lo + (hi - lo) * (i as f32 / steps as f32);
+                let (s, c) = sin_cos(x);
+                let (ws, wc) = (libm::sin(f64::from(x)), libm::cos(f64::from(x)));
+                assert!((f64::from(s) - ws).abs() < 2e-7 && (f64::from(c) - wc).abs() < 2e-7, "{x}: {s} {c}");
+            }
+        }
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub type Norm = unsafe fn(n: usize, x: *const f32, eps: f32, y: *mut f32);
 /// ROPE of a row of `n` values, the first `n_dims` rotated by a precomputed table.
 pub type Rope = unsafe fn(mode: RopeMode, n: usize, n_dims: usize, x: *const f32, table: *const f32, y: *mut f32);
 
+/// `sin[i], cos[i]` of `n` angles `theta[i]`.
+pub type SinCos = unsafe fn(n: usize, theta: *const f32, sin: *mut f32, cos: *mut f32);
 /// Reads a row of `n` values of a type into f32 (dequantizing).
 pub type ToF32 = unsafe fn(dtype: DType, n: usize, x: *const u8, y: *mut f32);
 /// Writes a row of `n` f32 as a type (quantizing).
@@ -40,6 +42,7 @@ pub struct RowKernels {
     pub norm: Norm,
     pub rms_norm: Norm,
     pub rope: Rope,
+    pub sin_cos: SinCos,
     pub to_f32: ToF32,
     pub from_f32: FromF32,
 }
@@ -85,6 +88,11 @@ macro_rules! row_kernels {
                 unsafe { bodies::rope(mode, n, n_dims, x, table, y) }
             }
             $(#[target_feature(enable = $features)])?
+            unsafe fn sin_cos(n: usize, theta: *const f32, sin: *mut f32, cos: *mut f32) {
+                // SAFETY: as above.
+                unsafe { bodies::sin_cos(n, theta, sin, cos) }
+            }
+            $(#[target_feature(enable = $features)])?
             unsafe fn to_f32(dtype: DType, n: usize, x: *const u8, y: *mut f32) {
                 // SAFETY: as above.
                 unsafe { bodies::to_f32(dtype, n, x, y) }
@@ -94,7 +102,7 @@ macro_rules! row_kernels {
                 // SAFETY: as above.
                 unsafe { bodies::from_f32(dtype, n, x, y) }
             }
-            RowKernels { binary, binary_scalar, unary, soft_max, norm, rms_norm, rope, to_f32, from_f32 }
+            RowKernels { binary, binary_scalar, unary, soft_max, norm, rms_norm, rope, sin_cos, to_f32, from_f32 }
         };
     };
 }
