@@ -118,7 +118,11 @@ pub unsafe fn soft_max(n: usize, x: *const f32, mask: *const f32, scale: f32, y:
     let mut total = [0.0; LANES];
     steps!(n, |i, c| {
         // SAFETY: values `i..i + c` of `y`; padding lanes are -inf, whose exponential is 0.
-        let e = map(unsafe { load(y.add(i), c, f32::NEG_INFINITY) }, |p| math::exp(p - top));
+        let v = unsafe { load(y.add(i), c, f32::NEG_INFINITY) };
+        // Masked-out steps (all -inf: most of a causal or block-diagonal mask) are zeros
+        // without computing their exponentials.
+        let masked = v.iter().fold(true, |all, &p| all & (p == f32::NEG_INFINITY));
+        let e = if masked { [0.0; LANES] } else { map(v, |p| math::exp(p - top)) };
         // SAFETY: as above.
         unsafe { store(y.add(i), c, e) };
         total = zip(total, e, |a, b| a + b);
