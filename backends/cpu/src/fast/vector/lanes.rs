@@ -99,8 +99,19 @@ pub fn max(v: V) -> f32 {
 /// loops. An empty assembly block is opaque to the loop vectoriser and costs no instruction.
 #[inline(always)]
 pub fn step_barrier() {
-    // Miri cannot run inline assembly; it needs no barrier either.
-    #[cfg(not(miri))]
+    // Miri cannot run inline assembly and needs no barrier; other architectures than these
+    // have no stable `asm!` (their loops go without the barrier).
+    #[cfg(all(
+        not(miri),
+        any(
+            target_arch = "x86",
+            target_arch = "x86_64",
+            target_arch = "arm",
+            target_arch = "aarch64",
+            target_arch = "riscv32",
+            target_arch = "riscv64"
+        )
+    ))]
     // SAFETY: an empty block: no instructions, no memory, no registers, no flags.
     unsafe {
         core::arch::asm!("", options(nomem, nostack, preserves_flags))
