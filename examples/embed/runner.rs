@@ -95,7 +95,7 @@ impl Embedder {
         // The weights each module declares, placed where its params live.
         let mut probe = Graph::new();
         let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
-        let shapes = bert::build(&mut probe, &config, &dtype_of, Layout::packed(1, 1))?;
+        let shapes = bert::build(&mut probe, &config, &dtype_of, Layout::packed(&[1]))?;
         let mut stores = Vec::new();
         for m in Module::ALL {
             let specs: Vec<WeightSpec> = shapes
@@ -139,11 +139,11 @@ impl Embedder {
 
     /// Builds the graph for sequences of `lens` tokens packed in one row, weights bound and
     /// every node pinned to its module's device.
-    fn graph(&mut self, total: usize, n: usize) -> Result<(Graph, BertGraph)> {
+    fn graph(&mut self, lens: &[usize]) -> Result<(Graph, BertGraph)> {
         let mut g = Graph::new();
         let file = &self.file;
         let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
-        let model = bert::build(&mut g, &self.config, &dtype_of, Layout::packed(total, n))?;
+        let model = bert::build(&mut g, &self.config, &dtype_of, Layout::packed(lens))?;
         for (name, module, id) in &model.weights {
             let data = self.stores[module.index()].get(name).ok_or_else(|| Error::File {
                 path: self.file.path().display().to_string(),
@@ -177,8 +177,7 @@ impl Embedder {
             });
         }
         let start = Instant::now();
-        let total: usize = lens.iter().sum();
-        let (g, model) = self.graph(total, sequences.len())?;
+        let (g, model) = self.graph(&lens)?;
         self.sched.alloc_graph(&g)?;
         let inputs = bert::packed_inputs(&lens);
         let ids: Vec<i32> = sequences.iter().flatten().map(|&t| t as i32).collect();
@@ -186,6 +185,10 @@ impl Embedder {
         sg.set_i32(model.token_ids, &ids)?;
         sg.set_i32(model.positions, &inputs.positions)?;
         sg.set_f32(model.attention_mask, &inputs.attention_mask)?;
+        if let (Some(gather), Some(scatter)) = (model.attention_gather, model.attention_scatter) {
+            sg.set_i32(gather, &inputs.attention_gather)?;
+            sg.set_i32(scatter, &inputs.attention_scatter)?;
+        }
         sg.set_f32(model.pooling, &inputs.pooling)?;
         let prepared = Instant::now();
         self.sched.compute()?;
@@ -232,7 +235,7 @@ pub fn convert(model: &Path, out: &Path, dtype: DType) -> std::result::Result<us
     let file = ModelFile::open(model)?;
     let config = config_of(&file)?;
     let mut probe = Graph::new();
-    let shapes = bert::build(&mut probe, &config, &|_: &str| DType::F32, Layout::packed(1, 1))?;
+    let shapes = bert::build(&mut probe, &config, &|_: &str| DType::F32, Layout::packed(&[1]))?;
     let mut w = GgufWriter::new();
     w.add_string("general.architecture", "bert");
     w.add_u32("bert.block_count", config.layers as u32);

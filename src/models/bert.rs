@@ -2,8 +2,11 @@
 //! post-norm transformer layers, and masked mean pooling with L2 normalisation.
 //!
 //! Tokens are laid out in `rows` rows of `tokens` each. A row holds one padded sequence, or
-//! several sequences packed one after another (no padding): the attention mask keeps each
-//! sequence to itself, and the pooling matrix averages each sequence's tokens.
+//! several sequences packed one after another (no padding), and the pooling matrix averages
+//! each sequence's tokens. Packed sequences share every layer but attention: for it their
+//! queries, keys and values are gathered (GET_ROWS) into one padded block per sequence, so
+//! that attention costs the sum of the squared lengths rather than the square of their total,
+//! and the results are gathered back into the packed order.
 //!
 //! Weights are leafs named as in the Hugging Face checkpoints ("encoder.layer.0.output.dense.weight")
 //! so a loader can bind them by name. Linear weights are `[in, out]` in tessera's order (the
@@ -77,23 +80,30 @@ impl Module {
 }
 
 /// How tokens are laid out: `rows` rows of `tokens` tokens, each row holding
-/// `seqs_per_row` sequences.
+/// `seqs_per_row` sequences; packed sequences attend in blocks of `longest` tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub tokens: usize,
     pub rows: usize,
     pub seqs_per_row: usize,
+    /// The longest packed sequence (0 for the padded layout).
+    pub longest: usize,
 }
 
 impl Layout {
-    /// All sequences packed into one row of `total_tokens` tokens.
-    pub const fn packed(total_tokens: usize, sequences: usize) -> Layout {
-        Layout { tokens: total_tokens, rows: 1, seqs_per_row: sequences }
+    /// Sequences of lengths `lens` packed into one row.
+    pub fn packed(lens: &[usize]) -> Layout {
+        let longest = lens.iter().copied().max().unwrap_or(0);
+        Layout { tokens: lens.iter().sum(), rows: 1, seqs_per_row: lens.len(), longest }
     }
 
     /// `batch` sequences of (at most) `tokens` tokens, one per row.
     pub const fn padded(tokens: usize, batch: usize) -> Layout {
-        Layout { tokens, rows: batch, seqs_per_row: 1 }
+        Layout { tokens, rows: batch, seqs_per_row: 1, longest: 0 }
+    }
+
+    fn is_packed(&self) -> bool {
+        self.longest > 0
     }
 }
 
@@ -103,9 +113,15 @@ pub struct BertGraph {
     pub token_ids: TensorId,
     /// I32 `[tokens * rows]`: each token's position in its own sequence.
     pub positions: TensorId,
-    /// F32 `[tokens, tokens, 1, rows]`: 0 where a query token may attend to a key token (same
-    /// sequence, not padding), -inf elsewhere.
+    /// F32 `[keys, queries, 1, blocks]`: 0 where a query may attend to a key, -inf elsewhere.
+    /// Padded layout: `[tokens, tokens, 1, rows]`, padding keys masked. Packed layout:
+    /// `[longest, longest, 1, sequences]`, one block per sequence, keys past its end masked.
     pub attention_mask: TensorId,
+    /// Packed layout only, I32 `[longest * sequences]`: the token at each slot of the
+    /// attention blocks (any token for slots past a sequence's end).
+    pub attention_gather: Option<TensorId>,
+    /// Packed layout only, I32 `[tokens]`: each token's slot in the attention blocks.
+    pub attention_scatter: Option<TensorId>,
     /// F32 `[tokens, seqs_per_row, rows]`: `1 / len(s)` where token t belongs to sequence s.
     pub pooling: TensorId,
     /// F32 `[hidden, seqs_per_row * rows]`: L2-normalised sentence embeddings.
@@ -209,11 +225,25 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
     let inputs_start = g.tensors().len() as u32;
     let token_ids = g.new_tensor(DType::I32, &[t * rows])?;
     let positions = g.new_tensor(DType::I32, &[t * rows])?;
-    let attention_mask = g.new_tensor(DType::F32, &[t, t, 1, rows])?;
+    // Attention blocks: `a` keys and queries each, `blocks` of them.
+    let (a, blocks) = if layout.is_packed() { (layout.longest, layout.seqs_per_row) } else { (t, rows) };
+    let attention_mask = g.new_tensor(DType::F32, &[a, a, 1, blocks])?;
     let pooling = g.new_tensor(DType::F32, &[t, layout.seqs_per_row, rows])?;
-    for (id, name) in
-        [(token_ids, "token_ids"), (positions, "positions"), (attention_mask, "attention_mask"), (pooling, "pooling")]
-    {
+    let mut inputs = alloc::vec![
+        (token_ids, "token_ids"),
+        (positions, "positions"),
+        (attention_mask, "attention_mask"),
+        (pooling, "pooling")
+    ];
+    let (attention_gather, attention_scatter) = if layout.is_packed() {
+        let gather = g.new_tensor(DType::I32, &[a * blocks])?;
+        let scatter = g.new_tensor(DType::I32, &[t])?;
+        inputs.extend([(gather, "attention_gather"), (scatter, "attention_scatter")]);
+        (Some(gather), Some(scatter))
+    } else {
+        (None, None)
+    };
+    for (id, name) in inputs {
         g.set_name(id, name)?;
         g.set_input(id)?;
     }
@@ -239,22 +269,41 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
     let scale = 1.0 / libm::sqrtf(head_dim as f32);
     for layer in 0..c.layers {
         let pre = format!("encoder.layer.{layer}");
-        // Self-attention, heads split as [head_dim, tokens, heads, rows].
+        // Self-attention in blocks of `a` tokens (rows, or packed sequences gathered into
+        // padded blocks), heads split as [head_dim, tokens, heads, blocks].
         let q = b.linear(&format!("{pre}.attention.self.query"), x, h, h)?;
         let k = b.linear(&format!("{pre}.attention.self.key"), x, h, h)?;
         let v = b.linear(&format!("{pre}.attention.self.value"), x, h, h)?;
-        let q = b.g.reshape(q, &[head_dim, heads, t, rows])?;
+        let [q, k, v] = match attention_gather {
+            Some(gather) => {
+                let mut gathered = [q, k, v];
+                for y in &mut gathered {
+                    let flat = b.g.reshape(*y, &[h, t])?;
+                    *y = b.g.get_rows(flat, gather)?; // [h, a * blocks]
+                }
+                gathered
+            }
+            None => [q, k, v],
+        };
+        let q = b.g.reshape(q, &[head_dim, heads, a, blocks])?;
         let q = b.g.permute(q, [0, 2, 1, 3])?;
-        let k = b.g.reshape(k, &[head_dim, heads, t, rows])?;
+        let k = b.g.reshape(k, &[head_dim, heads, a, blocks])?;
         let k = b.g.permute(k, [0, 2, 1, 3])?;
-        let v = b.g.reshape(v, &[head_dim, heads, t, rows])?;
+        let v = b.g.reshape(v, &[head_dim, heads, a, blocks])?;
         let v = b.g.permute(v, [1, 2, 0, 3])?;
-        let v = b.g.cont(v)?; // [tokens, head_dim, heads, rows]
-        let scores = b.g.mul_mat(k, q)?; // [keys, queries, heads, rows]
+        let v = b.g.cont(v)?; // [tokens, head_dim, heads, blocks]
+        let scores = b.g.mul_mat(k, q)?; // [keys, queries, heads, blocks]
         let probs = b.g.soft_max(scores, Some(attention_mask), scale)?;
-        let ctx = b.g.mul_mat(v, probs)?; // [head_dim, queries, heads, rows]
+        let ctx = b.g.mul_mat(v, probs)?; // [head_dim, queries, heads, blocks]
         let ctx = b.g.permute(ctx, [0, 2, 1, 3])?;
         let ctx = b.g.cont(ctx)?;
+        let ctx = match attention_scatter {
+            Some(scatter) => {
+                let flat = b.g.reshape(ctx, &[h, a * blocks])?;
+                b.g.get_rows(flat, scatter)? // [h, t]
+            }
+            None => ctx,
+        };
         let ctx = b.g.reshape(ctx, &[h, t, rows])?;
         let attn = b.linear(&format!("{pre}.attention.output.dense"), ctx, h, h)?;
         let attn = b.g.add(attn, x)?;
@@ -282,39 +331,57 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
     g.set_name(embeddings, "embeddings")?;
     g.set_output(embeddings)?;
     g.build_forward(embeddings)?;
-    Ok(BertGraph { token_ids, positions, attention_mask, pooling, embeddings, weights, module_tensors })
+    Ok(BertGraph {
+        token_ids,
+        positions,
+        attention_mask,
+        attention_gather,
+        attention_scatter,
+        pooling,
+        embeddings,
+        weights,
+        module_tensors,
+    })
 }
 
-/// The values of the packed inputs for sequences of the given lengths.
+/// The values of the inputs for sequences of the given lengths.
 pub struct PackedInputs {
     pub positions: Vec<i32>,
     pub attention_mask: Vec<f32>,
     pub pooling: Vec<f32>,
+    /// Packed layout only (empty otherwise): see [`BertGraph::attention_gather`].
+    pub attention_gather: Vec<i32>,
+    /// Packed layout only (empty otherwise): see [`BertGraph::attention_scatter`].
+    pub attention_scatter: Vec<i32>,
 }
 
-/// Positions, the block-diagonal attention mask and the pooling matrix for sequences of
-/// lengths `lens` packed one after another into one row ([`Layout::packed`]).
+/// Positions, the attention blocks' gather and scatter indices and mask, and the pooling
+/// matrix for sequences of lengths `lens` packed one after another into one row
+/// ([`Layout::packed`]).
 pub fn packed_inputs(lens: &[usize]) -> PackedInputs {
     let t: usize = lens.iter().sum();
+    let a = lens.iter().copied().max().unwrap_or(0);
     let mut positions = Vec::with_capacity(t);
-    let mut seq_of = Vec::with_capacity(t);
+    let mut attention_gather = alloc::vec![0i32; a * lens.len()];
+    let mut attention_scatter = Vec::with_capacity(t);
+    let mut attention_mask = alloc::vec![f32::NEG_INFINITY; a * a * lens.len()];
+    let mut pooling = alloc::vec![0.0f32; t * lens.len()];
+    let mut start = 0;
     for (s, &len) in lens.iter().enumerate() {
         positions.extend((0..len).map(|p| p as i32));
-        seq_of.extend(core::iter::repeat_n(s, len));
-    }
-    let mut attention_mask = alloc::vec![f32::NEG_INFINITY; t * t];
-    for q in 0..t {
-        for k in 0..t {
-            if seq_of[q] == seq_of[k] {
-                attention_mask[q * t + k] = 0.0;
-            }
+        for p in 0..len {
+            attention_gather[s * a + p] = (start + p) as i32;
+            attention_scatter.push((s * a + p) as i32);
+            pooling[s * t + start + p] = 1.0 / len as f32;
         }
+        // Every query slot (padding ones too, whose results are dropped) sees the keys of
+        // its own sequence.
+        for q in 0..a {
+            attention_mask[(s * a + q) * a..][..len].fill(0.0);
+        }
+        start += len;
     }
-    let mut pooling = alloc::vec![0.0f32; t * lens.len()];
-    for (tok, &s) in seq_of.iter().enumerate() {
-        pooling[s * t + tok] = 1.0 / lens[s] as f32;
-    }
-    PackedInputs { positions, attention_mask, pooling }
+    PackedInputs { positions, attention_mask, pooling, attention_gather, attention_scatter }
 }
 
 /// The same for sequences padded to `tokens` each, one per row ([`Layout::padded`]):
@@ -336,5 +403,5 @@ pub fn padded_inputs(lens: &[usize], tokens: usize) -> PackedInputs {
             pooling[r * tokens + tok] = 1.0 / len as f32;
         }
     }
-    PackedInputs { positions, attention_mask, pooling }
+    PackedInputs { positions, attention_mask, pooling, attention_gather: Vec::new(), attention_scatter: Vec::new() }
 }
