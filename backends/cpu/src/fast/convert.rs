@@ -72,6 +72,10 @@ pub fn get_rows(
 /// same type (I32 excepted). `Ok(false)`: another case, for the reference kernel.
 pub fn copy(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId) -> Result<bool> {
     let Some(src) = graph.tensor(id)?.src(0) else { return Ok(false) };
+    let source = HostTensor::new(graph, src, false, "CPU")?;
+    if RowTensor::of(&source).is_none() {
+        return copy_strided(team, &source, graph, id);
+    }
     let (Some(s), Some(d)) = (rows_of(graph, src, false)?, rows_of(graph, id, true)?) else { return Ok(false) };
     let kind = match (s.dtype, d.dtype) {
         (DType::I32, _) | (_, DType::I32) => return Ok(false),
@@ -96,6 +100,28 @@ pub fn copy(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId) -> 
                     Copy::Quantize => (rk.from_f32)(d.dtype, n, x.cast(), y),
                     Copy::Dequantize => (rk.to_f32)(s.dtype, n, x, y.cast()),
                 }
+            }
+        }
+    })?;
+    Ok(true)
+}
+
+/// CPY or CONT of f32 values with strided rows (a transposed or permuted source) into dense
+/// f32 rows of the same shape: each row gathered value by value.
+fn copy_strided(team: &mut Team, source: &HostTensor, graph: &Graph, id: TensorId) -> Result<bool> {
+    let (Some(s), Some(d)) = (RowTensor::strided_f32(source), rows_of(graph, id, true)?) else { return Ok(false) };
+    if d.dtype != DType::F32 || s.ne != d.ne || !apart(&s, &d) {
+        return Ok(false);
+    }
+    let (n, rows, stride) = (d.len(), d.rows(), s.value_stride());
+    team.run(threads_for_values(team.threads(), rows * n), &|w| {
+        for flat in w.share(rows) {
+            let (i1, i2, i3) = d.index(flat);
+            let (x, y) = (s.row(i1, i2, i3), d.row(i1, i2, i3));
+            for i in 0..n {
+                // SAFETY: value `i` of a source row (`stride` f32 apart) and of a destination
+                // row, apart; this thread alone writes row `flat`.
+                unsafe { *y.add(i) = *x.add(i * stride) };
             }
         }
     })?;

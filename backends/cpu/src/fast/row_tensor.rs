@@ -43,6 +43,18 @@ impl RowTensor {
         RowTensor::of(t).filter(|r| r.dtype == DType::F32)
     }
 
+    /// `t` as f32 rows whose values may be any whole number of f32 apart (transposed and
+    /// permuted views), or `None`.
+    pub fn strided_f32(t: &HostTensor) -> Option<RowTensor> {
+        let aligned = (t.ptr() as usize | t.nb[0] | t.nb[1] | t.nb[2] | t.nb[3]).is_multiple_of(4);
+        (t.dtype == DType::F32 && aligned).then_some(RowTensor { ptr: t.ptr(), dtype: t.dtype, ne: t.ne, nb: t.nb })
+    }
+
+    /// f32 values between consecutive values of a row.
+    pub fn value_stride(&self) -> usize {
+        self.nb[0] / 4
+    }
+
     /// Bytes of one row.
     pub fn row_bytes(&self) -> usize {
         self.ne[0] / self.dtype.block_len() * self.dtype.block_bytes()
@@ -51,8 +63,13 @@ impl RowTensor {
     /// The first and one-past-the-last address of the tensor's bytes.
     pub fn extent(&self) -> (usize, usize) {
         let last_row: usize = (1..4).map(|d| self.ne[d].saturating_sub(1) * self.nb[d]).sum();
+        let row_span = if self.dtype.is_quantized() {
+            self.row_bytes()
+        } else {
+            self.ne[0].saturating_sub(1) * self.nb[0] + self.dtype.block_bytes()
+        };
         let start = self.ptr as usize;
-        (start, start + last_row + self.row_bytes())
+        (start, start + last_row + row_span)
     }
 
     /// Values per row.

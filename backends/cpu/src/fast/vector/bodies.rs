@@ -220,9 +220,12 @@ fn row_bytes(dtype: DType, n: usize) -> usize {
 /// number of blocks.
 #[inline(always)]
 pub unsafe fn to_f32(dtype: DType, n: usize, x: *const u8, y: *mut f32) {
-    if dtype == DType::F16 {
+    match dtype {
+        // SAFETY: `n` f32 on each side, not overlapping.
+        DType::F32 => return unsafe { core::ptr::copy_nonoverlapping(x, y.cast::<u8>(), 4 * n) },
         // SAFETY: forwarded.
-        return unsafe { quantize::from_f16(n, x, y) };
+        DType::F16 => return unsafe { quantize::from_f16(n, x, y) },
+        _ => {}
     }
     // SAFETY: the caller's guarantees, as slices.
     let (x, y) =
@@ -238,6 +241,8 @@ pub unsafe fn to_f32(dtype: DType, n: usize, x: *const u8, y: *mut f32) {
 #[inline(always)]
 pub unsafe fn from_f32(dtype: DType, n: usize, x: *const f32, y: *mut u8) {
     match dtype {
+        // SAFETY: `n` f32 on each side, not overlapping.
+        DType::F32 => unsafe { core::ptr::copy_nonoverlapping(x.cast::<u8>(), y, 4 * n) },
         // SAFETY: the caller's guarantees are the quantizer's.
         DType::F16 => unsafe { quantize::to_f16(n, x, y) },
         // SAFETY: as for F16.
