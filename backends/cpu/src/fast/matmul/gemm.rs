@@ -6,6 +6,9 @@
 //! 2. Work items are blocks of `mc` weight rows by a range of column panels; a thread packs
 //!    its block's weights `KC` values at a time into `[KC][mr]` panels (converting F16/BF16
 //!    to f32 on the way) and runs the micro-kernel over every (column panel, row panel) pair.
+//!    When the columns are split over several items and the weights are small, the weights
+//!    are instead packed once, like the activations, in step 1 (`[K][mr]` panels, shared):
+//!    otherwise every item of a row block would pack the same weights again.
 //!
 //! Each output value is computed by one item: `KC`-long partial sums, started from zero and
 //! added to the output in increasing `k`, whatever the thread count.
@@ -25,6 +28,8 @@ use crate::fast::simd::Kernels;
 const KC: usize = 384;
 /// Weight rows per work item (see [`KC`]).
 const MC: usize = 384;
+/// Largest packed weights (bytes) shared by all items rather than packed per item.
+const SHARED_WEIGHTS_MAX: usize = 8 << 20;
 
 pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
     let g = &kernels.gemm;
@@ -41,11 +46,15 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
     let panels_per_item = panels.div_ceil(split);
     let col_blocks = panels.div_ceil(panels_per_item);
     let items = batches * row_blocks * col_blocks;
+    let m_panels = m.div_ceil(mr);
+    let weights_floats = batches * m_panels * k * mr;
+    let share_a = col_blocks > 1 && weights_floats * 4 <= SHARED_WEIGHTS_MAX;
 
-    let shared_bytes = batches * panels * panel_len * 4;
-    let a_floats = mc * kc_max;
+    let b_floats = batches * panels * panel_len;
+    let shared_bytes = (b_floats + if share_a { weights_floats } else { 0 }) * 4;
+    let a_floats = if share_a { 0 } else { mc * kc_max };
     let regions = memory.reserve(shared_bytes, (a_floats + mr * nr) * 4, threads)?;
-    let (to_pack, to_compute) = (WorkCounter::new(), WorkCounter::new());
+    let (to_pack, to_pack_a, to_compute) = (WorkCounter::new(), WorkCounter::new(), WorkCounter::new());
 
     team.run(threads, &|w| {
         let packed_b = regions.shared().cast::<f32>();
@@ -55,6 +64,17 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
             // SAFETY: panel `u` of the shared region (sized for `batches * panels` panels);
             // each panel is written by the one thread that drew `u`.
             unsafe { (g.pack_b)(&cols, 0, k, nr, packed_b.add(u * panel_len)) };
+        }
+        // SAFETY: the shared weights follow the activations in the shared region.
+        let shared_a = unsafe { packed_b.add(b_floats) };
+        if share_a {
+            while let Some(u) = to_pack_a.next(batches * m_panels) {
+                let (batch, r0) = (u / m_panels, u % m_panels * mr);
+                let rows = mm.weights(batch, r0, (m - r0).min(mr));
+                // SAFETY: row panel `u` (`k * mr` floats) of the shared weights, written by
+                // the one thread that drew `u`; the rows hold `k` values.
+                unsafe { (g.pack_a)(&rows, 0, k, mr, shared_a.add(u * k * mr)) };
+            }
         }
         w.barrier();
 
@@ -69,12 +89,24 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
             let c = mm.out(batch);
             for k0 in (0..k).step_by(KC) {
                 let kc = KC.min(k - k0);
-                for ir in 0..row_panels {
-                    let r0 = i0 + ir * mr;
-                    let rows = mm.weights(batch, r0, (m - r0).min(mr));
-                    // SAFETY: the rows exist and hold values `k0..k0 + kc`; panel `ir` of
-                    // the private region holds `mc / mr` panels of `kc * mr` floats.
-                    unsafe { (g.pack_a)(&rows, k0, kc, mr, packed_a.add(ir * kc * mr)) };
+                // Row panel `ir` of this item: steps `k0..k0 + kc` of the shared weights, or
+                // packed here into the private region.
+                let panel_a = |ir: usize| {
+                    if share_a {
+                        // SAFETY: panel `i0 / mr + ir` of this batch's shared weights, from step `k0`.
+                        unsafe { shared_a.add(((batch * m_panels + i0 / mr + ir) * k + k0) * mr) }
+                    } else {
+                        // SAFETY: the private region holds `mc / mr` panels of `kc * mr` floats.
+                        unsafe { packed_a.add(ir * kc * mr) }
+                    }
+                };
+                if !share_a {
+                    for ir in 0..row_panels {
+                        let r0 = i0 + ir * mr;
+                        let rows = mm.weights(batch, r0, (m - r0).min(mr));
+                        // SAFETY: the rows exist and hold values `k0..k0 + kc`; see `panel_a`.
+                        unsafe { (g.pack_a)(&rows, k0, kc, mr, panel_a(ir)) };
+                    }
                 }
                 for p in p0..p1 {
                     let j0 = p * nr;
@@ -85,7 +117,7 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
                         // SAFETY: the output tile (rows `r0..`, columns `j0..`) belongs to this item
                         // alone; `a` and `b` hold `kc` packed steps (see above).
                         unsafe {
-                            let a = packed_a.add(ir * kc * mr);
+                            let a = panel_a(ir);
                             let tile =
                                 Tile { c: c.add(j0 * m + r0), ldc: m, rows: (m - r0).min(mr), cols: (n - j0).min(nr) };
                             tile.compute(mr, nr, k0 > 0, edge, |c, ldc| (g.tile)(kc, a, b, c, ldc, k0 > 0));
