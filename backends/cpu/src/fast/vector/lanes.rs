@@ -61,32 +61,31 @@ pub fn zip(a: V, b: V, f: impl Fn(f32, f32) -> f32) -> V {
     r
 }
 
-/// The sum of the lanes, added pairwise in a fixed order.
+/// The lanes combined pairwise in a fixed tree (lane `i` with lane `i + width`, halving the
+/// width), so that results do not depend on anything but the values.
 #[inline(always)]
-pub fn sum(v: V) -> f32 {
+fn tree(v: V, f: impl Fn(f32, f32) -> f32) -> f32 {
     let mut w = v;
     let mut width = LANES / 2;
     while width > 0 {
         for i in 0..width {
-            w[i] += w[i + width];
+            w[i] = f(w[i], w[i + width]);
         }
         width /= 2;
     }
     w[0]
 }
 
-/// The largest lane (of lanes that are not NaN), compared pairwise in a tree like [`sum`].
+/// The sum of the lanes.
+#[inline(always)]
+pub fn sum(v: V) -> f32 {
+    tree(v, |a, b| a + b)
+}
+
+/// The largest lane (of lanes that are not NaN).
 #[inline(always)]
 pub fn max(v: V) -> f32 {
-    let mut w = v;
-    let mut width = LANES / 2;
-    while width > 0 {
-        for i in 0..width {
-            w[i] = if w[i + width] > w[i] { w[i + width] } else { w[i] };
-        }
-        width /= 2;
-    }
-    w[0]
+    tree(v, |a, b| if b > a { b } else { a })
 }
 
 // The loops over a row are macros, not functions taking closures: a closure is a function of
