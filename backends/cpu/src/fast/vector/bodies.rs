@@ -212,8 +212,9 @@ fn row_bytes(dtype: DType, n: usize) -> usize {
     n / dtype.block_len() * dtype.block_bytes()
 }
 
-/// Reads a row of `n` values of `dtype` into f32: F16 here, the other types with
-/// `tessera_core`'s conversions (inlined here, so vectorised for this instruction set).
+/// Reads a row of `n` values of `dtype` into f32: F32 (a copy) and F16 here, the other
+/// types with `tessera_core`'s conversions (plain loops LLVM vectorises for the baseline
+/// instruction set, or for this one where it inlines them).
 ///
 /// # Safety
 /// `x` readable for the row's bytes, `y` writable for `n` f32, not overlapping; `n` a whole
