@@ -4,14 +4,10 @@
 use tessera_core::{DType, Graph, Result, TensorId};
 
 use super::parallel::Team;
-use super::row_tensor::{threads_for_values, RowTensor};
+use super::row_tensor::{rows_of, threads_for_values, RowTensor};
 use super::scratch::WorkMemory;
 use super::simd::Kernels;
 use crate::access::HostTensor;
-
-fn rows_of(graph: &Graph, id: TensorId, writable: bool) -> Result<Option<RowTensor>> {
-    Ok(RowTensor::of(&HostTensor::new(graph, id, writable, "CPU")?))
-}
 
 /// Whether two tensors' bytes are apart (the fast paths read one and write the other through
 /// separate slices).

@@ -4,25 +4,15 @@
 use tessera_core::{BinaryOp, Graph, Result, TensorId, UnaryOp};
 
 use super::parallel::Team;
-use super::row_tensor::{threads_for_values, RowTensor};
+use super::row_tensor::{f32_destination, f32_source, threads_for_values};
 use super::simd::Kernels;
 use super::vector::has_unary;
-use crate::access::HostTensor;
-
-/// The f32 rows of source `slot` of node `id`, if it has that source in that layout.
-pub fn source(graph: &Graph, id: TensorId, slot: usize) -> Result<Option<RowTensor>> {
-    let Some(s) = graph.tensor(id)?.src(slot) else { return Ok(None) };
-    Ok(RowTensor::f32(&HostTensor::new(graph, s, false, "CPU")?))
-}
-
-/// The f32 rows of node `id` itself.
-pub fn destination(graph: &Graph, id: TensorId) -> Result<Option<RowTensor>> {
-    Ok(RowTensor::f32(&HostTensor::new(graph, id, true, "CPU")?))
-}
 
 /// `dst = src0 op src1`. `Ok(false)`: a layout the fast path does not take.
 pub fn binary(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, op: BinaryOp) -> Result<bool> {
-    let (Some(a), Some(b), Some(d)) = (source(graph, id, 0)?, source(graph, id, 1)?, destination(graph, id)?) else {
+    let (Some(a), Some(b), Some(d)) =
+        (f32_source(graph, id, 0)?, f32_source(graph, id, 1)?, f32_destination(graph, id)?)
+    else {
         return Ok(false);
     };
     let (n, nb) = (d.len(), b.len());
@@ -63,7 +53,7 @@ pub fn map(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, f: M
             return Ok(false);
         }
     }
-    let (Some(a), Some(d)) = (source(graph, id, 0)?, destination(graph, id)?) else { return Ok(false) };
+    let (Some(a), Some(d)) = (f32_source(graph, id, 0)?, f32_destination(graph, id)?) else { return Ok(false) };
     if a.ne != d.ne {
         return Ok(false);
     }

@@ -2,9 +2,8 @@
 
 use tessera_core::{Graph, Result, TensorId};
 
-use super::elementwise::{destination, source};
 use super::parallel::Team;
-use super::row_tensor::threads_for_values;
+use super::row_tensor::{f32_destination, f32_source, threads_for_values};
 use super::simd::Kernels;
 
 /// Which normalisation.
@@ -16,7 +15,7 @@ pub enum Norm {
 
 /// NORM or RMS_NORM of node `id`. `Ok(false)`: a layout the fast path does not take.
 pub fn norm(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, which: Norm) -> Result<bool> {
-    let (Some(a), Some(d)) = (source(graph, id, 0)?, destination(graph, id)?) else { return Ok(false) };
+    let (Some(a), Some(d)) = (f32_source(graph, id, 0)?, f32_destination(graph, id)?) else { return Ok(false) };
     if a.ne != d.ne {
         return Ok(false);
     }
@@ -41,10 +40,10 @@ pub fn norm(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, whi
 /// SOFT_MAX of node `id`, with its optional mask (src 1, rows repeated over dimensions 2
 /// and 3). `Ok(false)`: a layout the fast path does not take.
 pub fn soft_max(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, scale: f32) -> Result<bool> {
-    let (Some(a), Some(d)) = (source(graph, id, 0)?, destination(graph, id)?) else { return Ok(false) };
+    let (Some(a), Some(d)) = (f32_source(graph, id, 0)?, f32_destination(graph, id)?) else { return Ok(false) };
     let has_mask = graph.tensor(id)?.src(1).is_some();
     let mask = if has_mask {
-        match source(graph, id, 1)? {
+        match f32_source(graph, id, 1)? {
             Some(m) => Some(m),
             None => return Ok(false),
         }

@@ -5,9 +5,8 @@
 
 use tessera_core::{DType, Graph, Result, RopeMode, RopeParams, TensorId};
 
-use super::elementwise::{destination, source};
 use super::parallel::{Team, WorkCounter};
-use super::row_tensor::threads_for_values;
+use super::row_tensor::{f32_destination, f32_source, threads_for_values};
 use super::scratch::WorkMemory;
 use super::simd::Kernels;
 use crate::access::HostTensor;
@@ -41,7 +40,7 @@ pub fn rope(
     id: TensorId,
     p: RopeParams,
 ) -> Result<bool> {
-    let (Some(a), Some(d)) = (source(graph, id, 0)?, destination(graph, id)?) else { return Ok(false) };
+    let (Some(a), Some(d)) = (f32_source(graph, id, 0)?, f32_destination(graph, id)?) else { return Ok(false) };
     let Some(pos) = graph.tensor(id)?.src(1) else { return Ok(false) };
     let pos = HostTensor::new(graph, pos, false, "CPU")?;
     let (n, n_dims) = (d.len(), p.n_dims);

@@ -1,7 +1,7 @@
 //! Tensors as the row kernels see them: values densely packed along each row, rows anywhere
 //! (any strides for dimensions 1 to 3), as raw addresses the threads share.
 
-use tessera_core::DType;
+use tessera_core::{DType, Graph, Result, TensorId};
 
 use crate::access::HostTensor;
 
@@ -36,11 +36,6 @@ impl RowTensor {
         let align = if t.dtype.is_quantized() { 1 } else { t.dtype.block_bytes() };
         let aligned = (t.ptr() as usize | t.nb[1] | t.nb[2] | t.nb[3]).is_multiple_of(align);
         (dense && aligned).then_some(RowTensor { ptr: t.ptr(), dtype: t.dtype, ne: t.ne, nb: t.nb })
-    }
-
-    /// `t` as dense f32 rows, or `None` if it is another type or layout.
-    pub fn f32(t: &HostTensor) -> Option<RowTensor> {
-        RowTensor::of(t).filter(|r| r.dtype == DType::F32)
     }
 
     /// `t` as f32 rows whose values may be any whole number of f32 apart (transposed and
@@ -97,4 +92,20 @@ impl RowTensor {
     pub fn row(&self, i1: usize, i2: usize, i3: usize) -> *mut f32 {
         self.row_ptr(i1, i2, i3).cast()
     }
+}
+
+/// Tensor `id` (writable if `writable`) with dense rows, if it has that layout.
+pub fn rows_of(graph: &Graph, id: TensorId, writable: bool) -> Result<Option<RowTensor>> {
+    Ok(RowTensor::of(&HostTensor::new(graph, id, writable, "CPU")?))
+}
+
+/// The dense f32 rows of source `slot` of node `id`, if it has that source in that layout.
+pub fn f32_source(graph: &Graph, id: TensorId, slot: usize) -> Result<Option<RowTensor>> {
+    let Some(s) = graph.tensor(id)?.src(slot) else { return Ok(None) };
+    Ok(rows_of(graph, s, false)?.filter(|r| r.dtype == DType::F32))
+}
+
+/// The dense f32 rows of node `id` itself.
+pub fn f32_destination(graph: &Graph, id: TensorId) -> Result<Option<RowTensor>> {
+    Ok(rows_of(graph, id, true)?.filter(|r| r.dtype == DType::F32))
 }
