@@ -136,7 +136,7 @@ fn one_source(
     params: String,
     ne: [usize; 4],
     spread: f32,
-    f: fn(&mut Graph, TensorId) -> Result<TensorId>,
+    f: impl Fn(&mut Graph, TensorId) -> Result<TensorId> + 'static,
 ) -> Case {
     Case {
         op,
@@ -177,12 +177,8 @@ fn rms_norm() -> Vec<Case> {
 
 /// Unary ops on inputs spread over +-150, as ggml's perf cases have them.
 fn unary(op: UnaryOp) -> Vec<Case> {
-    let build: fn(&mut Graph, TensorId) -> Result<TensorId> = match op {
-        UnaryOp::Gelu => |g, a| g.unary(UnaryOp::Gelu, a),
-        UnaryOp::GeluErf => |g, a| g.unary(UnaryOp::GeluErf, a),
-        _ => |g, a| g.unary(UnaryOp::Silu, a),
-    };
-    vec![one_source(op.name(), format!("type=f32,ne_a={}", fmt_ne(ROWS_NE)), ROWS_NE, 150.0, build)]
+    let params = format!("type=f32,ne_a={}", fmt_ne(ROWS_NE));
+    vec![one_source(op.name(), params, ROWS_NE, 150.0, move |g, a| g.unary(op, a))]
 }
 
 fn gelu() -> Vec<Case> {

@@ -6,7 +6,6 @@ use tessera_core::{BinaryOp, Graph, Result, TensorId, UnaryOp};
 use super::parallel::Team;
 use super::row_tensor::{f32_destination, f32_source, threads_for_values};
 use super::simd::Kernels;
-use super::vector::has_unary;
 
 /// `dst = src0 op src1`. `Ok(false)`: a layout the fast path does not take.
 pub fn binary(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, op: BinaryOp) -> Result<bool> {
@@ -48,11 +47,6 @@ pub fn binary(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, o
 
 /// `dst = f(src0)` for SCALE (`Some(s)`) or a unary op.
 pub fn map(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, f: Map) -> Result<bool> {
-    if let Map::Unary(op) = f {
-        if !has_unary(op) {
-            return Ok(false);
-        }
-    }
     let (Some(a), Some(d)) = (f32_source(graph, id, 0)?, f32_destination(graph, id)?) else { return Ok(false) };
     if a.ne != d.ne {
         return Ok(false);

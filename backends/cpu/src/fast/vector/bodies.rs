@@ -52,13 +52,8 @@ pub unsafe fn binary_scalar(op: BinaryOp, n: usize, a: *const f32, s: f32, y: *m
     }
 }
 
-/// Whether [`unary`] computes `op` (square roots are left to the reference kernel: `core`
-/// has no vectorisable `sqrt`).
-pub fn has_unary(op: UnaryOp) -> bool {
-    op != UnaryOp::Sqrt
-}
-
-/// `y = f(x)` over a row of `n` values, for every op [`has_unary`] accepts.
+/// `y = f(x)` over a row of `n` values. (SQRT calls `libm::sqrtf` per value: `core` has no
+/// square root LLVM could vectorise.)
 ///
 /// # Safety
 /// `x` readable and `y` writable for `n` f32.
@@ -80,8 +75,7 @@ pub unsafe fn unary(op: UnaryOp, n: usize, x: *const f32, y: *mut f32) {
         UnaryOp::Silu => each!(math::silu),
         UnaryOp::Sigmoid => each!(math::sigmoid),
         UnaryOp::Tanh => each!(math::tanh),
-        // Not offered (see `has_unary`); copying keeps this total.
-        UnaryOp::Sqrt => each!(|p| p),
+        UnaryOp::Sqrt => each!(libm::sqrtf),
     }
 }
 

@@ -8,14 +8,13 @@ mod lanes;
 mod math;
 mod quantize;
 
-pub use bodies::has_unary;
 use tessera_core::{BinaryOp, DType, RopeMode, UnaryOp};
 
 /// `y = a op b` over rows of `n` values.
 pub type Binary = unsafe fn(op: BinaryOp, n: usize, a: *const f32, b: *const f32, y: *mut f32);
 /// `y = a op s` over a row of `n` values.
 pub type BinaryScalar = unsafe fn(op: BinaryOp, n: usize, a: *const f32, s: f32, y: *mut f32);
-/// `y = f(x)` over a row of `n` values (ops that [`has_unary`] accepts).
+/// `y = f(x)` over a row of `n` values.
 pub type Unary = unsafe fn(op: UnaryOp, n: usize, x: *const f32, y: *mut f32);
 /// `y = softmax(x * scale + mask)` over a row of `n` values; `mask` may be null.
 pub type SoftMax = unsafe fn(n: usize, x: *const f32, mask: *const f32, scale: f32, y: *mut f32);
