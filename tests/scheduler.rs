@@ -31,8 +31,10 @@ fn sim_no_softmax() -> &'static SimDevice {
     sim_device(&["SOFT_MAX"])
 }
 
+/// The CPU beside the simulated accelerator: the reference kernels, which the accelerator
+/// runs too, so that scheduled results equal a CPU run bit for bit.
 fn cpu() -> Box<dyn Backend> {
-    Box::new(CpuBackend::new())
+    Box::new(CpuBackend::reference())
 }
 
 /// [SIM, CPU] with `n_copies` copies per input.
@@ -92,7 +94,7 @@ fn cpu_reference(unbound: &Graph, weights: &[TensorId], inputs: &[(TensorId, Vec
     for (id, v) in inputs {
         g.set_f32(*id, v).unwrap();
     }
-    CpuBackend::new().compute_graph(&g).unwrap();
+    CpuBackend::reference().compute_graph(&g).unwrap();
     g
 }
 
@@ -655,7 +657,7 @@ fn four_pipelined_copies_give_the_results_of_one() {
     let mut piped = sched_over(sim, 4);
     let mut single = sched_over(sim, 1);
     let reference = cpu_reference(&b.base, &b.weights, &[(b.x, values(D * T, 0.0))]);
-    let mut cpu = CpuBackend::new();
+    let mut cpu = CpuBackend::reference();
 
     for run in 0..6 {
         let xv = values(D * T, 20.0 + 3.7 * run as f32);
@@ -1097,4 +1099,91 @@ fn a_pinned_view_still_lives_with_its_source() {
     let devices: Vec<&'static dyn tessera::Device> = vec![sim, &tessera::cpu::CPU_DEVICE];
     let violations = tessera::sched::check::check_plan(&plan, sched.graph().unwrap(), &g, &devices).unwrap();
     assert!(violations.is_empty(), "{violations:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Programs: each split is prepared once and replayed
+
+/// `o = gelu(soft_max(w x))` for `t` columns, with `x` an input: on [SIM (no SOFT_MAX), CPU]
+/// the product and the GELU run on the SIM, in two splits, the softmax on the CPU.
+fn product_softmax_gelu(t: usize) -> (Graph, TensorId, TensorId, TensorId) {
+    let mut g = Graph::new();
+    let x = input(&mut g, &[64, t], "x");
+    let w = named(&mut g, &[64, 32], "w");
+    let y = g.mul_mat(w, x).unwrap();
+    let s = g.soft_max(y, None, 0.5).unwrap();
+    let o = g.gelu(s).unwrap();
+    g.set_output(o).unwrap();
+    g.build_forward(o).unwrap();
+    (g, x, w, o)
+}
+
+/// The graph computed by the CPU's reference kernels from these weights and inputs.
+fn reference_output(unbound: &Graph, w: TensorId, wv: &[f32], x: TensorId, xv: &[f32], o: TensorId) -> Vec<u32> {
+    let mut g = unbound.clone();
+    alloc_graph_tensors(&mut g, &HOST_BUFFER_TYPE).unwrap();
+    g.set_f32(w, wv).unwrap();
+    g.set_f32(x, xv).unwrap();
+    CpuBackend::reference().compute_graph(&g).unwrap();
+    bits(&g.get_f32(o).unwrap())
+}
+
+fn run_once(sched: &mut Scheduler, g: &Graph, x: TensorId, xv: &[f32], o: TensorId) -> Vec<u32> {
+    sched.alloc_graph(g).unwrap();
+    sched.graph().unwrap().set_f32(x, xv).unwrap();
+    assert_eq!(sched.compute().unwrap(), Completion::Finished);
+    bits(&sched.graph().unwrap().get_f32(o).unwrap())
+}
+
+#[test]
+fn each_split_is_prepared_once_and_updated_only_when_its_tensors_move() {
+    let sim = sim_no_softmax();
+    let mut sched = sched_over(sim, 1);
+    let counts = |p: u64, u: u64| tessera_sim::ProgramCounts { prepared: p, updated: u };
+
+    // The same graph 100 times: each split is prepared by its backend once.
+    let (base, x, w, o) = product_softmax_gelu(4);
+    let mut g = base.clone();
+    let wv = values(64 * 32, 1.0);
+    let _weights = bind_weights(&mut g, &[w], sim.buffer_type());
+    g.set_f32(w, &wv).unwrap();
+    for run in 0..100 {
+        let xv = values(64 * 4, run as f32);
+        assert_eq!(run_once(&mut sched, &g, x, &xv, o), reference_output(&base, w, &wv, x, &xv, o), "run {run}");
+    }
+    let plan = sched.plan().unwrap().clone();
+    assert_eq!(plan.splits.iter().map(|s| s.backend).collect::<Vec<_>>(), [0, 1, 0], "{plan}");
+    assert_eq!(sim.program_counts(), counts(2, 0));
+    assert_eq!((sched.program_stats().prepared, sched.program_stats().updated), (3, 0));
+
+    // Another input shape is another plan: prepared anew, once.
+    let (base8, x8, w8, o8) = product_softmax_gelu(8);
+    let mut g8 = base8.clone();
+    let _weights8 = bind_weights(&mut g8, &[w8], sim.buffer_type());
+    g8.set_f32(w8, &wv).unwrap();
+    for run in 0..3 {
+        let xv = values(64 * 8, run as f32);
+        assert_eq!(run_once(&mut sched, &g8, x8, &xv, o8), reference_output(&base8, w8, &wv, x8, &xv, o8));
+    }
+    assert_eq!(sim.program_counts(), counts(4, 0));
+
+    // The weights move to a new buffer with new values: the same plan in another layout, so
+    // the recorded programs are updated (a stale recording would read the old weights).
+    let mut moved = base8.clone();
+    let _moved_weights = bind_weights(&mut moved, &[w8], sim.buffer_type());
+    let wv2 = values(64 * 32, 7.0);
+    moved.set_f32(w8, &wv2).unwrap();
+    let xv = values(64 * 8, 3.0);
+    assert_eq!(run_once(&mut sched, &moved, x8, &xv, o8), reference_output(&base8, w8, &wv2, x8, &xv, o8));
+    assert_eq!(sim.program_counts(), counts(4, 2));
+
+    // A reservation for a larger graph replaces the compute buffers: updated again, not
+    // prepared, and still right.
+    let (mut big, ..) = product_softmax_gelu(64);
+    let _big_weights = bind_weights(&mut big, &[w], sim.buffer_type());
+    sched.reserve(&big).unwrap();
+    for _ in 0..3 {
+        assert_eq!(run_once(&mut sched, &moved, x8, &xv, o8), reference_output(&base8, w8, &wv2, x8, &xv, o8));
+    }
+    assert_eq!(sim.program_counts(), counts(4, 4));
 }

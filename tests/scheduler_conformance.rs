@@ -165,7 +165,8 @@ fn build(case: &Case, tail_len: usize, rng: &mut Rng) -> tessera::Result<Built> 
     let mut reference_graph = g.clone();
     alloc_graph_tensors(&mut reference_graph, &HOST_BUFFER_TYPE)?;
     write_values(&reference_graph, &values)?;
-    CpuBackend::new().compute_graph(&reference_graph)?;
+    // The reference kernels: the simulated accelerators and the scheduled CPU run them too.
+    CpuBackend::reference().compute_graph(&reference_graph)?;
     let reference = outputs.iter().map(|&o| bytes_of(&reference_graph, o)).collect::<tessera::Result<_>>()?;
     Ok(Built { graph: g, outputs, tail: history.len() - 1, values, reference })
 }
@@ -430,7 +431,7 @@ fn run_config(
     let expect_no_backend = no_backend_expected(&g, &devices, &cfg.pins);
 
     let mut backends: Vec<Box<dyn Backend>> = sims.iter().map(|s| s.init_backend().unwrap()).collect();
-    backends.push(Box::new(CpuBackend::new()));
+    backends.push(Box::new(CpuBackend::reference()));
     let options = SchedulerOptions { n_copies: cfg.n_copies, op_offload: cfg.op_offload };
     let mut sched: Scheduler = Scheduler::new(backends, options).map_err(|e| format!("Scheduler::new: {e}"))?;
     for &(t, b) in &cfg.pins {

@@ -1,5 +1,6 @@
-//! Backends: a stream of work on one device.
+//! Backends: a stream of work on one device, and the programs it runs.
 
+use alloc::boxed::Box;
 use core::any::Any;
 use core::ops::Range;
 
@@ -13,6 +14,40 @@ pub trait Event: Send + Sync {
     /// Blocks the host until the point where the event was recorded has been reached.
     fn synchronize(&self) -> Result<()>;
     fn as_any(&self) -> &dyn Any;
+}
+
+/// A split as a backend sees it when it prepares a program: consecutive nodes of a graph
+/// whose tensors all live in memory the backend can use.
+#[derive(Clone)]
+pub struct SplitRef<'a> {
+    pub graph: &'a Graph,
+    /// Indices into `graph.nodes()`.
+    pub nodes: Range<usize>,
+    /// How many nodes of the whole graph read each tensor (indexed by `TensorId`), outputs
+    /// counted once more: a result read only by the next node of the split need not be
+    /// stored (fusion).
+    pub consumers: &'a [u32],
+    /// Changes exactly when a tensor of the graph moved to another address since the last
+    /// `prepare` or `update`.
+    pub layout: u64,
+}
+
+/// A split made ready to run many times: recorded, captured (a CUDA graph, a Vulkan command
+/// buffer), fused. Each backend keeps its own kind behind this trait.
+pub trait Program: Send + Any {
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// The program of a backend that records nothing: it computes the split's nodes one by one
+/// from the graph each time it runs.
+pub struct NodeByNode {
+    pub nodes: Range<usize>,
+}
+
+impl Program for NodeByNode {
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
 }
 
 /// A stream (queue) of transfers and computes on a device.
@@ -66,6 +101,33 @@ pub trait Backend: Send {
     /// Computes the nodes `nodes` (indices into `graph.nodes()`); every tensor they touch
     /// must be bound to memory this backend can use. May return before the work is done.
     fn compute(&mut self, graph: &Graph, nodes: Range<usize>) -> Result<()>;
+
+    /// Turns a split into a program, once; the scheduler runs it on every compute until the
+    /// plan changes. The default program computes node by node.
+    fn prepare(&mut self, split: &SplitRef<'_>) -> Result<Box<dyn Program>> {
+        Ok(Box::new(NodeByNode { nodes: split.nodes.clone() }))
+    }
+
+    /// Brings `program` up to date after tensors moved (`split.layout` changed): a backend
+    /// that can re-bind addresses in place does so; the default prepares it again.
+    fn update(&mut self, program: &mut Box<dyn Program>, split: &SplitRef<'_>) -> Result<()> {
+        if program.as_any_mut().downcast_mut::<NodeByNode>().is_none() {
+            *program = self.prepare(split)?;
+        }
+        Ok(())
+    }
+
+    /// Runs a program made by this backend's `prepare` over `graph` (the graph it was
+    /// prepared for, with the same layout). May return before the work is done.
+    fn run(&mut self, program: &mut dyn Program, graph: &Graph) -> Result<()> {
+        match program.as_any_mut().downcast_mut::<NodeByNode>() {
+            Some(p) => self.compute(graph, p.nodes.clone()),
+            None => Err(Error::Backend {
+                backend: self.name().into(),
+                message: "this program was prepared by another kind of backend".into(),
+            }),
+        }
+    }
 
     /// Computes the whole graph and waits for it.
     fn compute_graph(&mut self, graph: &Graph) -> Result<()> {

@@ -1,8 +1,9 @@
 //! Buffer types and buffers: where tensor data lives.
 //!
-//! A buffer may be memory the host cannot read (a GPU's), so its contents are reached only
-//! through `set_bytes`, `get_bytes` and `copy_from`; host buffers additionally expose a
-//! pointer that the CPU backend computes on directly.
+//! A buffer may be memory the host cannot read (a GPU's), so the host reaches its contents
+//! only through `set_bytes`, `get_bytes` and `copy_from`. Every buffer says what its base is
+//! ([`BufferBase`]): the address a kernel of the owning device adds tensor offsets to, so a
+//! backend finds its own memory without knowing the buffer's Rust type.
 
 use alloc::sync::Arc;
 use core::any::Any;
@@ -25,6 +26,40 @@ impl BufferUsage {
             1 => BufferUsage::Weights,
             2 => BufferUsage::Compute,
             _ => BufferUsage::Any,
+        }
+    }
+}
+
+/// What a buffer's memory is, as the kernels that use it address it (ggml's `get_base`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufferBase {
+    /// Host memory the host may read and write.
+    Host(*mut u8),
+    /// Host memory that must not be written (weights in flash, a read-only mmap).
+    HostReadOnly(*const u8),
+    /// An address in the device's own address space (a CUDA device pointer, a Vulkan buffer
+    /// device address): `base + offset` addresses a tensor.
+    Device(u64),
+    /// A handle only the owning backend understands (a `VkBuffer`): tensors are addressed as
+    /// (handle, offset).
+    Opaque(u64),
+}
+
+impl BufferBase {
+    /// The host address of the memory, if the host can read it.
+    pub fn host_ptr(self) -> Option<*const u8> {
+        match self {
+            BufferBase::Host(p) => Some(p.cast_const()),
+            BufferBase::HostReadOnly(p) => Some(p),
+            BufferBase::Device(_) | BufferBase::Opaque(_) => None,
+        }
+    }
+
+    /// The host address of the memory, if the host can write it.
+    pub fn host_ptr_mut(self) -> Option<*mut u8> {
+        match self {
+            BufferBase::Host(p) => Some(p),
+            _ => None,
         }
     }
 }
@@ -65,13 +100,21 @@ pub trait Buffer: Send + Sync + Any {
     fn size(&self) -> usize;
     fn usage(&self) -> BufferUsage;
     fn set_usage(&self, usage: BufferUsage);
+    /// What the memory is and where it starts.
+    fn base(&self) -> BufferBase;
     /// Host-readable base address, for host buffers.
     fn host_ptr(&self) -> Option<*const u8> {
-        None
+        self.base().host_ptr()
     }
     /// Host-writable base address, for writable host buffers.
     fn host_ptr_mut(&self) -> Option<*mut u8> {
-        None
+        self.base().host_ptr_mut()
+    }
+    /// Prepares the memory of a tensor placed at `offset` (zeroes the padding a buffer type
+    /// adds past `nbytes`, sets up per-tensor state); called whenever a tensor is bound to
+    /// this buffer by an allocator.
+    fn init_tensor(&self, _tensor: &Tensor, _offset: usize) -> Result<()> {
+        Ok(())
     }
     /// Writes `data` at `offset`.
     fn set_bytes(&self, offset: usize, data: &[u8]) -> Result<()>;

@@ -1,10 +1,13 @@
 //! Devices: a piece of hardware that computes, with its memory and capabilities.
 
 use alloc::boxed::Box;
+use alloc::sync::Arc;
+use core::any::Any;
+use core::ptr::NonNull;
 
 use crate::backend::{Backend, Event};
-use crate::buffer::BufferType;
-use crate::error::Result;
+use crate::buffer::{Buffer, BufferType};
+use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::registry::BackendReg;
 use crate::tensor::TensorId;
@@ -82,6 +85,25 @@ pub trait Device: Send + Sync {
     /// Pinned host memory for fast transfers, if the device has it.
     fn host_buffer_type(&self) -> Option<&'static dyn BufferType> {
         None
+    }
+    /// Makes `size` bytes of caller memory at `ptr` (an mmap'd model file) a buffer this
+    /// device computes on without a copy, where it can (`caps().buffer_from_host_ptr`);
+    /// `owner` keeps the memory alive and is dropped with the buffer. Devices that cannot
+    /// import host memory say so with an error (the caller then copies).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `size` bytes for as long as `owner` lives, and nothing
+    /// may write to it meanwhile.
+    unsafe fn buffer_from_host_ptr(
+        &'static self,
+        _ptr: NonNull<u8>,
+        _size: usize,
+        _owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<Arc<dyn Buffer>> {
+        Err(Error::Backend {
+            backend: self.name().into(),
+            message: "this device cannot use host memory in place (no buffer_from_host_ptr)".into(),
+        })
     }
     /// A new stream on this device.
     fn init_backend(&'static self) -> Result<Box<dyn Backend>>;

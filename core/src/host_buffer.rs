@@ -8,7 +8,7 @@ use core::any::Any;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, Ordering};
 
-use crate::buffer::{check_range, Buffer, BufferType, BufferUsage};
+use crate::buffer::{check_range, Buffer, BufferBase, BufferType, BufferUsage};
 use crate::error::{Error, Result};
 
 /// Alignment of host tensor data: a cache line, enough for 512-bit vector loads.
@@ -147,11 +147,12 @@ impl Buffer for HostBuffer {
     fn set_usage(&self, usage: BufferUsage) {
         self.usage.store(usage as u8, Ordering::Relaxed);
     }
-    fn host_ptr(&self) -> Option<*const u8> {
-        Some(self.ptr.as_ptr())
-    }
-    fn host_ptr_mut(&self) -> Option<*mut u8> {
-        self.writable.then_some(self.ptr.as_ptr())
+    fn base(&self) -> BufferBase {
+        if self.writable {
+            BufferBase::Host(self.ptr.as_ptr())
+        } else {
+            BufferBase::HostReadOnly(self.ptr.as_ptr())
+        }
     }
     fn set_bytes(&self, offset: usize, data: &[u8]) -> Result<()> {
         if !self.writable {

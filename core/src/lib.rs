@@ -3,7 +3,8 @@
 //! - [`dtype`], [`quant`], [`convert`]: element types, ggml's quantized block layouts and
 //!   row conversions;
 //! - [`tensor`], [`op`], [`graph`]: tensor metadata, ops with their parameters, and the graph
-//!   arena whose op constructors infer and check shapes;
+//!   arena whose op constructors infer and check shapes; [`tensor_view`]: nodes resolved to
+//!   memory, as kernels take them;
 //! - [`buffer`], [`host_buffer`], [`device`], [`backend`], [`registry`]: ggml's backend object
 //!   model (buffer types, buffers, devices, streams, events, families) as traits;
 //! - [`sched`]: the scheduler that splits one graph across several backends;
@@ -28,14 +29,16 @@ pub mod gguf;
 pub mod graph;
 pub mod host_buffer;
 pub mod op;
+pub mod op_code;
 pub mod plugin;
 pub mod quant;
 pub mod registry;
 pub mod sched;
 pub mod tensor;
+pub mod tensor_view;
 
-pub use backend::{Backend, Event};
-pub use buffer::{Buffer, BufferType, BufferUsage, TensorData};
+pub use backend::{Backend, Event, NodeByNode, Program, SplitRef};
+pub use buffer::{Buffer, BufferBase, BufferType, BufferUsage, TensorData};
 pub use device::{Device, DeviceCaps, DeviceType, MemoryInfo};
 pub use dtype::DType;
 pub use error::{Error, Result, Shape};
@@ -44,3 +47,4 @@ pub use op::{BinaryOp, Im2ColParams, Op, Pool2dParams, PoolKind, RopeMode, RopeP
 pub use registry::{BackendReg, Extension, Registry};
 pub use sched::{Completion, Scheduler, SchedulerOptions, SplitPlan};
 pub use tensor::{Tensor, TensorFlags, TensorId};
+pub use tensor_view::{NodeView, TensorView};

@@ -95,7 +95,11 @@ fuzz_target!(|c: Case| {
     }
     fill_leafs(&b.graph, &b.leafs).expect("weights");
 
-    let backends: Vec<Box<dyn Backend>> = devices.iter().map(|d| d.init_backend().expect("backend")).collect();
+    // The CPU runs the reference kernels, as the simulated accelerators do, so a scheduled run
+    // equals the reference run bit for bit.
+    let mut backends: Vec<Box<dyn Backend>> =
+        devices[..n_sims].iter().map(|d| d.init_backend().expect("backend")).collect();
+    backends.push(Box::new(tessera::cpu::CpuBackend::reference()));
     let n_copies = [1, 1, 2, 4][c.copies as usize % 4];
     let mut sched: Scheduler =
         Scheduler::new(backends, SchedulerOptions { n_copies, op_offload: false }).expect("scheduler");

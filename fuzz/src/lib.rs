@@ -214,6 +214,6 @@ pub fn cpu_reference(b: &Built) -> Result<Vec<u8>> {
     let mut g = b.graph.clone();
     tessera::allocator::alloc_graph_tensors(&mut g, &tessera::host_buffer::HOST_BUFFER_TYPE)?;
     fill_leafs(&g, &b.leafs)?;
-    tessera::cpu::CpuBackend::new().compute_graph(&g)?;
+    tessera::cpu::CpuBackend::reference().compute_graph(&g)?;
     bytes_of(&g, b.output)
 }

@@ -5,11 +5,11 @@ use alloc::vec::Vec;
 use core::any::Any;
 use core::ops::Range;
 
-use tessera_core::{Backend, Device, Error, Graph, Result};
+use tessera_core::{Backend, Device, Error, Graph, Op, Result};
+use tessera_reference::{NodeTensors, Scratch};
 
 use crate::device::CPU_DEVICE;
 use crate::fast::Fast;
-use crate::kernels::{compute_node, Scratch};
 
 /// A CPU stream: computes each node in order; a node's work may be split over threads.
 pub struct CpuBackend {
@@ -119,9 +119,15 @@ impl Backend for CpuBackend {
             message: alloc::format!("node range {nodes:?} is outside the graph's {} nodes", graph.nodes().len()),
         })?;
         for &id in ids {
+            let op = graph.tensor(id)?.op();
+            if op == Op::None || op.is_view() {
+                continue;
+            }
+            let view = graph.node_view(id)?;
+            let node = NodeTensors::new(&view, "CPU")?;
             match &mut self.fast {
-                Some(fast) => fast.compute_node(graph, id, &mut self.scratch)?,
-                None => compute_node(graph, id, "CPU", &mut self.scratch)?,
+                Some(fast) => fast.compute_node(&node, &mut self.scratch)?,
+                None => tessera_reference::compute(&node, &mut self.scratch)?,
             }
         }
         Ok(())

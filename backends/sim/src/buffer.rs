@@ -4,7 +4,7 @@ use alloc::sync::Arc;
 use core::any::Any;
 
 use tessera_core::host_buffer::HostBuffer;
-use tessera_core::{Buffer, BufferType, BufferUsage, Result};
+use tessera_core::{Buffer, BufferBase, BufferType, BufferUsage, Result};
 
 /// The memory of one simulated device.
 pub struct SimBufferType {
@@ -54,11 +54,6 @@ pub struct SimBuffer {
 }
 
 impl SimBuffer {
-    /// The memory behind the buffer, for the device's own kernels.
-    pub(crate) fn memory(&self) -> Arc<HostBuffer> {
-        self.memory.clone()
-    }
-
     pub(crate) fn belongs_to(&self, buffer_type: &SimBufferType) -> bool {
         core::ptr::eq(self.buffer_type, buffer_type)
     }
@@ -70,6 +65,14 @@ impl Buffer for SimBuffer {
     }
     fn size(&self) -> usize {
         self.memory.size()
+    }
+    /// The device address is the host address of the memory behind the buffer, which the
+    /// device's kernels alone use.
+    fn base(&self) -> BufferBase {
+        match self.memory.base() {
+            BufferBase::Host(p) => BufferBase::Device(p as usize as u64),
+            other => other,
+        }
     }
     fn usage(&self) -> BufferUsage {
         self.memory.usage()

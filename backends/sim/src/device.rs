@@ -3,6 +3,7 @@
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use tessera_core::registry::BackendReg;
 use tessera_core::{
@@ -50,13 +51,28 @@ pub struct SimDevice {
     name: String,
     config: spin::Mutex<SimConfig>,
     buffer_type: &'static SimBufferType,
+    prepared: AtomicU64,
+    updated: AtomicU64,
+}
+
+/// How often the device's backends prepared and updated split programs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProgramCounts {
+    pub prepared: u64,
+    pub updated: u64,
 }
 
 impl SimDevice {
     /// Creates a device; it is leaked, like every enumerated device, to be `'static`.
     pub fn create(config: SimConfig) -> &'static SimDevice {
         let buffer_type = Box::leak(Box::new(SimBufferType::new(config.name.clone(), config.max_buffer)));
-        Box::leak(Box::new(SimDevice { name: config.name.clone(), config: spin::Mutex::new(config), buffer_type }))
+        Box::leak(Box::new(SimDevice {
+            name: config.name.clone(),
+            config: spin::Mutex::new(config),
+            buffer_type,
+            prepared: AtomicU64::new(0),
+            updated: AtomicU64::new(0),
+        }))
     }
 
     /// The device's current configuration.
@@ -72,8 +88,17 @@ impl SimDevice {
         *self.config.lock() = config;
     }
 
-    pub(crate) fn sim_buffer_type(&self) -> &'static SimBufferType {
-        self.buffer_type
+    /// How many split programs this device's backends have prepared and updated.
+    pub fn program_counts(&self) -> ProgramCounts {
+        ProgramCounts { prepared: self.prepared.load(Ordering::Relaxed), updated: self.updated.load(Ordering::Relaxed) }
+    }
+
+    pub(crate) fn count_prepare(&self) {
+        self.prepared.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_update(&self) {
+        self.updated.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -3,8 +3,10 @@
 //! A [`SimDevice`] is a device of type Gpu whose memory the host cannot read directly (only
 //! `set_bytes`, `get_bytes` and copies reach it), that supports a configurable set of ops and
 //! types, runs work asynchronously on a queue drained by `synchronize` (or by an event), and
-//! may cap its largest buffer. Its kernels are the CPU reference kernels, run on its private
-//! memory, so results are bitwise those of the CPU backend.
+//! may cap its largest buffer. Its kernels are the reference kernels (`tessera-reference`), run
+//! on its private memory, so results are bitwise those of `CpuBackend::reference()`. Its
+//! backends record programs: `prepare` resolves a split's nodes to device addresses once and
+//! `run` replays them without reading the graph, as a GPU backend replays a captured graph.
 #![no_std]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
@@ -17,5 +19,5 @@ mod event;
 
 pub use backend::SimBackend;
 pub use buffer::{SimBuffer, SimBufferType};
-pub use device::{SimConfig, SimDevice, SIM_REG};
+pub use device::{ProgramCounts, SimConfig, SimDevice, SIM_REG};
 pub use event::SimEvent;

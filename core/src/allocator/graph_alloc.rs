@@ -100,6 +100,8 @@ pub struct GraphAllocator<const MAX_FREE: usize = 256, const MAX_CHUNKS: usize =
     slot_type: Vec<usize>,
     types: Vec<TypeState<MAX_FREE, MAX_CHUNKS>>,
     plan: Option<Plan>,
+    /// Changes exactly when a tensor placed by this allocator may have moved.
+    generation: u64,
 }
 
 impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MAX_CHUNKS> {
@@ -134,7 +136,23 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
             };
             slot_type.push(index);
         }
-        Ok(GraphAllocator { slot_type, types, plan: None })
+        Ok(GraphAllocator { slot_type, types, plan: None, generation: 0 })
+    }
+
+    /// The layout generation: it changes exactly when a tensor this allocator binds may have
+    /// moved (a new plan placed something elsewhere, or a compute buffer was replaced by a
+    /// larger one), so a program recorded against the old addresses must be updated.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Keeps `plan`, moving to a new layout generation if it places anything elsewhere than
+    /// the plan it replaces.
+    fn adopt(&mut self, plan: Plan) -> &Plan {
+        if self.plan.as_ref().is_none_or(|old| old.placements != plan.placements) {
+            self.generation += 1;
+        }
+        self.plan.insert(plan)
     }
 
     /// The report of the last plan.
@@ -186,6 +204,7 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
                 }
                 let buffer = t.buffer_type.alloc_buffer(size)?;
                 buffer.set_usage(BufferUsage::Compute);
+                self.generation += 1;
                 match t.buffers.get_mut(chunk) {
                     Some(old) => *old = buffer,
                     None => {
@@ -195,7 +214,7 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
                 }
             }
         }
-        Ok(&self.plan.insert(plan).report)
+        Ok(&self.adopt(plan).report)
     }
 
     /// Binds `graph`'s tensors to the compute buffers, planning again (and growing buffers)
@@ -212,12 +231,13 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
     /// hold is an error.
     pub fn alloc_within(&mut self, graph: &mut Graph, slots: Option<&[usize]>) -> Result<()> {
         if self.needs_replan(graph, slots)? {
-            self.plan = None;
-            let plan = self.make_plan(graph, slots)?;
+            // A failed attempt leaves no plan: the next graph is planned afresh.
+            let plan = self.make_plan(graph, slots).inspect_err(|_| self.plan = None)?;
             for t in &self.types {
                 for (chunk, need) in t.planner.chunk_sizes().enumerate() {
                     let have = t.buffers.get(chunk).map_or(0, |b| b.size());
                     if need > have {
+                        self.plan = None;
                         return Err(Error::OutOfMemory {
                             what: format!(
                                 "the graph in chunk {chunk} of the {} compute buffer, where {have} bytes were reserved",
@@ -228,7 +248,7 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
                     }
                 }
             }
-            self.plan = Some(plan);
+            self.adopt(plan);
         }
         self.bind(graph)
     }

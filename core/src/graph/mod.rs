@@ -164,6 +164,7 @@ impl Graph {
                 })
             }
         }
+        data.buffer.init_tensor(t, data.offset)?;
         t.data = Some(data);
         if planned {
             t.flags.insert(TensorFlags::PLANNED);

@@ -25,7 +25,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use super::abi::*;
 use super::desc::{abi_string, encode_graph, encode_lone_tensor};
 use crate::backend::{Backend, Event};
-use crate::buffer::{check_range, same_buffer_type, Buffer, BufferType, BufferUsage, TensorData};
+use crate::buffer::{check_range, same_buffer_type, Buffer, BufferBase, BufferType, BufferUsage, TensorData};
 use crate::device::{Device, DeviceCaps, DeviceType, MemoryInfo};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
@@ -795,11 +795,13 @@ impl Buffer for PluginBuffer {
             unsafe { f(self.ctx, usage as u8) };
         }
     }
-    fn host_ptr(&self) -> Option<*const u8> {
-        (!self.host_base.is_null()).then_some(self.host_base.cast_const())
-    }
-    fn host_ptr_mut(&self) -> Option<*mut u8> {
-        self.writable.then_some(self.host_base)
+    fn base(&self) -> BufferBase {
+        match (self.host_base.is_null(), self.writable) {
+            (false, true) => BufferBase::Host(self.host_base),
+            (false, false) => BufferBase::HostReadOnly(self.host_base.cast_const()),
+            // Device memory of a plugin is addressed through its own handle.
+            (true, _) => BufferBase::Opaque(self.ctx as usize as u64),
+        }
     }
     fn set_bytes(&self, offset: usize, data: &[u8]) -> Result<()> {
         check_range(self, offset, data.len())?;

@@ -14,6 +14,7 @@ mod run;
 pub mod split;
 
 mod plan;
+mod programs;
 
 use alloc::boxed::Box;
 use alloc::format;
@@ -22,6 +23,7 @@ use alloc::vec::Vec;
 
 pub use assign::Cause;
 pub use plan::{Detailed, NodeAssignment, SplitPlan};
+pub use programs::ProgramStats;
 pub use split::{Split, SplitInput};
 
 use crate::allocator::GraphAllocator;
@@ -65,6 +67,10 @@ struct Prepared {
     plan: SplitPlan,
     /// The backend (allocator slot) of every tensor of `graph`.
     slots: Vec<usize>,
+    /// How many nodes read each tensor of `graph` (for the programs).
+    consumers: Vec<u32>,
+    /// What identifies this plan (programs of another plan are prepared anew).
+    fingerprint: u64,
 }
 
 /// Runs graphs over up to `MAX_BACKENDS` backends, with up to `MAX_COPIES` copies per input
@@ -86,6 +92,9 @@ pub struct Scheduler<const MAX_BACKENDS: usize = 16, const MAX_COPIES: usize = 4
     cur_copy: usize,
     next_copy: usize,
     prepared: Option<Prepared>,
+    /// Per pipeline slot, the programs of the plan last run in it.
+    programs: Vec<Option<programs::SlotPrograms>>,
+    program_stats: ProgramStats,
     callback: Option<Box<EvalCallback>>,
     debug: u8,
 }
@@ -133,6 +142,8 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             cur_copy: 0,
             next_copy: 0,
             prepared: None,
+            programs: Vec::new(),
+            program_stats: ProgramStats::default(),
             callback: None,
             debug: debug_level(),
         };
@@ -152,6 +163,7 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             let _ = s.backends.push(backend);
         }
         s.galloc = GraphAllocator::new(&s.buffer_types);
+        s.programs.resize_with(options.n_copies, || None);
         Ok(s)
     }
 
@@ -222,6 +234,11 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         self.prepared.as_ref().map(|p| &p.graph)
     }
 
+    /// How many split programs the backends have prepared and updated so far.
+    pub fn program_stats(&self) -> ProgramStats {
+        self.program_stats
+    }
+
     /// Compute buffer bytes held for backend `i`.
     pub fn buffer_size(&self, i: usize) -> usize {
         self.galloc.buffer_size(i)
@@ -259,7 +276,10 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             buffer_sizes: (0..self.backends.len()).map(|i| self.galloc.buffer_size(i)).collect(),
             assignments,
         };
-        let prepared = self.prepared.insert(Prepared { graph: cut.graph, plan, slots: cut.slots });
+        let consumers = programs::consumer_counts(&cut.graph)?;
+        let fingerprint = programs::plan_fingerprint(&cut.graph, &plan.splits);
+        let prepared =
+            self.prepared.insert(Prepared { graph: cut.graph, plan, slots: cut.slots, consumers, fingerprint });
         Ok(&prepared.plan)
     }
 }

@@ -1,11 +1,12 @@
 //! Allocating a plan and running it: input copies, splits in order, events between backends.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, SplitRef};
 use crate::error::{Error, Result};
 use crate::graph::{copy_tensor, Graph};
 use crate::op::Op;
+use crate::sched::programs::{self, SlotPrograms};
 use crate::sched::split::Split;
-use crate::sched::{Completion, Scheduler};
+use crate::sched::{Completion, Prepared, Scheduler};
 
 impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS: usize>
     Scheduler<MAX_BACKENDS, MAX_COPIES, MAX_SPLIT_INPUTS>
@@ -77,15 +78,19 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
     /// Runs the allocated graph; backends may still be working when this returns.
     pub fn compute_async(&mut self) -> Result<Completion> {
         let p = self.prepared.take().ok_or_else(not_planned)?;
-        let result = self.run_splits(&p.graph, &p.plan.splits);
+        let result = self.run_splits(&p);
         self.prepared = Some(p);
         result
     }
 
-    fn run_splits(&mut self, graph: &Graph, splits: &[Split]) -> Result<Completion> {
+    fn run_splits(&mut self, p: &Prepared) -> Result<Completion> {
+        let (graph, splits) = (&p.graph, &p.plan.splits[..]);
         let c = self.cur_copy;
+        let layout = programs::layout_stamp(graph, self.galloc.generation());
+        let slot = self.programs.get_mut(c).ok_or_else(not_planned)?;
+        SlotPrograms::begin(slot, p.fingerprint, layout, splits.len())?;
         let mut previous: Option<usize> = None;
-        for split in splits {
+        for (i, split) in splits.iter().enumerate() {
             let b = split.backend;
             // Memory may be reused across splits: a split with nothing to wait for must still
             // not start while an earlier one on another backend is running.
@@ -95,7 +100,13 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             self.copy_inputs(graph, split, c)?;
             let finished = match self.callback.as_mut() {
                 None => {
-                    self.backends[b].compute(graph, split.nodes.clone())?;
+                    let split_ref = SplitRef { graph, nodes: split.nodes.clone(), consumers: &p.consumers, layout };
+                    let backend = &mut *self.backends[b];
+                    let Some(programs) = self.programs.get_mut(c).and_then(Option::as_mut) else {
+                        return Err(not_planned());
+                    };
+                    let program = programs.ready(i, backend, &split_ref, &mut self.program_stats)?;
+                    backend.run(program, graph)?;
                     true
                 }
                 Some(cb) => compute_observed(&mut *self.backends[b], graph, split, &mut **cb)?,

@@ -1,13 +1,13 @@
 //! GET_ROWS (rows picked by index, dequantized to f32) and CPY/CONT between tensors of the
 //! same shape (converting or quantizing), rows split over the threads.
 
-use tessera_core::{DType, Graph, Result, TensorId};
+use tessera_core::{DType, Result};
+use tessera_reference::{HostTensor, NodeTensors};
 
 use super::parallel::Team;
-use super::row_tensor::{rows_of, threads_for_values, RowTensor};
+use super::row_tensor::{threads_for_values, RowTensor};
 use super::scratch::WorkMemory;
 use super::simd::Kernels;
-use crate::access::HostTensor;
 
 /// Whether two tensors' bytes are apart (the fast paths read one and write the other through
 /// separate slices).
@@ -18,17 +18,9 @@ fn apart(a: &RowTensor, b: &RowTensor) -> bool {
 
 /// GET_ROWS into f32 rows. `Ok(false)`: a layout the fast path does not take, or an index out
 /// of range (the reference kernel reports it).
-pub fn get_rows(
-    kernels: &Kernels,
-    team: &mut Team,
-    memory: &mut WorkMemory,
-    graph: &Graph,
-    id: TensorId,
-) -> Result<bool> {
-    let t = graph.tensor(id)?;
-    let (Some(a), Some(b)) = (t.src(0), t.src(1)) else { return Ok(false) };
-    let (Some(a), Some(d)) = (rows_of(graph, a, false)?, rows_of(graph, id, true)?) else { return Ok(false) };
-    let b = HostTensor::new(graph, b, false, "CPU")?;
+pub fn get_rows(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, node: &NodeTensors) -> Result<bool> {
+    let (Some(a), Some(b)) = (node.opt_src(0), node.opt_src(1)) else { return Ok(false) };
+    let (Some(a), Some(d)) = (RowTensor::of(&a), RowTensor::of(&node.dst)) else { return Ok(false) };
     let [n, r, d2, d3] = a.ne;
     let m = b.ne[0];
     let fits = a.dtype != DType::I32
@@ -66,13 +58,12 @@ pub fn get_rows(
 
 /// CPY or CONT between tensors of the same shape, from or to f32, or between tensors of the
 /// same type (I32 excepted). `Ok(false)`: another case, for the reference kernel.
-pub fn copy(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId) -> Result<bool> {
-    let Some(src) = graph.tensor(id)?.src(0) else { return Ok(false) };
-    let source = HostTensor::new(graph, src, false, "CPU")?;
+pub fn copy(kernels: &Kernels, team: &mut Team, node: &NodeTensors) -> Result<bool> {
+    let Some(source) = node.opt_src(0) else { return Ok(false) };
     if RowTensor::of(&source).is_none() {
-        return copy_strided(team, &source, graph, id);
+        return copy_strided(team, &source, &node.dst);
     }
-    let (Some(s), Some(d)) = (rows_of(graph, src, false)?, rows_of(graph, id, true)?) else { return Ok(false) };
+    let (Some(s), Some(d)) = (RowTensor::of(&source), RowTensor::of(&node.dst)) else { return Ok(false) };
     let kind = match (s.dtype, d.dtype) {
         (DType::I32, _) | (_, DType::I32) => return Ok(false),
         (a, b) if a == b => Copy::Bytes,
@@ -104,8 +95,8 @@ pub fn copy(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId) -> 
 
 /// CPY or CONT of f32 values with strided rows (a transposed or permuted source) into dense
 /// f32 rows of the same shape: each row gathered value by value.
-fn copy_strided(team: &mut Team, source: &HostTensor, graph: &Graph, id: TensorId) -> Result<bool> {
-    let (Some(s), Some(d)) = (RowTensor::strided_f32(source), rows_of(graph, id, true)?) else { return Ok(false) };
+fn copy_strided(team: &mut Team, source: &HostTensor, dst: &HostTensor) -> Result<bool> {
+    let (Some(s), Some(d)) = (RowTensor::strided_f32(source), RowTensor::of(dst)) else { return Ok(false) };
     if d.dtype != DType::F32 || s.ne != d.ne || !apart(&s, &d) {
         return Ok(false);
     }

@@ -1,17 +1,16 @@
 //! ADD, SUB, MUL and DIV (with `src1` repeated over `src0`), SCALE and the unary ops on the
 //! vectorised row kernels, rows split over the threads.
 
-use tessera_core::{BinaryOp, Graph, Result, TensorId, UnaryOp};
+use tessera_core::{BinaryOp, Result, UnaryOp};
+use tessera_reference::NodeTensors;
 
 use super::parallel::Team;
 use super::row_tensor::{f32_destination, f32_source, threads_for_values};
 use super::simd::Kernels;
 
 /// `dst = src0 op src1`. `Ok(false)`: a layout the fast path does not take.
-pub fn binary(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, op: BinaryOp) -> Result<bool> {
-    let (Some(a), Some(b), Some(d)) =
-        (f32_source(graph, id, 0)?, f32_source(graph, id, 1)?, f32_destination(graph, id)?)
-    else {
+pub fn binary(kernels: &Kernels, team: &mut Team, n: &NodeTensors, op: BinaryOp) -> Result<bool> {
+    let (Some(a), Some(b), Some(d)) = (f32_source(n, 0), f32_source(n, 1), f32_destination(n)) else {
         return Ok(false);
     };
     let (n, nb) = (d.len(), b.len());
@@ -46,8 +45,8 @@ pub fn binary(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, o
 }
 
 /// `dst = f(src0)` for SCALE (`Some(s)`) or a unary op.
-pub fn map(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, f: Map) -> Result<bool> {
-    let (Some(a), Some(d)) = (f32_source(graph, id, 0)?, f32_destination(graph, id)?) else { return Ok(false) };
+pub fn map(kernels: &Kernels, team: &mut Team, n: &NodeTensors, f: Map) -> Result<bool> {
+    let (Some(a), Some(d)) = (f32_source(n, 0), f32_destination(n)) else { return Ok(false) };
     if a.ne != d.ne {
         return Ok(false);
     }

@@ -31,9 +31,9 @@ mod vector;
 
 use alloc::vec::Vec;
 
-use tessera_core::{Graph, Op, Result, TensorId};
+use tessera_core::{Op, Result};
+use tessera_reference::{NodeTensors, Scratch};
 
-use crate::kernels::{compute_node, Scratch};
 use elementwise::Map;
 use normalize::Norm;
 pub use parallel::Team;
@@ -83,23 +83,23 @@ impl Fast {
 
     /// Computes node `id`: with a fast kernel where there is one for its op and layout, else
     /// with the reference kernel.
-    pub fn compute_node(&mut self, graph: &Graph, id: TensorId, scratch: &mut Scratch) -> Result<()> {
+    pub fn compute_node(&mut self, n: &NodeTensors, scratch: &mut Scratch) -> Result<()> {
         let (k, team, memory) = (self.kernels, &mut self.team, &mut self.memory);
-        let done = match graph.tensor(id)?.op() {
-            Op::MulMat => matmul::mul_mat(k, team, memory, graph, id)?,
-            Op::Binary(op) => elementwise::binary(k, team, graph, id, op)?,
-            Op::Scale(s) => elementwise::map(k, team, graph, id, Map::Scale(s))?,
-            Op::Unary(op) => elementwise::map(k, team, graph, id, Map::Unary(op))?,
-            Op::Norm { eps } => normalize::norm(k, team, graph, id, Norm::Norm { eps })?,
-            Op::RmsNorm { eps } => normalize::norm(k, team, graph, id, Norm::Rms { eps })?,
-            Op::SoftMax { scale } => normalize::soft_max(k, team, graph, id, scale)?,
-            Op::Rope(p) => rope::rope(k, team, memory, graph, id, p)?,
-            Op::GetRows => convert::get_rows(k, team, memory, graph, id)?,
-            Op::Cpy | Op::Cont => convert::copy(k, team, graph, id)?,
+        let done = match n.op {
+            Op::MulMat => matmul::mul_mat(k, team, memory, n)?,
+            Op::Binary(op) => elementwise::binary(k, team, n, op)?,
+            Op::Scale(s) => elementwise::map(k, team, n, Map::Scale(s))?,
+            Op::Unary(op) => elementwise::map(k, team, n, Map::Unary(op))?,
+            Op::Norm { eps } => normalize::norm(k, team, n, Norm::Norm { eps })?,
+            Op::RmsNorm { eps } => normalize::norm(k, team, n, Norm::Rms { eps })?,
+            Op::SoftMax { scale } => normalize::soft_max(k, team, n, scale)?,
+            Op::Rope(p) => rope::rope(k, team, memory, n, p)?,
+            Op::GetRows => convert::get_rows(k, team, memory, n)?,
+            Op::Cpy | Op::Cont => convert::copy(k, team, n)?,
             _ => false,
         };
         if !done {
-            compute_node(graph, id, "CPU", scratch)?;
+            tessera_reference::compute(n, scratch)?;
         }
         Ok(())
     }

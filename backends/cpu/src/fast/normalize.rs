@@ -1,6 +1,7 @@
 //! NORM, RMS_NORM and SOFT_MAX on the vectorised row kernels, rows split over the threads.
 
-use tessera_core::{Graph, Result, TensorId};
+use tessera_core::Result;
+use tessera_reference::NodeTensors;
 
 use super::parallel::Team;
 use super::row_tensor::{f32_destination, f32_source, threads_for_values};
@@ -14,8 +15,8 @@ pub enum Norm {
 }
 
 /// NORM or RMS_NORM of node `id`. `Ok(false)`: a layout the fast path does not take.
-pub fn norm(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, which: Norm) -> Result<bool> {
-    let (Some(a), Some(d)) = (f32_source(graph, id, 0)?, f32_destination(graph, id)?) else { return Ok(false) };
+pub fn norm(kernels: &Kernels, team: &mut Team, n: &NodeTensors, which: Norm) -> Result<bool> {
+    let (Some(a), Some(d)) = (f32_source(n, 0), f32_destination(n)) else { return Ok(false) };
     if a.ne != d.ne {
         return Ok(false);
     }
@@ -39,11 +40,11 @@ pub fn norm(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, whi
 
 /// SOFT_MAX of node `id`, with its optional mask (src 1, rows repeated over dimensions 2
 /// and 3). `Ok(false)`: a layout the fast path does not take.
-pub fn soft_max(kernels: &Kernels, team: &mut Team, graph: &Graph, id: TensorId, scale: f32) -> Result<bool> {
-    let (Some(a), Some(d)) = (f32_source(graph, id, 0)?, f32_destination(graph, id)?) else { return Ok(false) };
-    let has_mask = graph.tensor(id)?.src(1).is_some();
+pub fn soft_max(kernels: &Kernels, team: &mut Team, n: &NodeTensors, scale: f32) -> Result<bool> {
+    let (Some(a), Some(d)) = (f32_source(n, 0), f32_destination(n)) else { return Ok(false) };
+    let has_mask = n.opt_src(1).is_some();
     let mask = if has_mask {
-        match f32_source(graph, id, 1)? {
+        match f32_source(n, 1) {
             Some(m) => Some(m),
             None => return Ok(false),
         }

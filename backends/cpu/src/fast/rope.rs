@@ -3,13 +3,13 @@
 //! reference kernel's formula, their sines and cosines with the vectorised `sin_cos`) and
 //! applies them to every head: work items are positions.
 
-use tessera_core::{DType, Graph, Result, RopeMode, RopeParams, TensorId};
+use tessera_core::{DType, Result, RopeMode, RopeParams};
+use tessera_reference::NodeTensors;
 
 use super::parallel::{Team, WorkCounter};
 use super::row_tensor::{f32_destination, f32_source, threads_for_values};
 use super::scratch::WorkMemory;
 use super::simd::Kernels;
-use crate::access::HostTensor;
 
 /// The I32 positions, one per index of dimension 2.
 #[derive(Clone, Copy)]
@@ -36,13 +36,11 @@ pub fn rope(
     kernels: &Kernels,
     team: &mut Team,
     memory: &mut WorkMemory,
-    graph: &Graph,
-    id: TensorId,
+    node: &NodeTensors,
     p: RopeParams,
 ) -> Result<bool> {
-    let (Some(a), Some(d)) = (f32_source(graph, id, 0)?, f32_destination(graph, id)?) else { return Ok(false) };
-    let Some(pos) = graph.tensor(id)?.src(1) else { return Ok(false) };
-    let pos = HostTensor::new(graph, pos, false, "CPU")?;
+    let (Some(a), Some(d)) = (f32_source(node, 0), f32_destination(node)) else { return Ok(false) };
+    let Some(pos) = node.opt_src(1) else { return Ok(false) };
     let (n, n_dims) = (d.len(), p.n_dims);
     let valid = a.ne == d.ne
         && pos.dtype == DType::I32

@@ -1,9 +1,8 @@
 //! Tensors as the row kernels see them: values densely packed along each row, rows anywhere
 //! (any strides for dimensions 1 to 3), as raw addresses the threads share.
 
-use tessera_core::{DType, Graph, Result, TensorId};
-
-use crate::access::HostTensor;
+use tessera_core::DType;
+use tessera_reference::{HostTensor, NodeTensors};
 
 /// Values below which a row op runs on one thread (waking the others costs more).
 const MIN_VALUES_PER_THREAD: usize = 1 << 14;
@@ -94,18 +93,12 @@ impl RowTensor {
     }
 }
 
-/// Tensor `id` (writable if `writable`) with dense rows, if it has that layout.
-pub fn rows_of(graph: &Graph, id: TensorId, writable: bool) -> Result<Option<RowTensor>> {
-    Ok(RowTensor::of(&HostTensor::new(graph, id, writable, "CPU")?))
+/// The dense f32 rows of source `slot` of node `n`, if it has that source in that layout.
+pub fn f32_source(n: &NodeTensors, slot: usize) -> Option<RowTensor> {
+    RowTensor::of(&n.opt_src(slot)?).filter(|r| r.dtype == DType::F32)
 }
 
-/// The dense f32 rows of source `slot` of node `id`, if it has that source in that layout.
-pub fn f32_source(graph: &Graph, id: TensorId, slot: usize) -> Result<Option<RowTensor>> {
-    let Some(s) = graph.tensor(id)?.src(slot) else { return Ok(None) };
-    Ok(rows_of(graph, s, false)?.filter(|r| r.dtype == DType::F32))
-}
-
-/// The dense f32 rows of node `id` itself.
-pub fn f32_destination(graph: &Graph, id: TensorId) -> Result<Option<RowTensor>> {
-    Ok(rows_of(graph, id, true)?.filter(|r| r.dtype == DType::F32))
+/// The dense f32 rows of node `n` itself.
+pub fn f32_destination(n: &NodeTensors) -> Option<RowTensor> {
+    RowTensor::of(&n.dst).filter(|r| r.dtype == DType::F32)
 }

@@ -15,9 +15,9 @@ mod qgemm;
 mod tests;
 mod tile;
 
-use tessera_core::{DType, Error, Graph, Result, TensorId};
+use tessera_core::{DType, Error, Result};
+use tessera_reference::NodeTensors;
 
-use crate::access::HostTensor;
 use crate::fast::parallel::Team;
 use crate::fast::scratch::WorkMemory;
 use crate::fast::simd::{Cols, Kernels};
@@ -37,19 +37,11 @@ const MIN_WORK_PER_THREAD: usize = 1 << 16;
 
 /// Computes the MUL_MAT node `id`. `Ok(false)`: the layout is one the fast path does not take
 /// (see [`MatMul::new`]); the caller runs the reference kernel.
-pub fn mul_mat(
-    kernels: &Kernels,
-    team: &mut Team,
-    memory: &mut WorkMemory,
-    graph: &Graph,
-    id: TensorId,
-) -> Result<bool> {
-    let t = graph.tensor(id)?;
-    let (Some(a), Some(b)) = (t.src(0), t.src(1)) else {
+pub fn mul_mat(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, node: &NodeTensors) -> Result<bool> {
+    let (Some(a), Some(b)) = (node.opt_src(0), node.opt_src(1)) else {
         return Err(Error::InvalidParam { op: "MUL_MAT", message: "MUL_MAT needs two sources".into() });
     };
-    let (a, b) = (HostTensor::new(graph, a, false, "CPU")?, HostTensor::new(graph, b, false, "CPU")?);
-    let dst = HostTensor::new(graph, id, true, "CPU")?;
+    let dst = node.dst;
     let Some(mm) = MatMul::new(&a, &b, &dst)? else { return Ok(false) };
     if mm.m == 0 || mm.n == 0 || mm.batches() == 0 {
         return Ok(true);

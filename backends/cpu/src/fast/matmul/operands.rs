@@ -2,8 +2,8 @@
 
 use tessera_core::{DType, Error, Result};
 
-use crate::access::HostTensor;
 use crate::fast::simd::{Cols, Rows};
+use tessera_reference::HostTensor;
 
 /// `dst[M, N, b2, b3] = a[K, M, a2, a3] x b[K, N, b2, b3]`, with `a`'s matrices broadcast
 /// over `b`'s (`r2 = b2 / a2`, `r3 = b3 / a3` consecutive matrices of `b` share one of `a`).

@@ -22,7 +22,7 @@ use crate::fast::dispatch;
 use crate::fast::parallel::Team;
 use crate::fast::scratch::WorkMemory;
 use crate::fast::simd::{Kernels, QK};
-use crate::kernels::{compute_node, Scratch};
+use tessera_reference::{NodeTensors, Scratch};
 
 /// splitmix64: small, fast and good enough for test data.
 struct Rng(u64);
@@ -279,7 +279,9 @@ impl Runner {
         let bytes = g.tensor(out).unwrap().nbytes();
         let nan: Vec<u8> = f32::NAN.to_le_bytes().into_iter().cycle().take(bytes).collect();
         g.set_bytes(out, 0, &nan).unwrap();
-        let taken = mul_mat(self.kernels, &mut self.team, &mut self.memory, g, out).unwrap();
+        let view = g.node_view(out).unwrap();
+        let node = NodeTensors::new(&view, "CPU").unwrap();
+        let taken = mul_mat(self.kernels, &mut self.team, &mut self.memory, &node).unwrap();
         assert!(taken, "the fast path declined a layout it takes");
         g.get_f32(out).unwrap()
     }
@@ -292,7 +294,8 @@ fn check(cases: &[Case]) {
         let mut runner = Runner::new(kernels, 1);
         for (seed, c) in cases.iter().enumerate() {
             let (g, a, b, out) = build(c, seed as u64);
-            compute_node(&g, out, "CPU", &mut Scratch::default()).unwrap();
+            let view = g.node_view(out).unwrap();
+            tessera_reference::compute(&NodeTensors::new(&view, "CPU").unwrap(), &mut Scratch::default()).unwrap();
             let want = g.get_f32(out).unwrap();
             let got = runner.run(&g, out);
             assert_eq!(got.len(), want.len());

@@ -7,42 +7,47 @@
 use core::marker::PhantomData;
 
 use tessera_core::convert;
-use tessera_core::{DType, Error, Graph, Result, Tensor, TensorId};
+use tessera_core::{DType, Error, Result, TensorView};
 
-/// One tensor of a node, bound to host memory that stays valid for `'g`.
+/// One tensor of a node, resolved to host memory that stays valid for `'v` (the life of the
+/// [`TensorView`] it came from, which holds its buffer).
 #[derive(Clone, Copy)]
-pub struct HostTensor<'g> {
+pub struct HostTensor<'v> {
     base: *mut u8,
     pub dtype: DType,
     pub ne: [usize; 4],
     pub nb: [usize; 4],
-    _graph: PhantomData<&'g Graph>,
+    _view: PhantomData<&'v TensorView>,
 }
 
-impl<'g> HostTensor<'g> {
-    /// Resolves `id` to host memory; `writable` also requires it to be writable.
-    pub fn new(graph: &'g Graph, id: TensorId, writable: bool, backend: &str) -> Result<HostTensor<'g>> {
-        let t: &Tensor = graph.tensor(id)?;
-        let data = graph.data(id).ok_or_else(|| Error::NotAllocated { tensor: graph.label(id) })?;
-        let buffer = &data.buffer;
-        let base = if writable {
-            buffer.host_ptr_mut().ok_or_else(|| match buffer.host_ptr() {
-                Some(_) => Error::ReadOnly { tensor: graph.label(id), buffer: buffer.buffer_type().name().into() },
-                None => incompatible(graph, id, buffer.buffer_type().name(), backend),
+impl<'v> HostTensor<'v> {
+    /// Resolves `view` to host memory; `writable` also requires it to be writable. `backend`
+    /// names the backend in the error when the memory is not host memory.
+    pub fn new(view: &'v TensorView, writable: bool, backend: &str) -> Result<HostTensor<'v>> {
+        let buffer = &view.data.buffer;
+        let base = view.base();
+        let ptr = if writable {
+            base.host_ptr_mut().ok_or_else(|| match base.host_ptr() {
+                Some(_) => Error::ReadOnly { tensor: view.label(), buffer: buffer.buffer_type().name().into() },
+                None => incompatible(view, backend),
             })?
         } else {
-            buffer.host_ptr().ok_or_else(|| incompatible(graph, id, buffer.buffer_type().name(), backend))?.cast_mut()
+            base.host_ptr().ok_or_else(|| incompatible(view, backend))?.cast_mut()
         };
-        tessera_core::buffer::check_range(&**buffer, data.offset, t.nbytes())?;
-        Ok(HostTensor {
-            // SAFETY: `data.offset + nbytes <= buffer.size()` was checked just above, so the
-            // offset stays inside the allocation.
-            base: unsafe { base.add(data.offset) },
-            dtype: t.dtype(),
-            ne: t.ne(),
-            nb: t.nb(),
-            _graph: PhantomData,
-        })
+        tessera_core::buffer::check_range(&**buffer, view.data.offset, view.nbytes())?;
+        // SAFETY: `offset + nbytes <= buffer.size()` was checked just above, so the offset
+        // stays inside the allocation, which the view keeps alive for `'v`.
+        Ok(unsafe { HostTensor::from_raw(ptr.add(view.data.offset), view) })
+    }
+
+    /// The tensor of `view` at host address `first` (its first value), for a backend that
+    /// maps its own memory to host addresses.
+    ///
+    /// # Safety
+    /// `first` must be valid for reads (and writes, if the kernel writes the tensor) of
+    /// `view.nbytes()` bytes for `'v`, with no other access racing the kernel.
+    pub unsafe fn from_raw(first: *mut u8, view: &'v TensorView) -> HostTensor<'v> {
+        HostTensor { base: first, dtype: view.dtype, ne: view.ne, nb: view.nb, _view: PhantomData }
     }
 
     /// The address of the tensor's first value (the fast kernels compute addresses from the
@@ -75,7 +80,7 @@ impl<'g> HostTensor<'g> {
     pub fn read_row(&self, i1: usize, i2: usize, i3: usize, out: &mut [f32]) {
         let at = self.row_offset(i1, i2, i3);
         // SAFETY: the row lies inside the tensor's bytes (indices below `ne`), which lie inside
-        // the buffer (checked in `new`); no mutable slice over these bytes exists meanwhile.
+        // the buffer (checked in `new`, or promised to `from_raw`); no mutable slice over these bytes exists meanwhile.
         let bytes = unsafe { core::slice::from_raw_parts(self.base.add(at), self.row_span()) };
         convert::strided_to_f32(self.dtype, bytes, self.nb[0], &mut out[..self.ne[0]]);
     }
@@ -118,6 +123,10 @@ impl<'g> HostTensor<'g> {
     }
 }
 
-fn incompatible(graph: &Graph, id: TensorId, buffer: &str, backend: &str) -> Error {
-    Error::IncompatibleBuffer { tensor: graph.label(id), buffer: buffer.into(), backend: backend.into() }
+fn incompatible(view: &TensorView, backend: &str) -> Error {
+    Error::IncompatibleBuffer {
+        tensor: view.label(),
+        buffer: view.data.buffer.buffer_type().name().into(),
+        backend: backend.into(),
+    }
 }

@@ -5,7 +5,7 @@ use alloc::format;
 use tessera_core::{DType, Error, Result};
 
 use super::{rows_of, NodeTensors, Scratch};
-use crate::access::HostTensor;
+use crate::host_tensor::HostTensor;
 
 /// `dst[i] = a[i]` where `i[dim] < a.ne[dim]`, else `b[i]` with `i[dim] -= a.ne[dim]`.
 /// Both sources have the destination's type (float, or I32 copied exactly).

@@ -8,7 +8,7 @@ use alloc::format;
 use tessera_core::{DType, Error, Result};
 
 use super::{rows_of, NodeTensors, Scratch};
-use crate::access::HostTensor;
+use crate::host_tensor::HostTensor;
 
 /// Fails with an error naming `op` unless `ok`. The op constructors already guarantee these
 /// conditions; the kernels check them again because their memory accesses rely on them.
