@@ -101,7 +101,7 @@ fn run() -> Result<()> {
     fill_weights(&g, &b)?; // the input is set below, on the scheduled graph
 
     let backends: Vec<Box<dyn Backend>> = vec![sim.init_backend()?, Box::new(CpuBackend::new())];
-    let mut sched: Scheduler = Scheduler::new(backends, SchedulerOptions::default())?;
+    let mut sched: Scheduler = tessera::runtime::sched_debug::scheduler(backends, &[], SchedulerOptions::default())?;
     let plan = sched.alloc_graph(&g)?.clone();
     print!("{plan}");
     let scheduled = sched.graph().ok_or(tessera::Error::Cancelled)?;

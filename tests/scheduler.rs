@@ -1187,3 +1187,73 @@ fn each_split_is_prepared_once_and_updated_only_when_its_tensors_move() {
     }
     assert_eq!(sim.program_counts(), counts(4, 4));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Staging through pinned host memory
+
+/// A simulated device with pinned host memory that cannot run `unsupported` ops.
+fn pinned_sim(name: &str, unsupported: &[&'static str]) -> &'static SimDevice {
+    let mut config = SimConfig::new(name);
+    config.pinned_host = true;
+    config.unsupported_ops.extend_from_slice(unsupported);
+    SimDevice::create(config)
+}
+
+#[test]
+fn copies_between_devices_stage_through_one_reused_pinned_buffer() {
+    let (a, b) = (pinned_sim("SIMA", &[]), pinned_sim("SIMB", &[]));
+    let mut base = Graph::new();
+    let x = input(&mut base, &[64, 4], "x");
+    let wa = named(&mut base, &[64, 64], "wa");
+    let wb = named(&mut base, &[64, 16], "wb");
+    let y = base.mul_mat(wa, x).unwrap();
+    let z = base.mul_mat(wb, y).unwrap();
+    base.set_output(z).unwrap();
+    base.build_forward(z).unwrap();
+    let mut g = base.clone();
+    let _wa = bind_weights(&mut g, &[wa], a.buffer_type());
+    let _wb = bind_weights(&mut g, &[wb], b.buffer_type());
+    fill_weights(&g, &[wa, wb]);
+    let backends: Vec<Box<dyn Backend>> = vec![a.init_backend().unwrap(), b.init_backend().unwrap(), cpu()];
+    let mut sched: Scheduler = Scheduler::new(backends, SchedulerOptions::default()).unwrap();
+    for run in 0..10 {
+        let xv = values(64 * 4, run as f32);
+        let reference = cpu_reference(&base, &[wa, wb], &[(x, xv.clone())]);
+        let got = run_once(&mut sched, &g, x, &xv, z);
+        assert_eq!(got, bits(&reference.get_f32(z).unwrap()), "run {run}");
+    }
+    let plan = sched.plan().unwrap();
+    assert!(plan.splits.iter().any(|s| s.backend == 1 && s.inputs.iter().any(|i| i.from == 0)), "{plan}");
+    // SIMA's results reach SIMB through SIMB's pinned memory: one buffer, reused every run.
+    assert_eq!(b.pinned_host_type().allocations(), 1);
+    assert_eq!(a.pinned_host_type().allocations(), 0);
+}
+
+#[test]
+fn the_cpu_side_can_compute_in_a_gpus_pinned_memory() {
+    let sim = pinned_sim("SIMP", &["SOFT_MAX"]);
+    let (b, g, _buffers) = block_on(sim);
+    let backends: Vec<Box<dyn Backend>> = vec![sim.init_backend().unwrap(), cpu()];
+    let pinned: &'static dyn BufferType = sim.pinned_host_type();
+    let mut sched: Scheduler =
+        Scheduler::with_buffer_types(backends, &[None, Some(pinned)], SchedulerOptions::default()).unwrap();
+    let xv = values(D * T, 4.0);
+    let got = run_block(&mut sched, &g, &b, &xv);
+    let reference = cpu_reference(&b.base, &b.weights, &[(b.x, xv)]);
+    assert_eq!(bits(&got), bits(&reference.get_f32(b.out).unwrap()));
+    assert!(sched.buffer_size(1) > 0 && sim.pinned_host_type().allocations() >= 1);
+    let cpu_tensor = sched.plan().unwrap().assignments.iter().find(|n| n.backend == 1).unwrap().tensor;
+    let data = sched.graph().unwrap().data(cpu_tensor).unwrap();
+    assert_eq!(data.buffer.buffer_type().name(), "SIMP_Host");
+
+    // Memory the CPU cannot compute in is refused up front.
+    let backends: Vec<Box<dyn Backend>> = vec![sim.init_backend().unwrap(), cpu()];
+    let err = Scheduler::<16, 4, 64>::with_buffer_types(
+        backends,
+        &[None, Some(sim.buffer_type())],
+        SchedulerOptions::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("CPU cannot compute in buffers of type SIMP"), "{err}");
+}

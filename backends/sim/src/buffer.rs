@@ -104,3 +104,37 @@ impl Buffer for SimBuffer {
         self
     }
 }
+
+/// Simulated pinned host memory: ordinary host memory (the CPU computes on it) that counts
+/// its allocations, so tests see which copies were staged through it.
+pub struct SimHostBufferType {
+    name: alloc::string::String,
+    allocations: core::sync::atomic::AtomicUsize,
+}
+
+impl SimHostBufferType {
+    pub(crate) fn new(name: alloc::string::String) -> SimHostBufferType {
+        SimHostBufferType { name, allocations: core::sync::atomic::AtomicUsize::new(0) }
+    }
+
+    /// How many buffers of this type were allocated.
+    pub fn allocations(&self) -> usize {
+        self.allocations.load(core::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl BufferType for SimHostBufferType {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn alignment(&self) -> usize {
+        64
+    }
+    fn is_host(&self) -> bool {
+        true
+    }
+    fn alloc_buffer(&'static self, size: usize) -> Result<Arc<dyn Buffer>> {
+        self.allocations.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        Ok(Arc::new(HostBuffer::alloc(self, size)?))
+    }
+}

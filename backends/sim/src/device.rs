@@ -11,7 +11,7 @@ use tessera_core::{
 };
 
 use crate::backend::SimBackend;
-use crate::buffer::SimBufferType;
+use crate::buffer::{SimBufferType, SimHostBufferType};
 use crate::event::SimEvent;
 
 /// What a simulated device can do.
@@ -27,6 +27,8 @@ pub struct SimConfig {
     pub max_buffer: usize,
     /// Whether it has events (for pipeline parallelism).
     pub events: bool,
+    /// Offers a pinned host buffer type (`host_buffer_type`).
+    pub pinned_host: bool,
     /// Ask for MUL_MAT with at least this many columns even when its weights are in host
     /// memory (`op_offload`); `None` never asks.
     pub offload_min_batch: Option<usize>,
@@ -41,6 +43,7 @@ impl SimConfig {
             unsupported_types: Vec::new(),
             max_buffer: usize::MAX,
             events: true,
+            pinned_host: false,
             offload_min_batch: None,
         }
     }
@@ -51,6 +54,7 @@ pub struct SimDevice {
     name: String,
     config: spin::Mutex<SimConfig>,
     buffer_type: &'static SimBufferType,
+    host_buffer_type: &'static SimHostBufferType,
     prepared: AtomicU64,
     updated: AtomicU64,
 }
@@ -66,10 +70,12 @@ impl SimDevice {
     /// Creates a device; it is leaked, like every enumerated device, to be `'static`.
     pub fn create(config: SimConfig) -> &'static SimDevice {
         let buffer_type = Box::leak(Box::new(SimBufferType::new(config.name.clone(), config.max_buffer)));
+        let host_buffer_type = Box::leak(Box::new(SimHostBufferType::new(alloc::format!("{}_Host", config.name))));
         Box::leak(Box::new(SimDevice {
             name: config.name.clone(),
             config: spin::Mutex::new(config),
             buffer_type,
+            host_buffer_type,
             prepared: AtomicU64::new(0),
             updated: AtomicU64::new(0),
         }))
@@ -86,6 +92,11 @@ impl SimDevice {
         config.name = self.name.clone();
         self.buffer_type.set_max_size(config.max_buffer);
         *self.config.lock() = config;
+    }
+
+    /// The simulated pinned host memory (offered as `host_buffer_type` when configured).
+    pub fn pinned_host_type(&self) -> &'static SimHostBufferType {
+        self.host_buffer_type
     }
 
     /// How many split programs this device's backends have prepared and updated.
@@ -133,11 +144,12 @@ impl Device for SimDevice {
         DeviceType::Gpu
     }
     fn caps(&self) -> DeviceCaps {
+        let config = self.config.lock();
         DeviceCaps {
             async_compute: true,
-            host_buffer: false,
+            host_buffer: config.pinned_host,
             buffer_from_host_ptr: false,
-            events: self.config.lock().events,
+            events: config.events,
         }
     }
     fn reg(&self) -> &'static dyn BackendReg {
@@ -161,6 +173,9 @@ impl Device for SimDevice {
     }
     fn buffer_type(&self) -> &'static dyn BufferType {
         self.buffer_type
+    }
+    fn host_buffer_type(&self) -> Option<&'static dyn BufferType> {
+        self.config.lock().pinned_host.then_some(self.host_buffer_type as &'static dyn BufferType)
     }
     fn init_backend(&'static self) -> Result<Box<dyn Backend>> {
         Ok(Box::new(SimBackend::new(self)))

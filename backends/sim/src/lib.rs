@@ -18,6 +18,6 @@ mod device;
 mod event;
 
 pub use backend::SimBackend;
-pub use buffer::{SimBuffer, SimBufferType};
+pub use buffer::{SimBuffer, SimBufferType, SimHostBufferType};
 pub use device::{ProgramCounts, SimConfig, SimDevice, SIM_REG};
 pub use event::SimEvent;

@@ -117,8 +117,23 @@ impl Graph {
 
 /// Copies the data of `src` (in `src_graph`) into `dst` (in `dst_graph`); both must have the
 /// same type, shape and strides. Host buffers are read or written in place; other pairs use
-/// the destination buffer's own copy, else a staging copy through host memory.
+/// the destination buffer's own copy, else a staging copy through fresh host memory.
 pub fn copy_tensor(src_graph: &Graph, src: TensorId, dst_graph: &Graph, dst: TensorId) -> Result<()> {
+    copy_tensor_via(src_graph, src, dst_graph, dst, None)
+}
+
+/// A source of host memory to stage a copy through: called with the bytes needed.
+pub type Staging<'a> = &'a mut dyn FnMut(usize) -> Result<alloc::sync::Arc<dyn crate::buffer::Buffer>>;
+
+/// [`copy_tensor`], staging through the buffer `staging` gives (writable host memory, such as
+/// a device's pinned buffer) when neither side can do the copy itself.
+pub fn copy_tensor_via(
+    src_graph: &Graph,
+    src: TensorId,
+    dst_graph: &Graph,
+    dst: TensorId,
+    staging: Option<Staging<'_>>,
+) -> Result<()> {
     let (ts, td) = (src_graph.tensor(src)?, dst_graph.tensor(dst)?);
     if !ts.same_layout(td) {
         return Err(Error::ShapeMismatch {
@@ -149,6 +164,18 @@ pub fn copy_tensor(src_graph: &Graph, src: TensorId, dst_graph: &Graph, dst: Ten
     }
     if !same_buffer && d.buffer.copy_from(d.offset, &*s.buffer, s.offset, len)? {
         return Ok(());
+    }
+    let staging = match staging {
+        Some(get) => Some(get(len)?),
+        None => None,
+    };
+    if let Some(base) = staging.as_ref().filter(|b| b.size() >= len).and_then(|b| b.host_ptr_mut()) {
+        // SAFETY: the staging buffer is writable host memory of at least `len` bytes, used by
+        // this copy alone (its owner runs copies one at a time), and no other slice over it
+        // exists while this one lives.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(base, len) };
+        s.buffer.get_bytes(s.offset, bytes)?;
+        return d.buffer.set_bytes(d.offset, bytes).map_err(|e| dst_graph.name_read_only(dst, e));
     }
     let mut staging = Vec::new();
     staging.try_reserve_exact(len).map_err(|_| Error::OutOfMemory { what: "staging copy".into(), requested: len })?;

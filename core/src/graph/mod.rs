@@ -5,7 +5,7 @@ mod io;
 mod ops;
 mod view;
 
-pub use io::copy_tensor;
+pub use io::{copy_tensor, copy_tensor_via, Staging};
 
 use alloc::format;
 use alloc::string::String;

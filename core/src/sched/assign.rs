@@ -47,6 +47,42 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// Every cause, in the order of the passes.
+    pub const ALL: [Cause; 13] = [
+        Cause::User,
+        Cause::Buffer,
+        Cause::ViewBuffer,
+        Cause::Input,
+        Cause::Weights,
+        Cause::Offload,
+        Cause::ExpandGpu,
+        Cause::Expand,
+        Cause::Best,
+        Cause::Upgrade,
+        Cause::ViewSource,
+        Cause::Consumer,
+        Cause::Fallback,
+    ];
+
+    /// What the tag means, for the legend of a detailed plan.
+    pub const fn meaning(self) -> &'static str {
+        match self {
+            Cause::User => "pinned by the user",
+            Cause::Buffer => "pass 1: its own memory is there",
+            Cause::ViewBuffer => "pass 1: the memory it views is there",
+            Cause::Input => "pass 1: an unallocated input, on the CPU",
+            Cause::Weights => "pass 1: it reads weights that live there",
+            Cause::Offload => "pass 1: a large batch offloaded from host-memory weights",
+            Cause::ExpandGpu => "pass 2: spread from a neighbouring GPU op",
+            Cause::Expand => "pass 2: spread from a neighbouring op",
+            Cause::Best => "pass 3: the backend that reads most of its sources",
+            Cause::Upgrade => "pass 3: upgraded to a preferred backend on the same memory",
+            Cause::ViewSource => "pass 4: follows the tensor it views",
+            Cause::Consumer => "pass 4: follows the node that reads it",
+            Cause::Fallback => "pass 4: the first backend that supports it",
+        }
+    }
+
     pub const fn tag(self) -> &'static str {
         match self {
             Cause::User => "usr",
@@ -171,8 +207,23 @@ impl Context<'_> {
     }
 }
 
-/// Runs passes 1 to 4. `pins` are the user's (tensor, backend) choices.
+/// Runs passes 1 to 4 and the fix-ups after them. `pins` are the user's (tensor, backend)
+/// choices.
 pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assignment> {
+    let mut a = apply_pins(ctx, pins)?;
+    pass1_pin_to_memory(ctx, &mut a)?;
+    let nodes: Vec<TensorId> = ctx.graph.nodes().iter().copied().filter(|&id| !ctx.is_view_op(id)).collect();
+    pass2_expand_neighbours(ctx, &mut a, &nodes);
+    pass3_best_reader_and_upgrade(ctx, &mut a, &nodes)?;
+    pass4_views_sources_and_fallback(ctx, &mut a)?;
+    writers_follow_placed_memory(ctx, &mut a)?;
+    views_follow_their_source(ctx, &mut a)?;
+    check_every_node_assigned(ctx, &a)?;
+    Ok(a)
+}
+
+/// The user's pins, each checked against what its backend supports.
+fn apply_pins(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assignment> {
     let g = ctx.graph;
     let n = g.tensors().len();
     let mut a = Assignment { backend: vec![None; n], cause: vec![Cause::User; n] };
@@ -187,7 +238,12 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
         a.set(id, b, Cause::User);
     }
 
-    // Pass 1: pin to memory that already exists, inputs to the CPU, ops to their weights.
+    Ok(a)
+}
+
+/// Pass 1: pin to memory that already exists, inputs to the CPU, ops to their weights.
+fn pass1_pin_to_memory(ctx: &Context, a: &mut Assignment) -> Result<()> {
+    let g = ctx.graph;
     for &id in g.leafs().iter().chain(g.nodes()) {
         if a.get(id).is_none() {
             if let Some((b, cause)) = ctx.pass1_choice(id)? {
@@ -196,15 +252,22 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
         }
     }
 
-    // Pass 2: spread GPU assignments to neighbours (down, then up), then any assignment.
-    let nodes: Vec<TensorId> = g.nodes().iter().copied().filter(|&id| !ctx.is_view_op(id)).collect();
-    expand(ctx, &mut a, nodes.iter().copied(), true);
-    expand(ctx, &mut a, nodes.iter().rev().copied(), true);
-    expand(ctx, &mut a, nodes.iter().copied(), false);
-    expand(ctx, &mut a, nodes.iter().rev().copied(), false);
+    Ok(())
+}
 
-    // Pass 3: the backend that reads most sources; upgrade to a better one on the same memory.
-    for &id in &nodes {
+/// Pass 2: spread GPU assignments to neighbours (down, then up), then any assignment.
+fn pass2_expand_neighbours(ctx: &Context, a: &mut Assignment, nodes: &[TensorId]) {
+    expand(ctx, a, nodes.iter().copied(), true);
+    expand(ctx, a, nodes.iter().rev().copied(), true);
+    expand(ctx, a, nodes.iter().copied(), false);
+    expand(ctx, a, nodes.iter().rev().copied(), false);
+}
+
+/// Pass 3: an unassigned op takes the backend that can read most of its sources; an assigned
+/// one is upgraded to a higher-priority backend that shares its buffer type.
+fn pass3_best_reader_and_upgrade(ctx: &Context, a: &mut Assignment, nodes: &[TensorId]) -> Result<()> {
+    let g = ctx.graph;
+    for &id in nodes {
         let t = g.tensor(id)?;
         match a.get(id) {
             None => {
@@ -214,7 +277,7 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
                         .srcs()
                         .filter(|&(_, s)| {
                             let root = g.tensor(s).map(|st| st.view_src().unwrap_or(s)).unwrap_or(s);
-                            (a.get(s).is_some() || a.get(root).is_some()) && ctx.can_read(&a, b, s)
+                            (a.get(s).is_some() || a.get(root).is_some()) && ctx.can_read(a, b, s)
                         })
                         .count();
                     if best.is_none_or(|(_, n)| readable > n) {
@@ -229,7 +292,7 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
                 let same_memory = (0..cur).find(|&b| {
                     crate::buffer::same_buffer_type(ctx.buffer_types[b], ctx.buffer_types[cur])
                         && ctx.supports(b, id)
-                        && t.srcs().all(|(_, s)| ctx.can_read(&a, b, s))
+                        && t.srcs().all(|(_, s)| ctx.can_read(a, b, s))
                 });
                 if let Some(b) = same_memory {
                     a.set(id, b, Cause::Upgrade);
@@ -238,7 +301,13 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
         }
     }
 
-    // Pass 4: views follow their source, sources their consumer; the rest the first backend.
+    Ok(())
+}
+
+/// Pass 4: views follow their source, sources their consumer; the rest the first backend
+/// that supports them.
+fn pass4_views_sources_and_fallback(ctx: &Context, a: &mut Assignment) -> Result<()> {
+    let g = ctx.graph;
     for &id in g.nodes() {
         let t = g.tensor(id)?;
         if a.get(id).is_none() {
@@ -271,9 +340,14 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
             }
         }
     }
-    // A node that writes into another tensor's memory (CPY into a view) must run where that
-    // memory is: the memory follows the node unless it is already placed (bound, an input,
-    // pinned), in which case the node follows the memory.
+    Ok(())
+}
+
+/// A node that writes into another tensor's memory (CPY into a view) must run where that
+/// memory is: the memory follows the node unless it is already placed (bound, an input,
+/// pinned), in which case the node follows the memory.
+fn writers_follow_placed_memory(ctx: &Context, a: &mut Assignment) -> Result<()> {
+    let g = ctx.graph;
     for &id in g.nodes() {
         let t = g.tensor(id)?;
         let Some(root) = t.view_src().filter(|_| !t.op().is_view()) else { continue };
@@ -301,8 +375,13 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
             });
         }
     }
-    // A view op only reinterprets its source's memory: it lives where the source does, even
-    // when pinned elsewhere.
+    Ok(())
+}
+
+/// A view op only reinterprets its source's memory: it lives where the source does, even
+/// when pinned elsewhere.
+fn views_follow_their_source(ctx: &Context, a: &mut Assignment) -> Result<()> {
+    let g = ctx.graph;
     for &id in g.nodes() {
         let t = g.tensor(id)?;
         if let Some(b) = t.view_src().filter(|_| t.op().is_view()).and_then(|root| a.get(root)) {
@@ -311,13 +390,18 @@ pub(crate) fn assign(ctx: &Context, pins: &[(TensorId, usize)]) -> Result<Assign
             }
         }
     }
-    // A view whose source was assigned late still follows it.
+    Ok(())
+}
+
+/// Every node has a backend (a view whose source was assigned late too).
+fn check_every_node_assigned(ctx: &Context, a: &Assignment) -> Result<()> {
+    let g = ctx.graph;
     for &id in g.nodes() {
         if a.get(id).is_none() {
             return Err(Error::InvalidParam { op: "SCHEDULE", message: format!("'{}' has no backend", g.label(id)) });
         }
     }
-    Ok(a)
+    Ok(())
 }
 
 /// One sweep of pass 2: carry the last assignment seen (`gpu_only`: a CPU assignment stops the

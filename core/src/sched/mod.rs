@@ -96,14 +96,36 @@ pub struct Scheduler<const MAX_BACKENDS: usize = 16, const MAX_COPIES: usize = 4
     programs: Vec<Option<programs::SlotPrograms>>,
     program_stats: ProgramStats,
     callback: Option<Box<EvalCallback>>,
+    /// Host memory that copies no backend can make themselves are staged through, one buffer
+    /// per buffer type (a device's pinned memory, or ordinary host memory).
+    staging: Vec<alloc::sync::Arc<dyn crate::buffer::Buffer>>,
     debug: u8,
 }
 
 impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS: usize>
     Scheduler<MAX_BACKENDS, MAX_COPIES, MAX_SPLIT_INPUTS>
 {
-    /// A scheduler over `backends` in priority order; the last must be a CPU.
+    /// A scheduler over `backends` in priority order; the last must be a CPU. Each backend's
+    /// compute memory is its device's own buffer type.
     pub fn new(backends: Vec<Box<dyn Backend>>, options: SchedulerOptions) -> Result<Self> {
+        Self::with_buffer_types(backends, &[], options)
+    }
+
+    /// Like [`new`](Self::new), with the compute memory of backend `i` taken from
+    /// `buffer_types[i]` where it is `Some` (ggml's `bufts`): the CPU side of a GPU split can
+    /// then work in the GPU's pinned host memory, which the GPU copies from fastest. Each
+    /// given type must be one the backend's device can use.
+    pub fn with_buffer_types(
+        backends: Vec<Box<dyn Backend>>,
+        buffer_types: &[Option<&'static dyn BufferType>],
+        options: SchedulerOptions,
+    ) -> Result<Self> {
+        if buffer_types.len() > backends.len() {
+            return Err(Error::InvalidParam {
+                op: "SCHEDULER",
+                message: format!("{} buffer types for {} backends", buffer_types.len(), backends.len()),
+            });
+        }
         if backends.len() > MAX_BACKENDS {
             return Err(Error::CapacityExceeded { what: "backends per scheduler", limit: MAX_BACKENDS });
         }
@@ -145,10 +167,21 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             programs: Vec::new(),
             program_stats: ProgramStats::default(),
             callback: None,
-            debug: debug_level(),
+            staging: Vec::new(),
+            debug: 0,
         };
-        for backend in backends {
+        for (i, backend) in backends.into_iter().enumerate() {
             let device = backend.device();
+            let buffer_type = match buffer_types.get(i).copied().flatten() {
+                Some(bt) if device.supports_buffer_type(bt) => bt,
+                Some(bt) => {
+                    return Err(Error::InvalidParam {
+                        op: "SCHEDULER",
+                        message: format!("{} cannot compute in buffers of type {}", backend.name(), bt.name()),
+                    })
+                }
+                None => device.buffer_type(),
+            };
             let mut events = heapless::Vec::new();
             for _ in 0..options.n_copies {
                 let event = if options.n_copies > 1 && device.caps().events { device.new_event()? } else { None };
@@ -158,7 +191,7 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             s.names.push(String::from(backend.name()));
             // Capacity was checked above: backends.len() <= MAX_BACKENDS.
             let _ = s.devices.push(device);
-            let _ = s.buffer_types.push(device.buffer_type());
+            let _ = s.buffer_types.push(buffer_type);
             let _ = s.events.push(events);
             let _ = s.backends.push(backend);
         }
@@ -184,8 +217,8 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         self.names.iter().position(|n| n.eq_ignore_ascii_case(name))
     }
 
-    /// Prints plans to stderr (1) and every node's backend (2); under `std` the level comes from
-    /// `TESSERA_SCHED_DEBUG`.
+    /// Prints plans to stderr (1) and every node's backend (2) in `std` builds (`tessera-std`
+    /// sets it from `TESSERA_SCHED_DEBUG`).
     pub fn set_debug(&mut self, level: u8) {
         self.debug = level;
     }
@@ -281,17 +314,5 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         let prepared =
             self.prepared.insert(Prepared { graph: cut.graph, plan, slots: cut.slots, consumers, fingerprint });
         Ok(&prepared.plan)
-    }
-}
-
-/// `TESSERA_SCHED_DEBUG` (std builds only).
-fn debug_level() -> u8 {
-    #[cfg(feature = "std")]
-    {
-        std::env::var("TESSERA_SCHED_DEBUG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
-    }
-    #[cfg(not(feature = "std"))]
-    {
-        0
     }
 }

@@ -97,6 +97,10 @@ impl fmt::Display for Detailed<'_> {
             }
             writeln!(f, ": {} [{}]", self.0.backends[n.backend], n.cause.tag())?;
         }
+        writeln!(f, "  tags:")?;
+        for cause in Cause::ALL {
+            writeln!(f, "    {:<6} {}", cause.tag(), cause.meaning())?;
+        }
         Ok(())
     }
 }

@@ -1,8 +1,12 @@
 //! Allocating a plan and running it: input copies, splits in order, events between backends.
 
+use alloc::sync::Arc;
+
 use crate::backend::{Backend, SplitRef};
+use crate::buffer::{same_buffer_type, Buffer, BufferType};
 use crate::error::{Error, Result};
-use crate::graph::{copy_tensor, Graph};
+use crate::graph::{copy_tensor, copy_tensor_via, Graph};
+use crate::host_buffer::HOST_BUFFER_TYPE;
 use crate::op::Op;
 use crate::sched::programs::{self, SlotPrograms};
 use crate::sched::split::Split;
@@ -138,6 +142,29 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         }
     }
 
+    /// A host buffer of at least `bytes` for copies from backend `from` to backend `to`
+    /// that neither can do itself: pinned memory of either device where one has it (faster
+    /// transfers), else ordinary host memory. Kept and reused; replaced only to grow.
+    fn staging_for(&mut self, from: usize, to: usize, bytes: usize) -> Result<Arc<dyn Buffer>> {
+        let buffer_type: &'static dyn BufferType = self.devices[to]
+            .host_buffer_type()
+            .or_else(|| self.devices[from].host_buffer_type())
+            .unwrap_or(&HOST_BUFFER_TYPE);
+        let slot = self.staging.iter().position(|s| same_buffer_type(s.buffer_type(), buffer_type));
+        if let Some(s) = slot.map(|i| &self.staging[i]).filter(|s| s.size() >= bytes) {
+            return Ok(s.clone());
+        }
+        let fresh = buffer_type.alloc_buffer(bytes)?;
+        match slot {
+            Some(i) => self.staging[i] = fresh.clone(),
+            None => {
+                self.staging.try_reserve(1).map_err(|_| crate::fallible::out_of_memory("staging buffers", 1))?;
+                self.staging.push(fresh.clone());
+            }
+        }
+        Ok(fresh)
+    }
+
     fn copy_inputs(&mut self, graph: &Graph, split: &Split, c: usize) -> Result<()> {
         let b = split.backend;
         for input in &split.inputs {
@@ -159,7 +186,9 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             if !copied {
                 self.backends[input.from].synchronize()?;
                 self.backends[b].synchronize()?;
-                copy_tensor(graph, input.tensor, graph, dst)?;
+                let from = input.from;
+                let mut stage = |bytes: usize| self.staging_for(from, b, bytes);
+                copy_tensor_via(graph, input.tensor, graph, dst, Some(&mut stage))?;
             }
         }
         Ok(())
