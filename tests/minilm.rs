@@ -15,7 +15,7 @@ use runner::Embedder;
 use tessera::{DType, Device};
 use tessera_sim::{SimConfig, SimDevice};
 
-const MODEL: &str = "models/all-MiniLM-L6-v2/model.safetensors";
+const MODEL: &str = "weights/all-MiniLM-L6-v2/model.safetensors";
 
 struct Reference {
     tokens: Vec<Vec<u32>>,

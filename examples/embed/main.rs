@@ -18,7 +18,7 @@ use std::time::Instant;
 use runner::{convert, tokenize, Embedder};
 use tessera::{DType, Device};
 
-const MODEL_DIR: &str = "models/all-MiniLM-L6-v2";
+const MODEL_DIR: &str = "weights/all-MiniLM-L6-v2";
 /// sentence-transformers truncates all-MiniLM-L6-v2 inputs at 256 word pieces.
 const MAX_TOKENS: usize = 256;
 
