@@ -8,8 +8,10 @@ use std::time::Instant;
 
 use tessera::allocator::{alloc_tensors, GraphAllocator};
 use tessera::host_buffer::HOST_BUFFER_TYPE;
-use tessera::models::bert::{self, BertConfig};
-use tessera::{DType, Graph, Result, TensorId};
+use tessera::{DType, Graph, TensorId};
+use tessera_models::{bert, BertConfig};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// The encoder graph for `batch` sequences of `tokens` tokens, weights bound (zeroed).
 fn encoder(config: &BertConfig, tokens: usize, batch: usize) -> Result<Graph> {

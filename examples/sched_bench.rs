@@ -9,9 +9,11 @@ use std::time::Instant;
 
 use tessera::allocator::alloc_tensors;
 use tessera::cpu::CpuBackend;
-use tessera::models::bert::{self, BertConfig};
-use tessera::{Backend, BufferUsage, DType, Device, Graph, Result, Scheduler, SchedulerOptions, TensorId};
+use tessera::{Backend, BufferUsage, DType, Device, Graph, Scheduler, SchedulerOptions, TensorId};
+use tessera_models::{bert, BertConfig};
 use tessera_sim::{SimConfig, SimDevice};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

@@ -4,6 +4,7 @@ of BERT in float64 (not sentence-transformers): token embeddings, 6 post-norm la
 exact-erf GELU, mean pooling over the tokens, L2 normalisation.
 
 usage: scripts/minilm_reference.py MODEL_DIR SENTENCES.txt OUT.json
+  e.g. scripts/minilm_reference.py weights/all-MiniLM-L6-v2 tests/data/minilm/sentences.txt tests/data/minilm/reference.json
 needs: pip install numpy safetensors tokenizers
 """
 import json

@@ -8,8 +8,6 @@
 
 extern crate alloc;
 
-pub mod models;
-
 pub use tessera_core::*;
 pub use tessera_cpu as cpu;
 #[cfg(feature = "std")]

@@ -4,20 +4,18 @@
 //! Skips (saying so) when the model has not been fetched with scripts/fetch_minilm.sh.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../examples/embed/runner.rs"]
-#[allow(dead_code)]
-mod runner;
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use runner::Embedder;
+use tessera::runtime::placement::Placement;
 use tessera::{DType, Device};
+use tessera_models::{Embedder, MODULES};
 use tessera_sim::{SimConfig, SimDevice};
 
-const MODEL: &str = "models/all-MiniLM-L6-v2/model.safetensors";
+const MODEL: &str = "weights/all-MiniLM-L6-v2/model.safetensors";
 
 struct Reference {
+    sentences: Vec<String>,
     tokens: Vec<Vec<u32>>,
     embeddings: Vec<Vec<f64>>,
 }
@@ -27,6 +25,7 @@ fn reference() -> &'static Reference {
     R.get_or_init(|| {
         let text = std::fs::read_to_string("tests/data/minilm/reference.json").unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let sentences = v["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect();
         let tokens = v["tokens"]
             .as_array()
             .unwrap()
@@ -39,7 +38,7 @@ fn reference() -> &'static Reference {
             .iter()
             .map(|e| e.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
             .collect();
-        Reference { tokens, embeddings }
+        Reference { sentences, tokens, embeddings }
     })
 }
 
@@ -67,14 +66,25 @@ fn cpu() -> Vec<&'static dyn Device> {
 /// Embeds every reference sentence in one batch; returns the smallest cosine similarity.
 fn worst_cosine(embedder: &mut Embedder) -> (f64, Vec<Vec<f32>>) {
     let r = reference();
-    let got = embedder.embed(&r.tokens).unwrap();
+    let got = embedder.embed_tokens(&r.tokens).unwrap();
     assert_eq!(got.len(), r.embeddings.len());
     let worst = got.iter().zip(&r.embeddings).map(|(g, w)| cosine(g, w)).fold(1.0, f64::min);
     (worst, got)
 }
 
+/// Places the modules as `--backend` / `--params-backend` would, then loads `model`.
+fn try_load(
+    model: &Path,
+    backend: &str,
+    params: &str,
+    devices: &[&'static dyn Device],
+) -> Result<Embedder, Box<dyn std::error::Error>> {
+    let placement = Placement::resolve(backend, params, &MODULES, devices)?;
+    Ok(Embedder::load(model, placement)?)
+}
+
 fn load(model: &Path, backend: &str, params: &str, devices: &[&'static dyn Device]) -> Embedder {
-    Embedder::load(model, backend, params, devices, None, &mut |_, _, _| {}).unwrap()
+    try_load(model, backend, params, devices).unwrap()
 }
 
 #[test]
@@ -86,17 +96,25 @@ fn f32_embeddings_match_the_reference() {
     assert!(worst >= 0.999999, "worst cosine {worst}");
 }
 
+#[test]
+fn the_tokenizer_next_to_the_model_gives_the_reference_tokens() {
+    let Some(model) = model() else { return };
+    let embedder = load(&model, "", "", &cpu());
+    let sentences: Vec<&str> = reference().sentences.iter().map(String::as_str).collect();
+    assert_eq!(embedder.tokenize(&sentences).unwrap(), reference().tokens);
+}
+
 /// The model converted to GGUF with `dtype` matrices (the example's `--convert`).
 fn converted(model: &Path, dtype: DType) -> PathBuf {
     let out = std::env::temp_dir().join(format!("tessera-minilm-{dtype}-{}.gguf", std::process::id()));
-    runner::convert(model, &out, dtype).unwrap();
+    tessera_models::convert(model, &out, dtype).unwrap();
     out
 }
 
 #[test]
 fn gguf_q8_0_and_f16_embeddings_match_the_reference() {
     let Some(model) = model() else { return };
-    // Q8_0: the attention q/k/v and FFN up matrices stay in f16 (see bert::converted_type).
+    // Q8_0: the attention q/k/v and FFN up matrices stay in f16 (see converted_type).
     for (dtype, bound) in [(DType::Q8_0, 0.9995), (DType::F16, 0.99999), (DType::F32, 0.999999)] {
         let path = converted(&model, dtype);
         let (worst, _) = worst_cosine(&mut load(&path, "", "", &cpu()));
@@ -132,14 +150,11 @@ fn params_on_the_cpu_compute_on_an_accelerator_gives_the_same_embeddings() {
 
 #[test]
 fn a_missing_or_foreign_file_is_a_clear_error() {
-    let err =
-        Embedder::load(Path::new("no/such/model.safetensors"), "", "", &cpu(), None, &mut |_, _, _| {}).err().unwrap();
+    let err = try_load(Path::new("no/such/model.safetensors"), "", "", &cpu()).err().unwrap();
     assert!(err.to_string().contains("no/such/model.safetensors: cannot open"), "{err}");
-    let err = Embedder::load(Path::new("tests/data/minilm/sentences.txt"), "", "", &cpu(), None, &mut |_, _, _| {})
-        .err()
-        .unwrap();
+    let err = try_load(Path::new("tests/data/minilm/sentences.txt"), "", "", &cpu()).err().unwrap();
     assert!(err.to_string().contains("not a GGUF or safetensors file"), "{err}");
     let Some(model) = model() else { return };
-    let err = Embedder::load(&model, "encoder=cuda0", "", &cpu(), None, &mut |_, _, _| {}).err().unwrap();
+    let err = try_load(&model, "encoder=cuda0", "", &cpu()).err().unwrap();
     assert_eq!(err.to_string(), "unknown device 'cuda0'; devices: CPU");
 }

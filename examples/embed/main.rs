@@ -1,26 +1,36 @@
-//! Sentence embeddings with all-MiniLM-L6-v2.
-//!
-//! ```text
-//! cargo run --release --example embed -- [--model FILE] [--backend SPEC] [--params-backend SPEC]
-//!     [--threads N] [--json FILE] [--repeat N] [--file sentences.txt] "sentence" ...
-//! cargo run --release --example embed -- --convert OUT.gguf --type f32|f16|q8_0
-//! ```
-//! `--backend embed=cpu,encoder=gpu` places each module (`embed`, `encoder`, `pool`) on a
-//! device; `--params-backend` says where its weights live (default: where it runs).
-
-mod runner;
+//! Sentence embeddings with all-MiniLM-L6-v2: a command line over `tessera-models`.
+//! `cargo run --release --example embed -- --help` lists the options.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use runner::{convert, tokenize, Embedder};
+use tessera::runtime::placement::Placement;
 use tessera::{DType, Device};
+use tessera_models::{Embedder, LoadOptions, Module, Tokenizer, MAX_TOKENS, MODULES};
 
-const MODEL_DIR: &str = "models/all-MiniLM-L6-v2";
-/// sentence-transformers truncates all-MiniLM-L6-v2 inputs at 256 word pieces.
-const MAX_TOKENS: usize = 256;
+const MODEL_DIR: &str = "weights/all-MiniLM-L6-v2";
+
+const HELP: &str = "\
+Sentence embeddings with all-MiniLM-L6-v2 (fetch it once with scripts/fetch_minilm.sh).
+
+usage: embed [OPTIONS] SENTENCE...
+       embed --convert OUT.gguf [--type f32|f16|q8_0] [--model FILE]
+
+options:
+  --model FILE           weights, safetensors or GGUF [weights/all-MiniLM-L6-v2/model.safetensors]
+  --tokenizer FILE       the tokenizer.json to use [weights/all-MiniLM-L6-v2/tokenizer.json]
+  --backend SPEC         where modules run: DEVICE, or MODULE=DEVICE,... (embed, encoder, pool) [auto]
+  --params-backend SPEC  where modules keep their weights, same syntax [where they run]
+  --threads N            threads of the CPU backend [all cores]
+  --file FILE            embed the lines of FILE too (blank lines skipped)
+  --json FILE            write the embeddings to FILE as {\"embeddings\": [[...], ...]}
+  --repeat N             time N embedding calls after a warm-up and report the median [1]
+  --convert OUT.gguf     write the model as GGUF instead of embedding
+  --type TYPE            matrix type for --convert: f32, f16 or q8_0 [f32]
+  -h, --help             print this help
+";
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -32,12 +42,15 @@ struct Args {
     threads: Option<usize>,
     json: Option<PathBuf>,
     sentences: Vec<String>,
-    convert: Option<(PathBuf, DType)>,
+    convert: Option<PathBuf>,
+    matrix_type: Option<DType>,
     /// Timed repetitions after one warm-up (`--repeat N`): the median is reported.
     repeat: usize,
 }
 
-fn parse_args() -> Result<Args, BoxError> {
+/// The arguments, or `None` after printing the help.
+fn parse_args() -> Result<Option<Args>, BoxError> {
+    use lexopt::prelude::*;
     let mut a = Args {
         model: Path::new(MODEL_DIR).join("model.safetensors"),
         tokenizer: Path::new(MODEL_DIR).join("tokenizer.json"),
@@ -47,83 +60,72 @@ fn parse_args() -> Result<Args, BoxError> {
         json: None,
         sentences: Vec::new(),
         convert: None,
+        matrix_type: None,
         repeat: 1,
     };
-    let mut convert_to: Option<PathBuf> = None;
-    let mut convert_type = DType::F32;
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "--model" => a.model = value("--model")?.into(),
-            "--tokenizer" => a.tokenizer = value("--tokenizer")?.into(),
-            "--backend" => a.backend = value("--backend")?,
-            "--params-backend" => a.params_backend = value("--params-backend")?,
-            "--threads" => a.threads = Some(value("--threads")?.parse().map_err(|e| format!("--threads: {e}"))?),
-            "--json" => a.json = Some(value("--json")?.into()),
-            "--repeat" => a.repeat = value("--repeat")?.parse().map_err(|e| format!("--repeat: {e}"))?,
-            "--file" => {
-                let path = value("--file")?;
-                let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    let mut parser = lexopt::Parser::from_env();
+    let count = |name: &str, value: String, min: usize| match value.parse::<usize>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(format!("{name}: '{value}' is not a whole number of at least {min}")),
+    };
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("model") => a.model = parser.value()?.into(),
+            Long("tokenizer") => a.tokenizer = parser.value()?.into(),
+            Long("backend") => a.backend = parser.value()?.string()?,
+            Long("params-backend") => a.params_backend = parser.value()?.string()?,
+            Long("threads") => a.threads = Some(count("--threads", parser.value()?.string()?, 1)?),
+            Long("json") => a.json = Some(parser.value()?.into()),
+            Long("repeat") => a.repeat = count("--repeat", parser.value()?.string()?, 1)?,
+            Long("file") => {
+                let path = PathBuf::from(parser.value()?);
+                let text = std::fs::read_to_string(&path).map_err(|e| format!("--file {}: {e}", path.display()))?;
                 a.sentences.extend(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from));
             }
-            "--convert" => convert_to = Some(value("--convert")?.into()),
-            "--type" => {
-                convert_type = match value("--type")?.to_lowercase().as_str() {
+            Long("convert") => a.convert = Some(parser.value()?.into()),
+            Long("type") => {
+                a.matrix_type = Some(match parser.value()?.string()?.to_lowercase().as_str() {
                     "f32" => DType::F32,
                     "f16" => DType::F16,
                     "q8_0" => DType::Q8_0,
                     other => return Err(format!("--type: '{other}' is not one of f32, f16, q8_0").into()),
-                }
+                })
             }
-            "-h" | "--help" => {
-                println!("usage: embed [--model FILE] [--backend SPEC] [--params-backend SPEC] [--threads N] [--json FILE] [--repeat N] [--file FILE] SENTENCE...\n       embed --convert OUT.gguf --type f32|f16|q8_0");
-                std::process::exit(0);
+            Short('h') | Long("help") => {
+                print!("{HELP}");
+                return Ok(None);
             }
-            s if s.starts_with("--") => return Err(format!("unknown option {s} (see --help)").into()),
-            _ => a.sentences.push(arg),
+            Value(sentence) => a.sentences.push(sentence.string()?),
+            _ => return Err(format!("{} (see --help)", arg.unexpected()).into()),
         }
     }
-    a.convert = convert_to.map(|p| (p, convert_type));
-    Ok(a)
-}
-
-fn check_model(args: &Args) -> Result<(), BoxError> {
-    if !args.model.exists() {
-        return Err(format!(
-            "model not found at {}; fetch all-MiniLM-L6-v2 with `scripts/fetch_minilm.sh` (or pass --model FILE)",
-            args.model.display()
-        )
-        .into());
+    if a.matrix_type.is_some() && a.convert.is_none() {
+        return Err("--type only applies with --convert OUT.gguf".into());
     }
-    Ok(())
+    Ok(Some(a))
 }
 
-fn progress_bar(module: &str, done: usize, total: usize) {
+fn progress_bar(module: Module, done: usize, total: usize) {
     if total == 0 {
         return;
     }
-    let width = 30;
-    let filled = done * width / total;
-    let mb = |b: usize| b as f64 / 1e6;
-    eprint!(
-        "\rloading {module:<8} [{}{}] {:6.1}/{:.1} MB",
-        "#".repeat(filled),
-        " ".repeat(width - filled),
-        mb(done),
-        mb(total)
-    );
+    let (filled, mb) = (done * 30 / total, |b: usize| b as f64 / 1e6);
+    let bar = format!("{}{}", "#".repeat(filled), " ".repeat(30 - filled));
+    eprint!("\rloading {:<8} [{bar}] {:6.1}/{:.1} MB", module.name(), mb(done), mb(total));
     if done == total {
         eprintln!();
     }
     let _ = std::io::stderr().flush();
 }
 
-fn run() -> Result<(), BoxError> {
-    let args = parse_args()?;
-    check_model(&args)?;
-    if let Some((out, dtype)) = &args.convert {
-        let n = convert(&args.model, out, *dtype)?;
+fn run(args: Args) -> Result<(), BoxError> {
+    if !args.model.exists() {
+        let hint = "fetch all-MiniLM-L6-v2 with `scripts/fetch_minilm.sh` (or pass --model FILE)";
+        return Err(format!("model not found at {}; {hint}", args.model.display()).into());
+    }
+    if let Some(out) = &args.convert {
+        let dtype = args.matrix_type.unwrap_or(DType::F32);
+        let n = tessera_models::convert(&args.model, out, dtype)?;
         let mix = if dtype.is_quantized() { " (attention q/k/v and FFN up in f16)" } else { "" };
         let mb = std::fs::metadata(out).map_or(0.0, |m| m.len() as f64 / 1e6);
         println!("wrote {} ({n} tensors, matrices as {dtype}{mix}, {mb:.1} MB)", out.display());
@@ -133,23 +135,22 @@ fn run() -> Result<(), BoxError> {
         return Err("no sentences: pass them as arguments or with --file FILE".into());
     }
     let devices: Vec<&'static dyn Device> = tessera::registry().devices().collect();
+    let placement = Placement::resolve(&args.backend, &args.params_backend, &MODULES, &devices)?;
+    let tokenizer = Tokenizer::from_file(&args.tokenizer, MAX_TOKENS)?;
     let start = Instant::now();
-    let mut embedder =
-        Embedder::load(&args.model, &args.backend, &args.params_backend, &devices, args.threads, &mut progress_bar)?;
-    eprintln!(
-        "loaded {} in {:.0} ms; {}",
-        args.model.display(),
-        start.elapsed().as_secs_f64() * 1e3,
-        embedder.describe()
-    );
-    let tokens = tokenize(&args.tokenizer, &args.sentences, MAX_TOKENS)?;
+    let options = LoadOptions { threads: args.threads, tokenizer: Some(tokenizer), progress: Some(&mut progress_bar) };
+    let mut embedder = Embedder::load_with(&args.model, placement, options)?;
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    eprintln!("loaded {} in {ms:.0} ms; {}", args.model.display(), embedder.describe());
+    let texts: Vec<&str> = args.sentences.iter().map(String::as_str).collect();
+    let tokens = embedder.tokenize(&texts)?;
     let n_tokens: usize = tokens.iter().map(Vec::len).sum();
-    let mut embeddings = embedder.embed(&tokens)?;
-    // Per run: the whole `embed` call, its graph building and allocation, its compute.
+    let mut embeddings = embedder.embed_tokens(&tokens)?;
+    // Per run: the whole call, its graph building and allocation, its compute.
     let (mut total, mut prepare, mut compute) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..args.repeat.max(1) {
+    for _ in 0..args.repeat {
         let start = Instant::now();
-        embeddings = embedder.embed(&tokens)?;
+        embeddings = embedder.embed_tokens(&tokens)?;
         total.push(start.elapsed().as_secs_f64());
         prepare.push(embedder.timing().prepare.as_secs_f64());
         compute.push(embedder.timing().compute.as_secs_f64());
@@ -187,7 +188,7 @@ fn run() -> Result<(), BoxError> {
 }
 
 fn main() -> ExitCode {
-    match run() {
+    match parse_args().and_then(|args| args.map_or(Ok(()), run)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("embed: {e}");

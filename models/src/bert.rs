@@ -12,72 +12,13 @@
 //! so a loader can bind them by name. Linear weights are `[in, out]` in tessera's order (the
 //! checkpoint's `[out, in]` row-major matrix, byte for byte).
 
-use alloc::format;
-use alloc::string::String;
-use alloc::vec::Vec;
-use core::ops::Range;
+use std::ops::Range;
 
-use crate::{DType, Graph, Result, TensorId};
+use tessera_core::{DType, Graph, TensorId};
 
-/// The shape of a BERT model.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BertConfig {
-    pub vocab: usize,
-    pub max_positions: usize,
-    pub type_vocab: usize,
-    pub hidden: usize,
-    pub heads: usize,
-    pub layers: usize,
-    pub intermediate: usize,
-    pub eps: f32,
-}
-
-impl BertConfig {
-    /// all-MiniLM-L6-v2: 6 layers, hidden 384, 12 heads, intermediate 1536.
-    pub const MINILM_L6: BertConfig = BertConfig {
-        vocab: 30522,
-        max_positions: 512,
-        type_vocab: 2,
-        hidden: 384,
-        heads: 12,
-        layers: 6,
-        intermediate: 1536,
-        eps: 1e-12,
-    };
-}
-
-/// The modules of the model, for per-module device placement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Module {
-    Embed,
-    Encoder,
-    Pool,
-}
-
-impl Module {
-    pub const ALL: [Module; 3] = [Module::Embed, Module::Encoder, Module::Pool];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            Module::Embed => "embed",
-            Module::Encoder => "encoder",
-            Module::Pool => "pool",
-        }
-    }
-
-    /// Other names users may give the module.
-    pub const fn aliases(self) -> &'static [&'static str] {
-        match self {
-            Module::Embed => &["embeddings", "embedding"],
-            Module::Encoder => &["layers", "transformer"],
-            Module::Pool => &["pooling", "pooler"],
-        }
-    }
-
-    pub const fn index(self) -> usize {
-        self as usize
-    }
-}
+use crate::config::BertConfig;
+use crate::error::{Error, Result};
+use crate::module::Module;
 
 /// How tokens are laid out: `rows` rows of `tokens` tokens, each row holding
 /// `seqs_per_row` sequences; packed sequences attend in blocks of `longest` tokens.
@@ -147,7 +88,7 @@ struct Builder<'g, 'f> {
 }
 
 impl Builder<'_, '_> {
-    fn weight(&mut self, name: String, ne: &[usize]) -> Result<TensorId> {
+    fn weight(&mut self, name: String, ne: &[usize]) -> tessera_core::Result<TensorId> {
         let id = self.g.new_tensor((self.weight_type)(&name), ne)?;
         self.g.set_name(id, &name)?;
         self.weights.push((name, self.module, id));
@@ -155,7 +96,7 @@ impl Builder<'_, '_> {
     }
 
     /// `W x + b` for a checkpoint `Linear` called `prefix`.
-    fn linear(&mut self, prefix: &str, x: TensorId, n_in: usize, n_out: usize) -> Result<TensorId> {
+    fn linear(&mut self, prefix: &str, x: TensorId, n_in: usize, n_out: usize) -> tessera_core::Result<TensorId> {
         let w = self.weight(format!("{prefix}.weight"), &[n_in, n_out])?;
         let b = self.weight(format!("{prefix}.bias"), &[n_out])?;
         let y = self.g.mul_mat(w, x)?;
@@ -163,7 +104,7 @@ impl Builder<'_, '_> {
     }
 
     /// Layer norm over the hidden dimension with the checkpoint's `LayerNorm` called `prefix`.
-    fn layer_norm(&mut self, prefix: &str, x: TensorId, n: usize, eps: f32) -> Result<TensorId> {
+    fn layer_norm(&mut self, prefix: &str, x: TensorId, n: usize, eps: f32) -> tessera_core::Result<TensorId> {
         let gamma = self.weight(format!("{prefix}.weight"), &[n])?;
         let beta = self.weight(format!("{prefix}.bias"), &[n])?;
         let y = self.g.norm(x, eps)?;
@@ -183,33 +124,6 @@ pub fn is_quantizable(name: &str) -> bool {
     name.ends_with(".weight") && !name.contains("LayerNorm") && !name.contains("token_type_embeddings")
 }
 
-/// The type of weight `name` in a model converted with its matrices in `matrix_type`:
-/// `matrix_type` for the quantizable matrices, F32 for everything else, except that with a
-/// quantized `matrix_type` the query, key and value projections and the FFN up projection
-/// (the products that read a layer norm's output) stay in F16.
-///
-/// Why: products with quantized weights also quantize their activations to 8-bit blocks (the
-/// CPU kernels' integer dot products, as in ggml), and the two roundings together cost about
-/// four times what the weights' rounding alone does. all-MiniLM-L6-v2 entirely in Q8_0
-/// reaches a worst cosine similarity of 0.9982 against the float64 reference (0.9996 with
-/// f32 activations). Keeping one kind of matrix at a time in f32 showed the value and FFN up
-/// projections to matter most and the embedding tables not at all; with these four kinds in
-/// F16 (float products, f32 activations) the worst cosine is 0.9996 and the file 29.9 MB
-/// (24.1 MB all Q8_0, 45 MB F16): the word embeddings, attention output and FFN down
-/// projections, 72% of the matrix values, stay quantized. llama.cpp's quantization mixes
-/// likewise keep a few sensitive tensors in a wider type.
-pub fn converted_type(name: &str, matrix_type: DType) -> DType {
-    if !is_quantizable(name) {
-        return DType::F32;
-    }
-    let reads_layer_norm = name.contains(".attention.self.") || name.contains(".intermediate.dense.");
-    if matrix_type.is_quantized() && reads_layer_norm {
-        DType::F16
-    } else {
-        matrix_type
-    }
-}
-
 /// Weight types for a model stored with its quantizable matrices in `matrix_type` and
 /// everything else in F32.
 pub fn uniform_weight_type(matrix_type: DType) -> impl Fn(&str) -> DType {
@@ -220,6 +134,11 @@ pub fn uniform_weight_type(matrix_type: DType) -> impl Fn(&str) -> DType {
 /// `weight_type` gives each weight's type by name.
 pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType, layout: Layout) -> Result<BertGraph> {
     let (h, heads) = (c.hidden, c.heads);
+    if heads == 0 || h % heads != 0 {
+        return Err(Error::InvalidConfig {
+            message: format!("{heads} attention heads do not divide the hidden size {h}; expected a divisor of {h}"),
+        });
+    }
     let head_dim = h / heads;
     let (t, rows) = (layout.tokens, layout.rows);
     let inputs_start = g.tensors().len() as u32;
@@ -229,11 +148,11 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
     let (a, blocks) = if layout.is_packed() { (layout.longest, layout.seqs_per_row) } else { (t, rows) };
     let attention_mask = g.new_tensor(DType::F32, &[a, a, 1, blocks])?;
     let pooling = g.new_tensor(DType::F32, &[t, layout.seqs_per_row, rows])?;
-    let mut inputs = alloc::vec![
+    let mut inputs = vec![
         (token_ids, "token_ids"),
         (positions, "positions"),
         (attention_mask, "attention_mask"),
-        (pooling, "pooling")
+        (pooling, "pooling"),
     ];
     let (attention_gather, attention_scatter) = if layout.is_packed() {
         let gather = g.new_tensor(DType::I32, &[a * blocks])?;
@@ -266,7 +185,7 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
 
     b.module = Module::Encoder;
     let start = b.next_id();
-    let scale = 1.0 / libm::sqrtf(head_dim as f32);
+    let scale = 1.0 / (head_dim as f32).sqrt();
     for layer in 0..c.layers {
         let pre = format!("encoder.layer.{layer}");
         // Self-attention in blocks of `a` tokens (rows, or packed sequences gathered into
@@ -325,7 +244,7 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
     let mean = b.g.mul_mat(by_token, pooling)?; // [hidden, seqs_per_row, rows]
     let mean = b.g.reshape(mean, &[h, layout.seqs_per_row * rows])?;
     let unit = b.g.rms_norm(mean, 1e-12)?;
-    let embeddings = b.g.scale(unit, 1.0 / libm::sqrtf(h as f32))?;
+    let embeddings = b.g.scale(unit, 1.0 / (h as f32).sqrt())?;
     module_tensors.push((Module::Pool, start..b.next_id()));
     let weights = b.weights;
     g.set_name(embeddings, "embeddings")?;
@@ -344,64 +263,89 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
     })
 }
 
-/// The values of the inputs for sequences of the given lengths.
-pub struct PackedInputs {
-    pub positions: Vec<i32>,
-    pub attention_mask: Vec<f32>,
-    pub pooling: Vec<f32>,
-    /// Packed layout only (empty otherwise): see [`BertGraph::attention_gather`].
-    pub attention_gather: Vec<i32>,
-    /// Packed layout only (empty otherwise): see [`BertGraph::attention_scatter`].
-    pub attention_scatter: Vec<i32>,
-}
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
 
-/// Positions, the attention blocks' gather and scatter indices and mask, and the pooling
-/// matrix for sequences of lengths `lens` packed one after another into one row
-/// ([`Layout::packed`]).
-pub fn packed_inputs(lens: &[usize]) -> PackedInputs {
-    let t: usize = lens.iter().sum();
-    let a = lens.iter().copied().max().unwrap_or(0);
-    let mut positions = Vec::with_capacity(t);
-    let mut attention_gather = alloc::vec![0i32; a * lens.len()];
-    let mut attention_scatter = Vec::with_capacity(t);
-    let mut attention_mask = alloc::vec![f32::NEG_INFINITY; a * a * lens.len()];
-    let mut pooling = alloc::vec![0.0f32; t * lens.len()];
-    let mut start = 0;
-    for (s, &len) in lens.iter().enumerate() {
-        positions.extend((0..len).map(|p| p as i32));
-        for p in 0..len {
-            attention_gather[s * a + p] = (start + p) as i32;
-            attention_scatter.push((s * a + p) as i32);
-            pooling[s * t + start + p] = 1.0 / len as f32;
-        }
-        // Every query slot (padding ones too, whose results are dropped) sees the keys of
-        // its own sequence.
-        for q in 0..a {
-            attention_mask[(s * a + q) * a..][..len].fill(0.0);
-        }
-        start += len;
-    }
-    PackedInputs { positions, attention_mask, pooling, attention_gather, attention_scatter }
-}
+    use super::*;
+    use crate::test_model::TINY;
 
-/// The same for sequences padded to `tokens` each, one per row ([`Layout::padded`]):
-/// padding keys are masked out and padding tokens left out of the mean.
-pub fn padded_inputs(lens: &[usize], tokens: usize) -> PackedInputs {
-    let rows = lens.len();
-    let mut positions = Vec::with_capacity(tokens * rows);
-    let mut attention_mask = alloc::vec![f32::NEG_INFINITY; tokens * tokens * rows];
-    let mut pooling = alloc::vec![0.0f32; tokens * rows];
-    for (r, &len) in lens.iter().enumerate() {
-        let len = len.min(tokens);
-        positions.extend((0..tokens).map(|p| p as i32));
-        for q in 0..tokens {
-            for k in 0..len {
-                attention_mask[(r * tokens + q) * tokens + k] = 0.0;
-            }
+    fn ne(g: &Graph, id: TensorId) -> [usize; 4] {
+        g.tensor(id).unwrap().ne()
+    }
+
+    #[test]
+    fn padded_layout_shapes() {
+        let mut g = Graph::new();
+        let m = build(&mut g, &TINY, &uniform_weight_type(DType::F32), Layout::padded(8, 3)).unwrap();
+        assert_eq!(ne(&g, m.token_ids), [24, 1, 1, 1]);
+        assert_eq!(ne(&g, m.positions), [24, 1, 1, 1]);
+        assert_eq!(ne(&g, m.attention_mask), [8, 8, 1, 3]);
+        assert_eq!(ne(&g, m.pooling), [8, 1, 3, 1]);
+        assert_eq!(ne(&g, m.embeddings), [TINY.hidden, 3, 1, 1]);
+        assert!(m.attention_gather.is_none() && m.attention_scatter.is_none());
+        assert_eq!(g.tensor(m.embeddings).unwrap().dtype(), DType::F32);
+    }
+
+    #[test]
+    fn packed_layout_shapes() {
+        let mut g = Graph::new();
+        let m = build(&mut g, &TINY, &uniform_weight_type(DType::F32), Layout::packed(&[3, 5, 2])).unwrap();
+        assert_eq!(ne(&g, m.token_ids), [10, 1, 1, 1]);
+        assert_eq!(ne(&g, m.attention_mask), [5, 5, 1, 3]);
+        assert_eq!(ne(&g, m.attention_gather.unwrap()), [15, 1, 1, 1]);
+        assert_eq!(ne(&g, m.attention_scatter.unwrap()), [10, 1, 1, 1]);
+        assert_eq!(ne(&g, m.pooling), [10, 3, 1, 1]);
+        assert_eq!(ne(&g, m.embeddings), [TINY.hidden, 3, 1, 1]);
+    }
+
+    #[test]
+    fn weights_are_named_shaped_and_typed_as_in_the_checkpoint() {
+        let mut g = Graph::new();
+        let m = build(&mut g, &TINY, &uniform_weight_type(DType::Q8_0), Layout::packed(&[4])).unwrap();
+        assert_eq!(m.weights.len(), 5 + 16 * TINY.layers);
+        let find = |name: &str| m.weights.iter().find(|w| w.0 == name).unwrap();
+        let (h, i) = (TINY.hidden, TINY.intermediate);
+        let word = find("embeddings.word_embeddings.weight");
+        assert_eq!((word.1, ne(&g, word.2)), (Module::Embed, [h, TINY.vocab, 1, 1]));
+        assert_eq!(g.tensor(word.2).unwrap().dtype(), DType::Q8_0);
+        assert_eq!(g.tensor(word.2).unwrap().name(), "embeddings.word_embeddings.weight");
+        let up = find("encoder.layer.1.intermediate.dense.weight");
+        assert_eq!((up.1, ne(&g, up.2)), (Module::Encoder, [h, i, 1, 1]));
+        let down = find("encoder.layer.1.output.dense.weight");
+        assert_eq!(ne(&g, down.2), [i, h, 1, 1]);
+        let norm = find("encoder.layer.0.output.LayerNorm.weight");
+        assert_eq!((ne(&g, norm.2), g.tensor(norm.2).unwrap().dtype()), ([h, 1, 1, 1], DType::F32));
+        let types = find("embeddings.token_type_embeddings.weight");
+        assert_eq!(g.tensor(types.2).unwrap().dtype(), DType::F32);
+        assert!(m.weights.iter().all(|w| w.1 != Module::Pool), "pooling has no weights");
+    }
+
+    #[test]
+    fn every_node_belongs_to_one_module_in_order() {
+        let mut g = Graph::new();
+        let m = build(&mut g, &TINY, &uniform_weight_type(DType::F32), Layout::packed(&[2, 3])).unwrap();
+        assert_eq!(m.module_tensors.iter().map(|(m, _)| *m).collect::<Vec<_>>(), Module::ALL);
+        for &id in g.nodes() {
+            assert!(m.module_of(id).is_some(), "node {id:?} has no module");
         }
-        for tok in 0..len {
-            pooling[r * tokens + tok] = 1.0 / len as f32;
+        assert_eq!(m.module_of(m.token_ids), Some(Module::Embed));
+        assert_eq!(m.module_of(m.embeddings), Some(Module::Pool));
+        let ranges: Vec<_> = m.module_tensors.iter().map(|(_, r)| r.clone()).collect();
+        assert!(ranges.windows(2).all(|w| w[0].end == w[1].start), "{ranges:?}");
+    }
+
+    #[test]
+    fn heads_that_do_not_divide_the_hidden_size_are_an_error() {
+        for heads in [0, 5] {
+            let c = BertConfig { heads, ..TINY };
+            let err =
+                build(&mut Graph::new(), &c, &uniform_weight_type(DType::F32), Layout::packed(&[1])).err().unwrap();
+            assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
+            assert!(
+                err.to_string().contains(&format!("{heads} attention heads do not divide the hidden size 32")),
+                "{err}"
+            );
         }
     }
-    PackedInputs { positions, attention_mask, pooling, attention_gather: Vec::new(), attention_scatter: Vec::new() }
 }

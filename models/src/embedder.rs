@@ -1,0 +1,434 @@
+//! Sentence embeddings with a BERT model (all-MiniLM-L6-v2) on the devices the user places
+//! each module on.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tessera_core::registry::{extension, Extension};
+use tessera_core::{Backend, DType, Device, DeviceType, Graph, Scheduler, SchedulerOptions};
+use tessera_std::model_file::{place_weights, ModelFile, WeightSpec, WeightStore};
+use tessera_std::placement::Placement;
+
+use crate::bert::{self, BertGraph, Layout};
+use crate::config::BertConfig;
+use crate::error::{Error, Result};
+use crate::inputs::packed_inputs;
+use crate::module::Module;
+use crate::tokenize::{Tokenizer, MAX_TOKENS};
+
+/// A loaded model, its weights on their devices, the scheduler that runs it, and
+/// optionally its tokenizer.
+pub struct Embedder {
+    config: BertConfig,
+    file: ModelFile,
+    placement: Placement,
+    /// The scheduler's backends' devices, in its order.
+    devices: Vec<&'static dyn Device>,
+    /// Weights of each module, where its params live.
+    stores: Vec<WeightStore>,
+    sched: Scheduler,
+    tokenizer: Option<Tokenizer>,
+    timing: Timing,
+}
+
+/// Where the time of the last embedding call went.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    /// Building the graph, binding the weights, planning and allocating it, setting the inputs.
+    pub prepare: Duration,
+    /// Running the graph and reading the embeddings back.
+    pub compute: Duration,
+}
+
+/// How [`Embedder::load_with`] loads a model; `Default` is what [`Embedder::load`] does.
+#[derive(Default)]
+pub struct LoadOptions<'a> {
+    /// Threads of each backend that has the `set_n_threads` extension (the CPU's);
+    /// `None` keeps the backend's default.
+    pub threads: Option<usize>,
+    /// The tokenizer to use. `None`: the `tokenizer.json` next to the model, if there is one
+    /// (truncating at [`MAX_TOKENS`] or the model's positions, whichever is fewer).
+    pub tokenizer: Option<Tokenizer>,
+    /// Called as weight bytes are placed: `(module, bytes done, bytes in total)`.
+    pub progress: Option<&'a mut dyn FnMut(Module, usize, usize)>,
+}
+
+/// One backend per device the placement names: accelerators in the order the modules name
+/// them, then a CPU (the placement's, else the built-in one), which the scheduler needs last.
+fn backend_devices(placement: &Placement) -> Vec<&'static dyn Device> {
+    let mut named: Vec<&'static dyn Device> = Vec::new();
+    for &d in placement.compute.iter().chain(&placement.params) {
+        if Placement::index_in(&named, d).is_none() {
+            named.push(d);
+        }
+    }
+    if !named.iter().any(|d| d.device_type() == DeviceType::Cpu) {
+        named.push(&tessera_cpu::CPU_DEVICE);
+    }
+    placement.devices(&named)
+}
+
+impl Embedder {
+    /// Loads the model at `path` (safetensors or GGUF; its `config.json` is read from the same
+    /// folder, see [`BertConfig::of_file`]) and places each module as `placement` says, a
+    /// placement resolved for [`MODULES`](crate::MODULES) (`--backend` / `--params-backend`):
+    ///
+    /// ```no_run
+    /// # use tessera_models::{Embedder, MODULES};
+    /// # use tessera_std::placement::Placement;
+    /// # let devices = [&tessera_cpu::CPU_DEVICE as &'static dyn tessera_core::Device];
+    /// let placement = Placement::resolve("encoder=gpu", "cpu", &MODULES, &devices)?;
+    /// let embedder = Embedder::load("model.safetensors", placement)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load(path: impl AsRef<Path>, placement: Placement) -> Result<Embedder> {
+        Embedder::load_with(path, placement, LoadOptions::default())
+    }
+
+    /// [`load`](Self::load) with threads, a tokenizer and a progress callback.
+    pub fn load_with(path: impl AsRef<Path>, placement: Placement, options: LoadOptions<'_>) -> Result<Embedder> {
+        let LoadOptions { threads, tokenizer, mut progress } = options;
+        let file = ModelFile::open(path.as_ref())?;
+        let config = BertConfig::of_file(&file)?;
+        if placement.compute.len() != Module::ALL.len() || placement.params.len() != Module::ALL.len() {
+            return Err(Error::InvalidConfig {
+                message: format!(
+                    "the placement has {} compute and {} params devices; expected one per module ({}): \
+                     resolve it with tessera_models::MODULES",
+                    placement.compute.len(),
+                    placement.params.len(),
+                    Module::ALL.map(Module::name).join(", ")
+                ),
+            });
+        }
+        let tokenizer = match tokenizer {
+            Some(t) => Some(t),
+            None => {
+                let beside = file.path().with_file_name("tokenizer.json");
+                let max_tokens = MAX_TOKENS.min(config.max_positions);
+                beside.exists().then(|| Tokenizer::from_file(&beside, max_tokens)).transpose()?
+            }
+        };
+        let devices = backend_devices(&placement);
+
+        // The weights each module declares, placed where its params live.
+        let mut probe = Graph::new();
+        let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
+        let shapes = bert::build(&mut probe, &config, &dtype_of, Layout::packed(&[1]))?;
+        let mut stores = Vec::new();
+        for m in Module::ALL {
+            let specs: Vec<WeightSpec> = shapes
+                .weights
+                .iter()
+                .filter(|(_, module, _)| *module == m)
+                .filter_map(|(name, _, id)| {
+                    let t = probe.tensor(*id).ok()?;
+                    Some(WeightSpec { name, dtype: t.dtype(), ne: t.ne() })
+                })
+                .collect();
+            let device = placement.params[m.index()];
+            let mut report = |done: usize, total: usize| {
+                if let Some(p) = progress.as_mut() {
+                    p(m, done, total);
+                }
+            };
+            stores.push(place_weights(&file, &specs, device, &mut report)?);
+        }
+
+        let mut backends: Vec<Box<dyn Backend>> = Vec::new();
+        for d in &devices {
+            let mut b = d.init_backend()?;
+            if let (Some(n), Some(Extension::SetThreads(set_threads))) =
+                (threads, d.reg().extension(extension::SET_THREADS))
+            {
+                set_threads(&mut *b, n)?;
+            }
+            backends.push(b);
+        }
+        let sched = tessera_std::sched_debug::scheduler(backends, &[], SchedulerOptions::default())?;
+        Ok(Embedder { config, file, placement, devices, stores, sched, tokenizer, timing: Timing::default() })
+    }
+
+    /// The model's shape.
+    pub fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    /// Where each module runs and keeps its weights.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// "embed: CPU (params CPU), encoder: ..." for the user.
+    pub fn describe(&self) -> String {
+        Module::ALL
+            .iter()
+            .map(|m| {
+                let (c, p) = (self.placement.compute[m.index()], self.placement.params[m.index()]);
+                format!("{}: {} (params {})", m.name(), c.name(), p.name())
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The tokenizer, if it has one.
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_ref()
+    }
+
+    /// Uses `tokenizer` for the texts given to [`embed`](Self::embed) and
+    /// [`tokenize`](Self::tokenize).
+    pub fn set_tokenizer(&mut self, tokenizer: Tokenizer) {
+        self.tokenizer = Some(tokenizer);
+    }
+
+    /// The token ids of `texts` with the model's tokenizer.
+    pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        let tokenizer = self
+            .tokenizer
+            .as_ref()
+            .ok_or_else(|| Error::NoTokenizer { model: self.file.path().display().to_string() })?;
+        tokenizer.encode(texts)
+    }
+
+    /// Embeddings (L2-normalised, `hidden` values each) of `texts`, tokenized and computed in
+    /// one packed batch.
+    pub fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let tokens = self.tokenize(texts)?;
+        self.embed_tokens(&tokens)
+    }
+
+    /// Embeddings of token-id sequences (1 to `max_positions` ids each), computed in one
+    /// packed batch; [`timing`](Self::timing) then says where the time went.
+    pub fn embed_tokens<S: AsRef<[u32]>>(&mut self, sequences: &[S]) -> Result<Vec<Vec<f32>>> {
+        if sequences.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lens: Vec<usize> = sequences.iter().map(|s| s.as_ref().len()).collect();
+        let max = self.config.max_positions;
+        if let Some((index, &tokens)) = lens.iter().enumerate().find(|(_, &l)| l == 0 || l > max) {
+            return Err(Error::SequenceLength { index, tokens, max });
+        }
+        let start = Instant::now();
+        let (g, model) = self.graph(&lens)?;
+        self.sched.alloc_graph(&g)?;
+        let inputs = packed_inputs(&lens);
+        let ids: Vec<i32> = sequences.iter().flat_map(|s| s.as_ref()).map(|&t| t as i32).collect();
+        let sg = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?;
+        sg.set_i32(model.token_ids, &ids)?;
+        sg.set_i32(model.positions, &inputs.positions)?;
+        sg.set_f32(model.attention_mask, &inputs.attention_mask)?;
+        if let (Some(gather), Some(scatter)) = (model.attention_gather, model.attention_scatter) {
+            sg.set_i32(gather, &inputs.attention_gather)?;
+            sg.set_i32(scatter, &inputs.attention_scatter)?;
+        }
+        sg.set_f32(model.pooling, &inputs.pooling)?;
+        let prepared = Instant::now();
+        self.sched.compute()?;
+        let out = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_f32(model.embeddings)?;
+        self.timing = Timing { prepare: prepared - start, compute: prepared.elapsed() };
+        Ok(out.chunks(self.config.hidden).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Where the time of the last [`embed`](Self::embed) or
+    /// [`embed_tokens`](Self::embed_tokens) went (tokenizing excluded).
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    /// The scheduler (for its plan and buffers).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    /// Builds the graph for sequences of `lens` tokens packed in one row, weights bound and
+    /// every node pinned to its module's device.
+    fn graph(&mut self, lens: &[usize]) -> Result<(Graph, BertGraph)> {
+        let mut g = Graph::new();
+        let file = &self.file;
+        let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
+        let model = bert::build(&mut g, &self.config, &dtype_of, Layout::packed(lens))?;
+        for (name, module, id) in &model.weights {
+            let data = self.stores[module.index()].get(name).ok_or_else(|| tessera_core::Error::File {
+                path: self.file.path().display().to_string(),
+                message: format!("weight '{name}' was not loaded"),
+            })?;
+            g.bind(*id, data.clone())?;
+        }
+        self.sched.clear_pins();
+        for &id in g.nodes() {
+            if let Some(m) = model.module_of(id) {
+                let device = self.placement.compute[m.index()];
+                if let Some(b) = Placement::index_in(&self.devices, device) {
+                    self.sched.set_tensor_backend(id, b)?;
+                }
+            }
+        }
+        Ok((g, model))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use tessera_sim::{SimConfig, SimDevice};
+
+    use super::*;
+    use crate::module::MODULES;
+    use crate::test_model::{self, cosine, TINY};
+
+    fn cpu() -> Vec<&'static dyn Device> {
+        vec![&tessera_cpu::CPU_DEVICE]
+    }
+
+    fn on(devices: &[&'static dyn Device], backend: &str, params: &str) -> Placement {
+        Placement::resolve(backend, params, &MODULES, devices).unwrap()
+    }
+
+    /// The tiny model as GGUF with `matrix_type` matrices, in a fresh directory.
+    fn tiny_gguf(matrix_type: DType) -> std::path::PathBuf {
+        let path = test_model::temp_dir("embedder").join("tiny.gguf");
+        std::fs::write(&path, test_model::gguf_bytes(&TINY, matrix_type)).unwrap();
+        path
+    }
+
+    const SEQUENCES: [&[u32]; 3] = [&[2, 17, 5, 3], &[2, 9, 33, 12, 39, 7, 3], &[2, 3]];
+
+    #[test]
+    fn embeddings_match_a_float64_bert() {
+        let path = tiny_gguf(DType::F32);
+        let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+        assert_eq!(*e.config(), TINY);
+        let got = e.embed_tokens(&SEQUENCES).unwrap();
+        assert_eq!(got.len(), SEQUENCES.len());
+        for (ids, g) in SEQUENCES.iter().zip(&got) {
+            let want = test_model::reference_embedding(&TINY, ids);
+            assert_eq!(g.len(), TINY.hidden);
+            let norm: f32 = g.iter().map(|v| v * v).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+            let max_diff = g.iter().zip(&want).map(|(a, b)| (f64::from(*a) - b).abs()).fold(0.0, f64::max);
+            assert!(max_diff < 1e-5, "{ids:?}: max difference {max_diff} from the float64 reference");
+        }
+        assert!(e.timing().compute > Duration::ZERO);
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn a_packed_batch_equals_its_sequences_one_by_one() {
+        let path = tiny_gguf(DType::F32);
+        let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+        let batch = e.embed_tokens(&SEQUENCES).unwrap();
+        for (ids, b) in SEQUENCES.iter().zip(&batch) {
+            let alone = e.embed_tokens(&[ids]).unwrap();
+            let diff = alone[0].iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+            assert!(diff < 1e-6, "{ids:?}: packed and alone differ by {diff}");
+        }
+        assert!(e.embed_tokens::<&[u32]>(&[]).unwrap().is_empty());
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn sequences_of_no_or_too_many_tokens_are_an_error() {
+        let path = tiny_gguf(DType::F32);
+        let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+        let err = e.embed_tokens(&[vec![2, 3], vec![]]).unwrap_err();
+        assert!(matches!(err, Error::SequenceLength { index: 1, tokens: 0, max: 16 }), "{err:?}");
+        let err = e.embed_tokens(&[vec![1; 17]]).unwrap_err();
+        assert_eq!(err.to_string(), "sequence 0 has 17 tokens; 1 to 16 are allowed");
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn text_needs_a_tokenizer() {
+        let path = tiny_gguf(DType::F32);
+        let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+        assert!(e.tokenizer().is_none());
+        let err = e.embed(&["A sentence."]).unwrap_err();
+        assert!(matches!(err, Error::NoTokenizer { .. }), "{err:?}");
+        assert!(err.to_string().contains("put its tokenizer.json next to it"), "{err}");
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn the_tokenizer_next_to_the_model_turns_text_into_the_same_tokens() {
+        let path = tiny_gguf(DType::F32);
+        std::fs::write(path.with_file_name("tokenizer.json"), test_model::TOKENIZER_JSON).unwrap();
+        let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+        assert_eq!(e.tokenizer().unwrap().max_tokens(), TINY.max_positions, "capped at the positions");
+        let texts = ["A sentence.", "Another one."];
+        assert_eq!(e.tokenize(&texts).unwrap(), [vec![2, 4, 5, 6, 3], vec![2, 7, 8, 9, 6, 3]]);
+        let from_text = e.embed(&texts).unwrap();
+        assert_eq!(from_text, e.embed_tokens(&e.tokenize(&texts).unwrap()).unwrap());
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn modules_on_an_accelerator_with_weights_on_the_cpu_give_the_same_embeddings() {
+        let path = tiny_gguf(DType::F32);
+        let sim: &'static dyn Device = SimDevice::create(SimConfig::new("SIM0"));
+        let devices = vec![sim, &tessera_cpu::CPU_DEVICE];
+        let on_cpu = Embedder::load(&path, on(&devices, "cpu", "")).unwrap().embed_tokens(&SEQUENCES).unwrap();
+        let mut split = Embedder::load(&path, on(&devices, "encoder=sim0,pool=sim0,embed=cpu", "cpu")).unwrap();
+        assert_eq!(split.describe(), "embed: CPU (params CPU), encoder: SIM0 (params CPU), pool: SIM0 (params CPU)");
+        assert_eq!(split.embed_tokens(&SEQUENCES).unwrap(), on_cpu);
+        let plan = split.scheduler().plan().unwrap();
+        assert!(plan.splits.len() >= 2, "{plan}");
+        assert!(plan.splits.iter().any(|s| s.inputs.iter().any(|i| i.name.ends_with(".weight"))), "{plan}");
+        // Everything on the accelerator: the scheduler still gets a CPU, last.
+        let mut resident = Embedder::load(&path, on(&devices, "sim0", "")).unwrap();
+        assert_eq!(resident.embed_tokens(&SEQUENCES).unwrap(), on_cpu);
+        assert_eq!(resident.devices.iter().map(|d| d.name()).collect::<Vec<_>>(), ["SIM0", "CPU"]);
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn a_placement_for_another_model_is_an_error() {
+        let path = tiny_gguf(DType::F32);
+        let cpu: &'static dyn Device = &tessera_cpu::CPU_DEVICE;
+        let err = Embedder::load(&path, Placement { compute: vec![cpu], params: vec![cpu] }).err().unwrap();
+        assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
+        assert!(err.to_string().contains("expected one per module (embed, encoder, pool)"), "{err}");
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn loading_reports_progress_per_module_and_sets_threads() {
+        let path = tiny_gguf(DType::F32);
+        let mut seen = Vec::new();
+        let mut progress = |m: Module, done: usize, total: usize| seen.push((m, done, total));
+        let options = LoadOptions { threads: Some(2), progress: Some(&mut progress), ..LoadOptions::default() };
+        Embedder::load_with(&path, on(&cpu(), "", ""), options).unwrap();
+        for m in [Module::Embed, Module::Encoder] {
+            let last = seen.iter().rev().find(|s| s.0 == m).unwrap();
+            assert!(last.1 == last.2 && last.2 > 0, "{seen:?}");
+        }
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn converted_models_embed_like_the_original() {
+        let dir = test_model::temp_dir("convert");
+        let model = test_model::write_safetensors(&dir, &TINY);
+        std::fs::write(dir.join("config.json"), test_model::config_json(&TINY)).unwrap();
+        let mut original = Embedder::load(&model, on(&cpu(), "", "")).unwrap();
+        assert_eq!(*original.config(), TINY);
+        let want = original.embed_tokens(&SEQUENCES).unwrap();
+        for (dtype, bound) in [(DType::F32, 0.999_999), (DType::F16, 0.9999), (DType::Q8_0, 0.999)] {
+            let out = dir.join(format!("tiny-{dtype}.gguf"));
+            let n = crate::convert(&model, &out, dtype).unwrap();
+            assert_eq!(n, 5 + 16 * TINY.layers);
+            let mut converted = Embedder::load(&out, on(&cpu(), "", "")).unwrap();
+            assert_eq!(*converted.config(), TINY);
+            let got = converted.embed_tokens(&SEQUENCES).unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                let w: Vec<f64> = w.iter().map(|v| f64::from(*v)).collect();
+                let c = cosine(g, &w);
+                assert!(c >= bound, "{dtype}: cosine {c} < {bound}");
+            }
+        }
+        let err = crate::convert(&model, &dir.join("no/such/dir/out.gguf"), DType::F16).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{err:?}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,43 @@
+//! Model graphs built from tessera ops, and their loaders.
+//!
+//! Today: a BERT encoder for sentence embeddings (the all-MiniLM-L6-v2 family).
+//!
+//! - [`bert`]: the graph, for any [`BertConfig`] and token [`Layout`];
+//! - [`inputs`]: the values of its positional, attention and pooling inputs;
+//! - [`config`]: the model's shape, from its tensors and its `config.json` (or GGUF metadata);
+//! - [`Embedder`]: loads a safetensors or GGUF file onto the devices of a per-module
+//!   [`Placement`](tessera_std::placement::Placement), tokenizes and embeds sentences;
+//! - [`convert()`]: writes a model as GGUF with its matrices in f32, f16 or q8_0.
+//!
+//! ```no_run
+//! use tessera_models::{Embedder, MODULES};
+//! use tessera_std::placement::Placement;
+//!
+//! let devices = [&tessera_cpu::CPU_DEVICE as &'static dyn tessera_core::Device];
+//! let placement = Placement::resolve("", "", &MODULES, &devices)?;
+//! let mut embedder = Embedder::load("weights/all-MiniLM-L6-v2/model.safetensors", placement)?;
+//! let embeddings = embedder.embed(&["A sentence.", "Another one."])?;
+//! assert_eq!(embeddings[0].len(), embedder.config().hidden);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+pub mod bert;
+pub mod config;
+pub mod convert;
+pub mod embedder;
+pub mod error;
+pub mod inputs;
+pub mod module;
+pub mod tokenize;
+
+#[cfg(test)]
+mod test_model;
+
+pub use bert::{BertGraph, Layout};
+pub use config::{BertConfig, HfConfig};
+pub use convert::{convert, converted_type};
+pub use embedder::{Embedder, LoadOptions, Timing};
+pub use error::{Error, Result};
+pub use module::{Module, MODULES};
+pub use tokenize::{Tokenizer, MAX_TOKENS};

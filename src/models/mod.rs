@@ -1,3 +1,0 @@
-//! Model graphs built from tessera ops.
-
-pub mod bert;
