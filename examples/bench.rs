@@ -1,11 +1,16 @@
-//! Op benchmarks of the CPU backend, printed like ggml's `test-backend-ops perf` so the two
-//! can be read line by line:
+//! Op benchmarks of a device (the CPU unless `--device` says otherwise), printed like ggml's
+//! `test-backend-ops perf` so the two can be read line by line:
 //!
 //! ```text
 //! MUL_MAT(type_a=f32,type_b=f32,m=1024,n=1024,k=1024):  74 runs - 13575.26 us/run - 2.15 GFLOP/run - 158.19 GFLOPS
 //! ```
 //!
-//! `cargo run --release --example bench -- [-o OP] [-p FILTER] [--threads N] [--kernels SET] [--time SECONDS]`
+//! `cargo run --release --example bench -- [-o OP] [-p FILTER] [--device NAME] [--threads N] [--kernels SET] [--time SECONDS]`
+//!
+//! The device comes from the registry every program uses (`cpu`, `gpu`, a device name; the
+//! CPU plugin when the built-in one is disabled with `TESSERA_DISABLE_CPU=builtin`).
+//! `--kernels` picks a kernel set of the built-in CPU backend; `--threads` goes to any
+//! family that takes a thread count.
 //!
 //! Each case runs until about `--time` seconds (default 1) have passed, at least 3 times
 //! (2 for cases slower than a second), and reports the median run. FLOP counts are ggml's
@@ -19,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use tessera::allocator::alloc_graph_tensors;
 use tessera::cpu::CpuBackend;
-use tessera::host_buffer::HOST_BUFFER_TYPE;
-use tessera::{Backend, BinaryOp, DType, Graph, Result, RopeMode, RopeParams, TensorId, UnaryOp};
+use tessera::registry::{extension, Extension};
+use tessera::{Backend, BinaryOp, DType, Device, Graph, Result, RopeMode, RopeParams, TensorId, UnaryOp};
 
 /// What a case's figure of merit counts per run.
 enum Work {
@@ -289,11 +294,11 @@ struct Timing {
     median: Duration,
 }
 
-fn run_case(case: &Case, backend: &mut CpuBackend, budget: Duration) -> Result<Timing> {
+fn run_case(case: &Case, backend: &mut dyn Backend, budget: Duration) -> Result<Timing> {
     let mut g = Graph::new();
     let out = (case.build)(&mut g)?;
     g.build_forward(out)?;
-    alloc_graph_tensors(&mut g, &HOST_BUFFER_TYPE)?;
+    alloc_graph_tensors(&mut g, backend.device().buffer_type())?;
     for (i, &leaf) in g.leafs().to_vec().iter().enumerate() {
         let t = g.tensor(leaf)?;
         let n = t.nelements();
@@ -335,19 +340,28 @@ fn print_line(case: &Case, t: &Timing) {
 struct Args {
     op: Option<String>,
     filter: Option<String>,
+    device: String,
     threads: Option<usize>,
     kernels: Option<String>,
     budget: Duration,
 }
 
 fn parse_args() -> std::result::Result<Args, String> {
-    let mut args = Args { op: None, filter: None, threads: None, kernels: None, budget: Duration::from_secs(1) };
+    let mut args = Args {
+        op: None,
+        filter: None,
+        device: "cpu".into(),
+        threads: None,
+        kernels: None,
+        budget: Duration::from_secs(1),
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "-o" => args.op = Some(value()?),
             "-p" => args.filter = Some(value()?),
+            "--device" | "-d" => args.device = value()?,
             "--threads" | "-t" => args.threads = Some(value()?.parse().map_err(|e| format!("--threads: {e}"))?),
             "--kernels" => args.kernels = Some(value()?),
             "--time" => {
@@ -355,12 +369,49 @@ fn parse_args() -> std::result::Result<Args, String> {
                 args.budget = Duration::from_secs_f64(s);
             }
             "-h" | "--help" => {
-                return Err("usage: bench [-o OP] [-p FILTER] [--threads N] [--kernels SET] [--time SECONDS]".into())
+                return Err(
+                    "usage: bench [-o OP] [-p FILTER] [--device NAME] [--threads N] [--kernels SET] [--time SECONDS]"
+                        .into(),
+                )
             }
             other => return Err(format!("unknown argument '{other}' (try --help)")),
         }
     }
     Ok(args)
+}
+
+/// The backend under test on the device `--device` names, and a line that says what it is.
+/// The built-in CPU gets the kernel set and thread count asked for; another device the thread
+/// count through its family's `set_n_threads`, if it has one.
+fn backend(args: &Args) -> std::result::Result<(Box<dyn Backend>, String), String> {
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let registry = tessera::discover();
+    let device = registry.select(Some(&args.device)).map_err(|e| e.to_string())?;
+    let origin = registry.entry_of(device).map_or_else(String::new, |e| e.origin().to_string());
+    let head = format!("Backend {}: {} ({origin}", device.name(), device.description());
+    if std::ptr::addr_eq(device as *const dyn Device, &tessera::cpu::CPU_DEVICE as *const dyn Device) {
+        let cpu = match &args.kernels {
+            Some(set) => CpuBackend::with_kernels(set, threads).map_err(|e| e.to_string())?,
+            None => CpuBackend::with_threads(threads),
+        };
+        let header = format!("{head}, {} kernels, {} threads)", cpu.kernel_set(), cpu.threads());
+        return Ok((Box::new(cpu), header));
+    }
+    if let Some(set) = &args.kernels {
+        return Err(format!(
+            "--kernels {set}: kernel sets are the built-in CPU backend's; {} is {origin}",
+            device.name()
+        ));
+    }
+    let mut backend = device.init_backend().map_err(|e| e.to_string())?;
+    let header = match device.reg().extension(extension::SET_THREADS) {
+        Some(Extension::SetThreads(set_threads)) => {
+            set_threads(&mut *backend, threads).map_err(|e| e.to_string())?;
+            format!("{head}, {threads} threads)")
+        }
+        _ => format!("{head})"),
+    };
+    Ok((backend, header))
 }
 
 fn main() -> ExitCode {
@@ -371,12 +422,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let backend = match &args.kernels {
-        Some(set) => CpuBackend::with_kernels(set, threads),
-        None => Ok(CpuBackend::with_threads(threads)),
-    };
-    let mut backend = match backend {
+    let (mut backend, header) = match backend(&args) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("bench: {e}");
@@ -390,12 +436,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    println!(
-        "Backend CPU: {} ({} kernels, {} threads)",
-        tessera::Device::description(&tessera::cpu::CPU_DEVICE),
-        backend.kernel_set(),
-        backend.threads()
-    );
+    println!("{header}");
     for (name, cases) in OPS {
         if args.op.as_ref().is_some_and(|op| !op.eq_ignore_ascii_case(name)) {
             continue;
@@ -404,7 +445,7 @@ fn main() -> ExitCode {
             if args.filter.as_ref().is_some_and(|f| !case.params.contains(f.as_str())) {
                 continue;
             }
-            match run_case(&case, &mut backend, args.budget) {
+            match run_case(&case, &mut *backend, args.budget) {
                 Ok(t) => print_line(&case, &t),
                 Err(e) => println!("  {}({}): failed: {e}", case.op, case.params),
             }

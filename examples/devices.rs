@@ -1,17 +1,19 @@
 //! Every backend family and device this program can use: the ones compiled in and the ones
-//! loaded from plugins, with where each came from.
+//! loaded from plugins, with where each came from and which sources of a family were not
+//! used, and why.
 //!
 //! `cargo run --release --example devices [-- PLUGIN_DIR]`
 //!
-//! Without a directory, plugins are searched where `load_all` looks (the compile-time
-//! `TESSERA_BACKEND_DIR`, the executable's directory, the current directory) and
+//! Plugins are searched in `PLUGIN_DIR` first, then where every program looks
+//! (`TESSERA_BACKEND_DIR`, the executable's directory, the current directory), and
 //! `TESSERA_BACKEND_PATH` is loaded too; `scripts/build-cpu-plugins.sh` builds the CPU
-//! plugins into `target/plugins`. `TESSERA_DISABLE_<FAMILY>=1` and
-//! `TESSERA_<FAMILY>_VISIBLE_DEVICES=0,2` apply.
+//! plugins into `target/plugins`. `TESSERA_DISABLE_<FAMILY>=1` (`=builtin`: only the
+//! compiled-in family, so that its plugin is used) and `TESSERA_<FAMILY>_VISIBLE_DEVICES=0,2`
+//! apply.
 
 use std::path::PathBuf;
 
-use tessera::runtime::RuntimeRegistry;
+use tessera::runtime::RegistryConfig;
 use tessera::{Device, DeviceCaps};
 
 fn gib(bytes: usize) -> f64 {
@@ -45,27 +47,24 @@ fn caps(c: DeviceCaps) -> String {
 }
 
 fn main() {
-    let mut registry = RuntimeRegistry::new(tessera::BUILTIN_REGS);
-    let report = match std::env::args_os().nth(1).map(PathBuf::from) {
-        Some(dir) => {
-            println!("plugins from {}", dir.display());
-            registry.load_all_from(&dir)
-        }
-        None => {
-            let dirs: Vec<String> = registry.config().search_dirs().iter().map(|d| d.display().to_string()).collect();
-            println!("plugins searched in: {}", dirs.join(", "));
-            registry.load_all()
-        }
-    };
-    let n_devices = registry.devices().count();
+    let mut config = RegistryConfig::from_env();
+    if let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) {
+        config = config.with_backend_dir(dir);
+    }
+    let dirs: Vec<String> = config.search_dirs().iter().map(|d| d.display().to_string()).collect();
+    println!("plugins searched in: {}", dirs.join(", "));
+    let registry = tessera::discover_with(config);
+    let n_plugins = registry.regs().filter(|e| e.plugin().is_some()).count();
     println!(
-        "{} backend families, {} devices ({} plugins loaded)\n",
+        "{} backend families, {} devices ({n_plugins} from plugins)\n",
         registry.regs().count(),
-        n_devices,
-        report.loaded.len()
+        registry.devices().count()
     );
     for entry in registry.regs() {
         println!("{}  [{}]", entry.name(), entry.origin());
+        for s in registry.skipped_of(entry.name()) {
+            println!("  not used: {s}");
+        }
         let features: Vec<String> = entry.features().iter().map(|(n, v)| format!("{n}={v}")).collect();
         if !features.is_empty() {
             println!("  features: {}", features.join(" "));
@@ -91,11 +90,12 @@ fn main() {
     for h in registry.hidden() {
         println!("hidden: {}: {}", h.device.name(), h.reason);
     }
-    for s in registry.skipped() {
+    let listed = |family: &str| registry.reg_by_name(family).is_some();
+    for s in registry.skipped().iter().filter(|s| !s.family.as_deref().is_some_and(listed)) {
         println!("skipped: {s}");
     }
-    match registry.best_device() {
-        Some(d) => println!("best device: {}", d.name()),
-        None => println!("best device: none"),
+    match registry.select(None) {
+        Ok(d) => println!("best device: {}", d.name()),
+        Err(e) => println!("best device: none ({e})"),
     }
 }

@@ -1,4 +1,6 @@
-//! A two-layer perceptron as a tessera graph, run on the best device this build finds.
+//! A two-layer perceptron as a tessera graph, run on the best device this program finds:
+//! built in or from a plugin, as `TESSERA_DISABLE_<FAMILY>`, `TESSERA_BACKEND_DIR` and the
+//! other variables of the registry say. It prints the device and where it came from.
 //!
 //! `cargo run --release --example hello_graph`
 
@@ -13,8 +15,9 @@ fn pattern(n: usize, seed: f32) -> Vec<f32> {
 }
 
 fn run() -> Result<()> {
-    let registry = tessera::registry();
-    let device = tessera::runtime::select_device(&registry, None)?;
+    let registry = tessera::discover();
+    let device = registry.select(None)?;
+    let origin = registry.entry_of(device).map_or_else(|| "unknown".into(), |e| e.origin().to_string());
     let mut backend = device.init_backend()?;
 
     // y = softmax(W2 · relu(W1 · x + b1) + b2) for a batch of two 4-feature inputs.
@@ -56,6 +59,7 @@ fn run() -> Result<()> {
     backend.compute_graph(&g)?;
     let probs = g.get_f32(y)?;
     println!("device: {}", tessera::runtime::describe_device(device));
+    println!("from: {origin}");
     println!("graph: {} nodes, {} leafs", g.nodes().len(), g.leafs().len());
     for (i, row) in probs.chunks(n_out).enumerate() {
         let formatted: Vec<String> = row.iter().map(|p| format!("{p:.4}")).collect();

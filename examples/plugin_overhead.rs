@@ -8,8 +8,8 @@
 //! - `tables`: the built-in CPU family exported through the C tables and wrapped back in this
 //!   process (the graph is encoded into descriptors, decoded and re-checked on the far side);
 //! - `plugin`: a CPU plugin library (`libtessera-cpu[-<variant>].so`, built by
-//!   `scripts/build-cpu-plugins.sh`), if one is given or found in `target/plugins` or the
-//!   search paths.
+//!   `scripts/build-cpu-plugins.sh`): the file given, else the best variant in the directory
+//!   given (default `target/plugins`) or the plugin search paths (`TESSERA_BACKEND_DIR`, ...).
 //!
 //! Columns follow ggml's `test-backend-ops perf`: backend, graph, memory, runs, us/run, and
 //! the ratio to the built-in backend.
@@ -108,26 +108,27 @@ fn time(bench: &Bench, backend: &mut dyn Backend, buffer_type: &'static dyn Buff
     Ok((runs, best))
 }
 
-/// A CPU plugin library: the argument (a file or a directory), else `target/plugins`, else
-/// the search paths.
-fn find_plugin(registry: &mut RuntimeRegistry) -> Option<&'static dyn Device> {
+/// A CPU plugin library: the argument if it is a file, else the best variant in the argument's
+/// directory (default `target/plugins`) and the search paths. The registry has no built-in
+/// family, which would keep a plugin of the CPU family out.
+fn find_plugin() -> (RuntimeRegistry, Option<&'static dyn Device>) {
     let arg = std::env::args_os().nth(1).map(PathBuf::from);
+    let dir = match &arg {
+        Some(p) if p.is_file() => None,
+        Some(dir) => Some(dir.clone()),
+        None => Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join("plugins")),
+    };
+    let config = RegistryConfig::from_env();
+    let mut registry = RuntimeRegistry::with_config(&[], dir.map_or(config.clone(), |d| config.with_backend_dir(d)));
     let loaded = match &arg {
-        Some(p) if p.is_file() => registry.load(p).map(|e| e.devices().first().copied()),
-        Some(dir) => registry.load_best("cpu", Some(dir)).map(|e| e.devices().first().copied()),
-        None => {
-            let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join("plugins");
-            match registry.load_best("cpu", Some(&default)) {
-                Ok(e) => Ok(e.devices().first().copied()),
-                Err(_) => registry.load_best("cpu", None).map(|e| e.devices().first().copied()),
-            }
-        }
+        Some(file) if file.is_file() => registry.load(file).map(|e| e.devices().first().copied()),
+        _ => registry.load_best("cpu", None).map(|e| e.devices().first().copied()),
     };
     match loaded {
-        Ok(d) => d,
+        Ok(device) => (registry, device),
         Err(e) => {
             println!("(no CPU plugin library: {e}; build one with scripts/build-cpu-plugins.sh)\n");
-            None
+            (registry, None)
         }
     }
 }
@@ -136,8 +137,7 @@ fn main() -> Result<()> {
     let Some(tables) = loopback::<CpuExport>("in-process tables")?.device(0) else {
         return Err(tessera::Error::UnknownDevice { name: "CPU".into(), available: "none".into() });
     };
-    let mut registry = RuntimeRegistry::with_config(&[], RegistryConfig::from_env());
-    let plugin = find_plugin(&mut registry);
+    let (registry, plugin) = find_plugin();
     if let Some(entry) = registry.regs().next() {
         println!("plugin: {}\n", entry.origin());
     }

@@ -1,5 +1,6 @@
 //! One transformer block run across a simulated accelerator (which holds the weights but has
-//! no SOFT_MAX) and the CPU, compared with the CPU alone.
+//! no SOFT_MAX) and the CPU, compared with the built-in CPU backend alone. The CPU side is the
+//! CPU device of the registry every program uses (`tessera::discover()`).
 //!
 //! `cargo run --release --example split_plan` (`TESSERA_SCHED_DEBUG=2` also lists every
 //! node's backend and the pass that chose it).
@@ -100,7 +101,11 @@ fn run() -> Result<()> {
     }
     fill_weights(&g, &b)?; // the input is set below, on the scheduled graph
 
-    let backends: Vec<Box<dyn Backend>> = vec![sim.init_backend()?, Box::new(CpuBackend::new())];
+    let registry = tessera::discover();
+    let cpu = registry.select(Some("cpu"))?;
+    let origin = registry.entry_of(cpu).map_or_else(String::new, |e| e.origin().to_string());
+    println!("CPU side: {} ({origin})", cpu.name());
+    let backends: Vec<Box<dyn Backend>> = vec![sim.init_backend()?, cpu.init_backend()?];
     let mut sched: Scheduler = tessera::runtime::sched_debug::scheduler(backends, &[], SchedulerOptions::default())?;
     let plan = sched.alloc_graph(&g)?.clone();
     print!("{plan}");

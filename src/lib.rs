@@ -2,11 +2,14 @@
 //!
 //! This facade re-exports [`tessera_core`] and the backends that Cargo features select, and
 //! lists them in [`BUILTIN_REGS`], the const registry in priority order (GPU families first,
-//! the CPU last).
+//! the CPU last). On `std`, [`discover`] adds the plugins and the environment's settings:
+//! every program gets its devices there.
 #![no_std]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
 
 pub use tessera_core::*;
 pub use tessera_cpu as cpu;
@@ -16,18 +19,29 @@ pub use tessera_std as runtime;
 /// The backend families compiled into this build, in priority order.
 pub static BUILTIN_REGS: &[&'static dyn BackendReg] = &[&tessera_cpu::CPU_REG];
 
-/// The registry of the compiled-in families.
+/// The registry of the compiled-in families, usable without `std` (no plugins, no
+/// environment). Programs on `std` use [`discover`].
 pub fn registry() -> Registry<'static> {
     Registry::new(BUILTIN_REGS)
 }
 
-/// Every family this process can use: the compiled-in ones (filtered by
-/// `TESSERA_DISABLE_<FAMILY>` and `TESSERA_<FAMILY>_VISIBLE_DEVICES`) plus the best variant of
-/// each plugin found in the search paths and `TESSERA_BACKEND_PATH`. Plugins that cannot be
-/// used are listed in [`runtime::RuntimeRegistry::skipped`] with the reason.
+/// Every family and device this process can use, found once and shared: the compiled-in
+/// families (filtered by `TESSERA_DISABLE_<FAMILY>` and `TESSERA_<FAMILY>_VISIBLE_DEVICES`)
+/// plus the best variant of each plugin family found in `TESSERA_BACKEND_DIR`, the
+/// executable's directory and the current directory, and `TESSERA_BACKEND_PATH`. A family
+/// is listed once (the built-in one wins over a plugin of it), a GPU seen through two APIs
+/// once. Plugins that cannot be used are listed in [`runtime::RuntimeRegistry::skipped`]
+/// with the reason. Find devices with its `select` (a user's request: `auto`, `gpu`, `cuda`,
+/// `CUDA1`), `device_by_name`, `device_by_family`, `device_by_type`, `best_device`.
 #[cfg(feature = "std")]
-pub fn discover() -> runtime::RuntimeRegistry {
-    let mut registry = runtime::RuntimeRegistry::new(BUILTIN_REGS);
-    registry.load_all();
-    registry
+pub fn discover() -> &'static runtime::RuntimeRegistry {
+    static SHARED: std::sync::OnceLock<runtime::RuntimeRegistry> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| discover_with(runtime::RegistryConfig::from_env()))
+}
+
+/// What [`discover`] finds, under other settings (a program's plugin directory, a test's
+/// variables), as a registry of the caller's own.
+#[cfg(feature = "std")]
+pub fn discover_with(config: runtime::RegistryConfig) -> runtime::RuntimeRegistry {
+    runtime::RuntimeRegistry::discover(BUILTIN_REGS, config)
 }

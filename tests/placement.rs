@@ -3,7 +3,8 @@
 
 use std::sync::OnceLock;
 
-use tessera::runtime::placement::{parse, resolve_device, ModuleDecl, Placement, PlacementError};
+use tessera::registry::resolve_device;
+use tessera::runtime::placement::{parse, ModuleDecl, Placement, PlacementError};
 use tessera::Device;
 use tessera_sim::{SimConfig, SimDevice};
 
@@ -79,18 +80,19 @@ fn malformed_items_and_unknown_modules_are_errors() {
 #[test]
 fn device_names_resolve_case_insensitively() {
     let d = devices();
-    let name = |r: &str| resolve_device(r, d).map(|x| x.name().to_string());
+    let name = |r: &str| resolve_device(d.iter().copied(), r).map(|x| x.name().to_string());
     assert_eq!(name("auto").unwrap(), "SIM0", "best = first GPU");
     assert_eq!(name("DEFAULT").unwrap(), "SIM0");
     assert_eq!(name("gpu").unwrap(), "SIM0");
     assert_eq!(name("sim").unwrap(), "SIM0", "a family is its first device");
     assert_eq!(name("Sim1").unwrap(), "SIM1");
     assert_eq!(name("cpu").unwrap(), "CPU");
-    let err = resolve_device("cuda9", d).err().unwrap();
+    let err = resolve_device(d.iter().copied(), "cuda9").err().unwrap();
     assert_eq!(err.to_string(), "unknown device 'cuda9'; devices: SIM0, SIM1, CPU");
     // Without a GPU, `auto` is the CPU and `gpu` is an error naming what exists.
-    assert_eq!(resolve_device("auto", cpu_only()).unwrap().name(), "CPU");
-    assert_eq!(resolve_device("gpu", cpu_only()).err().unwrap().to_string(), "no GPU found for 'gpu'; devices: CPU");
+    let cpu = || cpu_only().iter().copied();
+    assert_eq!(resolve_device(cpu(), "auto").unwrap().name(), "CPU");
+    assert_eq!(resolve_device(cpu(), "gpu").err().unwrap().to_string(), "no GPU found for 'gpu'; devices: CPU");
 }
 
 #[test]
@@ -113,6 +115,7 @@ fn params_follow_compute_unless_given_and_instances_are_shared() {
 
     let err = Placement::resolve("encoder=sim7", "", MODULES, d).err().unwrap();
     assert_eq!(err.to_string(), "unknown device 'sim7'; devices: SIM0, SIM1, CPU");
+    assert!(matches!(err, PlacementError::Device(tessera::Error::UnknownDevice { .. })));
     let err = Placement::resolve("cpu", "decoder=cpu", MODULES, d).err().unwrap();
     assert!(matches!(err, PlacementError::UnknownModule { .. }));
 }

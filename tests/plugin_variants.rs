@@ -104,11 +104,12 @@ fn the_best_cpu_variant_that_can_run_here_is_chosen() {
         choose(&dir, &[("TESSERA_CPU_DISABLE_AVX512", Some("1")), ("TESSERA_CPU_DISABLE_AVX2", Some("1"))]);
     assert_eq!((name.as_str(), score), (baseline, BASELINE));
 
-    // load_best does the same for one family.
+    // load_best does the same for one family (whose built-in reg is kept out).
     with_env(&off, || {
-        let mut registry = RuntimeRegistry::with_config(&[&tessera::cpu::CPU_REG], RegistryConfig::from_vars(&[]));
+        let config = RegistryConfig::from_vars(&[("TESSERA_DISABLE_CPU", "builtin")]);
+        let mut registry = RuntimeRegistry::with_config(&[&tessera::cpu::CPU_REG], config);
         let entry = registry.load_best("CPU", Some(&dir.path)).unwrap();
         assert!(matches!(entry.origin(), Origin::Plugin { score, .. } if *score >= V3 || !has_v3()));
-        assert_eq!(registry.regs().count(), 2);
+        assert_eq!(registry.regs().count(), 1);
     });
 }

@@ -191,7 +191,12 @@ fn the_cpu_plugin_library_passes_the_conformance_suite_and_unloads() {
     let built = built();
     let dir = PluginDir::new("conformance");
     let path = dir.install(built.cpu_baseline(), "cpu", None);
+    // The built-in CPU family is listed first: a plugin of the same family is refused.
     let mut registry = RuntimeRegistry::with_config(&[&tessera::cpu::CPU_REG], RegistryConfig::from_vars(&[]));
+    let e = with_env(&[], || registry.load(&path)).err().unwrap().to_string();
+    assert!(e.ends_with("the CPU family is already provided by the built-in reg (TESSERA_DISABLE_CPU=builtin uses a plugin instead)"), "{e}");
+    let config = RegistryConfig::from_vars(&[("TESSERA_DISABLE_CPU", "builtin")]);
+    let mut registry = RuntimeRegistry::with_config(&[&tessera::cpu::CPU_REG], config);
     let entry = with_env(&[], || registry.load(&path)).unwrap();
     assert_eq!(entry.name(), "CPU");
     assert!(
@@ -203,8 +208,8 @@ fn the_cpu_plugin_library_passes_the_conformance_suite_and_unloads() {
     let device = entry.devices()[0];
     assert_eq!(device.name(), "CPU");
     assert!(device.memory().total > 0);
-    assert_eq!(registry.devices().count(), 2, "the built-in CPU and the plugin's");
-    assert!(!std::ptr::addr_eq(device, registry.device_by_name("cpu").unwrap()), "by name: the first, built-in");
+    assert_eq!(registry.devices().count(), 1, "the plugin's CPU only");
+    assert!(std::ptr::addr_eq(device, registry.device_by_name("cpu").unwrap()));
 
     assert_suite_passes("the CPU plugin", &conformance::run_suite(&[device]));
     assert_computes(device);
@@ -218,7 +223,7 @@ fn the_cpu_plugin_library_passes_the_conformance_suite_and_unloads() {
     assert_eq!(e, "plugin CPU: still has 2 live buffer(s), backend(s) or event(s); drop them before unloading it");
     drop((backend, buffer));
     registry.unload("cpu").unwrap();
-    assert_eq!(registry.devices().count(), 1);
+    assert_eq!(registry.devices().count(), 0);
     // The device object outlives the library and answers without calling into it.
     assert_eq!(device.memory().total, 0);
     assert!(device.init_backend().err().unwrap().to_string().contains("has been unloaded"));
@@ -349,6 +354,17 @@ fn a_working_plugin_without_devices_loads_and_families_can_be_disabled() {
     assert_eq!(report.skipped.len(), 1);
     assert_eq!(report.skipped[0].reason, "disabled by TESSERA_DISABLE_CPU=1");
     assert_eq!(registry.device_names(), "none");
+    assert_eq!(
+        registry.select(None).err().map(|e| e.to_string()).as_deref(),
+        Some(
+            format!(
+                "no device found for 'auto'; devices: none (built-in CPU: disabled by TESSERA_DISABLE_CPU=1; {}: \
+                 disabled by TESSERA_DISABLE_CPU=1)",
+                report.skipped[0].source
+            )
+            .as_str()
+        )
+    );
     assert_eq!(registry.skipped()[0].to_string(), "built-in CPU: disabled by TESSERA_DISABLE_CPU=1");
     let e = with_env(&[], || registry.load(&bad)).err().unwrap().to_string();
     assert!(e.ends_with("already loaded (family BAD)"), "{e}");

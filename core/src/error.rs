@@ -57,6 +57,8 @@ pub enum Error {
     Overflow { what: &'static str },
     /// A device was asked for by a name that does not exist.
     UnknownDevice { name: String, available: String },
+    /// A request for the best device (`wanted` "device") or a GPU (`wanted` "GPU") found none.
+    NoDevice { wanted: &'static str, request: String, available: String },
     /// A backend-specific failure (driver errors and the like).
     Backend { backend: String, message: String },
     /// A backend plugin could not be loaded or used; `plugin` is its path (while loading) or
@@ -135,6 +137,9 @@ impl fmt::Display for Error {
             Error::Overflow { what } => write!(f, "size overflow computing {what}"),
             Error::UnknownDevice { name, available } => {
                 write!(f, "unknown device '{name}'; devices: {available}")
+            }
+            Error::NoDevice { wanted, request, available } => {
+                write!(f, "no {wanted} found for '{request}'; devices: {available}")
             }
             Error::Backend { backend, message } => write!(f, "{backend}: {message}"),
             Error::Plugin { plugin, message } => write!(f, "plugin {plugin}: {message}"),

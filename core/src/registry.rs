@@ -5,7 +5,13 @@ use alloc::string::String;
 
 use crate::backend::Backend;
 use crate::device::{Device, DeviceType};
-use crate::error::{Error, Result};
+use crate::error::Result;
+
+mod lookup;
+
+pub use lookup::{
+    best_device, device_by_family, device_by_name, device_by_type, device_names, first_gpu, resolve_device,
+};
 
 /// Well-known extension names (ggml's `get_proc_address` names, in Rust form).
 pub mod extension {
@@ -35,8 +41,8 @@ pub trait BackendReg: Send + Sync {
     }
 }
 
-/// The regs compiled in, in priority order (GPU families first, the CPU last). Building one
-/// and listing its regs allocates nothing.
+/// The regs compiled in, in priority order (GPU families first, the CPU last). Building one,
+/// listing its regs and finding its devices allocate nothing (only errors do).
 #[derive(Clone, Copy)]
 pub struct Registry<'a> {
     regs: &'a [&'static dyn BackendReg],
@@ -57,46 +63,46 @@ impl<'a> Registry<'a> {
     }
 
     /// Every device of every reg, in priority order.
-    pub fn devices(&self) -> impl Iterator<Item = &'static dyn Device> + 'a {
+    pub fn devices(&self) -> impl Iterator<Item = &'static dyn Device> + Clone + 'a {
         self.regs.iter().flat_map(|r| (0..r.device_count()).filter_map(move |i| r.device(i)))
     }
 
     /// The device called `name` (case-insensitive); the error lists the devices that exist.
     pub fn device_by_name(&self, name: &str) -> Result<&'static dyn Device> {
-        self.devices()
-            .find(|d| d.name().eq_ignore_ascii_case(name))
-            .ok_or_else(|| Error::UnknownDevice { name: name.into(), available: self.device_names() })
+        device_by_name(self.devices(), name)
+    }
+
+    /// The first device of the family called `family` (case-insensitive).
+    pub fn device_by_family(&self, family: &str) -> Option<&'static dyn Device> {
+        device_by_family(self.devices(), family)
     }
 
     /// The first device of `device_type`.
     pub fn device_by_type(&self, device_type: DeviceType) -> Option<&'static dyn Device> {
-        self.devices().find(|d| d.device_type() == device_type)
+        device_by_type(self.devices(), device_type)
     }
 
     /// The first GPU, else the first integrated GPU, else the first CPU.
     pub fn best_device(&self) -> Option<&'static dyn Device> {
-        [DeviceType::Gpu, DeviceType::IGpu, DeviceType::Cpu].into_iter().find_map(|t| self.device_by_type(t))
+        best_device(self.devices())
+    }
+
+    /// The device a user asked for (`auto`, `gpu`, a family, a device name): see
+    /// [`resolve_device`].
+    pub fn resolve(&self, request: &str) -> Result<&'static dyn Device> {
+        resolve_device(self.devices(), request)
     }
 
     /// A backend on the best device.
     pub fn init_best(&self) -> Result<Box<dyn Backend>> {
-        self.best_device()
-            .ok_or_else(|| Error::UnknownDevice { name: "best".into(), available: self.device_names() })?
-            .init_backend()
+        self.resolve("auto")?.init_backend()
     }
 
     /// "CPU, CUDA0, ..." (or "none").
     pub fn device_names(&self) -> String {
-        let mut names = String::new();
-        for d in self.devices() {
-            if !names.is_empty() {
-                names.push_str(", ");
-            }
-            names.push_str(d.name());
-        }
-        if names.is_empty() {
-            names.push_str("none");
-        }
-        names
+        device_names(self.devices())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -134,7 +134,7 @@ fn run(args: Args) -> Result<(), BoxError> {
     if args.sentences.is_empty() {
         return Err("no sentences: pass them as arguments or with --file FILE".into());
     }
-    let devices: Vec<&'static dyn Device> = tessera::registry().devices().collect();
+    let devices: Vec<&'static dyn Device> = tessera::discover().devices().collect();
     let placement = Placement::resolve(&args.backend, &args.params_backend, &MODULES, &devices)?;
     let tokenizer = Tokenizer::from_file(&args.tokenizer, MAX_TOKENS)?;
     let start = Instant::now();

@@ -5,7 +5,8 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tessera::runtime::placement::{parse, resolve_device, ModuleDecl, Placement};
+use tessera::registry::resolve_device;
+use tessera::runtime::placement::{parse, ModuleDecl, Placement};
 use tessera::Device;
 use tessera_sim::{SimConfig, SimDevice};
 
@@ -30,7 +31,7 @@ fuzz_target!(|input: (&str, &str)| {
     if let Ok(a) = parse(backend, MODULES) {
         for m in 0..MODULES.len() {
             if let Some(r) = a.request(m) {
-                let _ = resolve_device(r, d);
+                let _ = resolve_device(d.iter().copied(), r);
             }
         }
     }

@@ -1,7 +1,6 @@
-//! tessera-std: std glue over the backend families compiled in.
-//!
-//! Device selection by name (`"auto"`, `"cpu"`, `"cuda1"`) and human-readable device
-//! descriptions. Plugin loading and module placement build on this.
+//! tessera-std: std glue over the backend families: the runtime registry (families compiled
+//! in plus plugins, filtered by the environment), module placement, model files, and
+//! human-readable device descriptions.
 
 pub mod gguf_writer;
 pub mod model_file;
@@ -14,22 +13,14 @@ pub mod sched_debug;
 pub use registry_config::RegistryConfig;
 pub use runtime_registry::{LoadReport, Origin, RegEntry, RuntimeRegistry, Skipped};
 
-use tessera_core::{Device, Error, Registry, Result};
+use tessera_core::{Device, Registry, Result};
 
-/// The device a user asked for: `None`, `""`, `"auto"` or `"default"` mean the best device
-/// (GPU, then integrated GPU, then CPU); otherwise a device name, case-insensitive.
+/// The device a user asked for among the families compiled in: `None`, `""`, `"auto"` or
+/// `"default"` mean the best device (GPU, then integrated GPU, then CPU); otherwise `gpu`, a
+/// family or a device name, case-insensitive ([`tessera_core::registry::resolve_device`]).
+/// Programs on std use [`RuntimeRegistry::select`], which also sees plugins.
 pub fn select_device(registry: &Registry<'_>, request: Option<&str>) -> Result<&'static dyn Device> {
-    match request.map(str::trim) {
-        None | Some("") => best(registry),
-        Some(r) if r.eq_ignore_ascii_case("auto") || r.eq_ignore_ascii_case("default") => best(registry),
-        Some(name) => registry.device_by_name(name),
-    }
-}
-
-fn best(registry: &Registry<'_>) -> Result<&'static dyn Device> {
-    registry
-        .best_device()
-        .ok_or_else(|| Error::UnknownDevice { name: "auto".into(), available: registry.device_names() })
+    registry.resolve(request.unwrap_or("auto"))
 }
 
 /// One line about a device: `CPU: AMD EPYC 9B45 (CPU, 20.1 of 23.4 GiB free)`.
@@ -58,6 +49,8 @@ mod tests {
         assert_eq!(select_device(&registry, Some("cpu")).map(|d| d.name()), Ok("CPU"));
         let err = select_device(&registry, Some("vulkan0")).err();
         assert_eq!(err.map(|e| e.to_string()).as_deref(), Some("unknown device 'vulkan0'; devices: CPU"));
+        let err = select_device(&Registry::new(&[]), None).err();
+        assert_eq!(err.map(|e| e.to_string()).as_deref(), Some("no device found for 'auto'; devices: none"));
     }
 
     #[test]

@@ -7,10 +7,13 @@
 //! case-insensitively with `-` and `_` ignored); `*=`, `all=` and `default=` set the default
 //! inside a list; later items override earlier ones. Device names: `auto`/`default` (the best
 //! device), `gpu` (the first GPU, else integrated GPU), a family (`cpu`, `cuda`: its first
-//! device), or an exact device name (`cuda1`), all case-insensitive.
+//! device), or an exact device name (`cuda1`), all case-insensitive, resolved by
+//! [`tessera_core::registry::resolve_device`] among the devices given: a program passes the
+//! runtime registry's (`tessera::discover().devices()`), so plugins and the environment apply.
 
 use std::fmt;
 
+use tessera_core::registry::resolve_device;
 use tessera_core::{Device, DeviceType};
 
 /// A module a model declares: its name and the other names users may call it by.
@@ -21,7 +24,7 @@ pub struct ModuleDecl {
 }
 
 /// What went wrong with a placement.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum PlacementError {
     /// An item with an empty module or device (`=cpu`, `encoder=`, `a,,b`).
     EmptyItem {
@@ -32,14 +35,9 @@ pub enum PlacementError {
         module: String,
         modules: String,
     },
-    UnknownDevice {
-        name: String,
-        devices: String,
-    },
-    /// `gpu` asked for, but there is none.
-    NoGpu {
-        devices: String,
-    },
+    /// A device request that names no device there is (`unknown device 'cuda9'; devices:
+    /// CPU`), or `gpu`/`auto` with none to give.
+    Device(tessera_core::Error),
 }
 
 impl fmt::Display for PlacementError {
@@ -51,13 +49,18 @@ impl fmt::Display for PlacementError {
             PlacementError::UnknownModule { module, modules } => {
                 write!(f, "unknown module '{module}'; modules: {modules}")
             }
-            PlacementError::UnknownDevice { name, devices } => write!(f, "unknown device '{name}'; devices: {devices}"),
-            PlacementError::NoGpu { devices } => write!(f, "no GPU found for 'gpu'; devices: {devices}"),
+            PlacementError::Device(e) => e.fmt(f),
         }
     }
 }
 
 impl std::error::Error for PlacementError {}
+
+impl From<tessera_core::Error> for PlacementError {
+    fn from(e: tessera_core::Error) -> Self {
+        PlacementError::Device(e)
+    }
+}
 
 /// A parsed assignment: an optional default and per-module device requests (unresolved).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -118,40 +121,6 @@ pub fn parse(spec: &str, modules: &[ModuleDecl]) -> Result<Assignment, Placement
     Ok(out)
 }
 
-fn device_names(devices: &[&'static dyn Device]) -> String {
-    if devices.is_empty() {
-        return "none".into();
-    }
-    devices.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
-}
-
-/// The best device: the first GPU, else the first integrated GPU, else the first CPU.
-pub fn best_device(devices: &[&'static dyn Device]) -> Option<&'static dyn Device> {
-    [DeviceType::Gpu, DeviceType::IGpu, DeviceType::Cpu]
-        .into_iter()
-        .find_map(|t| devices.iter().copied().find(|d| d.device_type() == t))
-}
-
-/// Resolves one device request (`auto`, `gpu`, a family, a device name) among `devices`
-/// (in priority order).
-pub fn resolve_device(request: &str, devices: &[&'static dyn Device]) -> Result<&'static dyn Device, PlacementError> {
-    let name = request.trim().to_lowercase();
-    let unknown = || PlacementError::UnknownDevice { name: request.trim().into(), devices: device_names(devices) };
-    match name.as_str() {
-        "" | "auto" | "default" => best_device(devices).ok_or_else(unknown),
-        "gpu" => [DeviceType::Gpu, DeviceType::IGpu]
-            .into_iter()
-            .find_map(|t| devices.iter().copied().find(|d| d.device_type() == t))
-            .ok_or_else(|| PlacementError::NoGpu { devices: device_names(devices) }),
-        _ => devices
-            .iter()
-            .copied()
-            .find(|d| d.reg().name().eq_ignore_ascii_case(&name))
-            .or_else(|| devices.iter().copied().find(|d| d.name().eq_ignore_ascii_case(&name)))
-            .ok_or_else(unknown),
-    }
-}
-
 /// Where every module runs and where its weights live.
 pub struct Placement {
     /// Per module (in the model's order): the device its graphs run on.
@@ -175,9 +144,9 @@ impl Placement {
         let mut compute = Vec::with_capacity(modules.len());
         let mut params = Vec::with_capacity(modules.len());
         for m in 0..modules.len() {
-            let c = resolve_device(compute_spec.request(m).unwrap_or("auto"), devices)?;
+            let c = resolve_device(devices.iter().copied(), compute_spec.request(m).unwrap_or("auto"))?;
             let p = match params_spec.request(m) {
-                Some(r) => resolve_device(r, devices)?,
+                Some(r) => resolve_device(devices.iter().copied(), r)?,
                 None => c,
             };
             compute.push(c);

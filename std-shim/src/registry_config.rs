@@ -1,10 +1,12 @@
 //! What the environment says about backend discovery: where to search for plugins, which
 //! families are disabled, which of a family's devices are visible.
 //!
-//! - `TESSERA_BACKEND_DIR` (at compile time): a directory searched first;
+//! - `TESSERA_BACKEND_DIR`: plugin directories searched first (several separated like `PATH`);
+//!   read at run time, and its value when the program was compiled is searched next;
 //! - `TESSERA_BACKEND_PATH`: one more plugin file to load after the search;
-//! - `TESSERA_DISABLE_<FAMILY>=1`: skip a family (built in or plugin), e.g.
-//!   `TESSERA_DISABLE_CUDA=1`;
+//! - `TESSERA_DISABLE_<FAMILY>=1`: skip a family, built in and plugins, e.g.
+//!   `TESSERA_DISABLE_CUDA=1`; `=builtin` skips only the family compiled into the program
+//!   (so that a plugin of it is used instead), `=plugin` only its plugins;
 //! - `TESSERA_<FAMILY>_VISIBLE_DEVICES=0,2`: keep only those devices of a family, in that
 //!   order (like `CUDA_VISIBLE_DEVICES`).
 //!
@@ -22,7 +24,21 @@ type VarSource = dyn Fn(&str) -> Option<String> + Send + Sync;
 #[derive(Clone)]
 pub struct RegistryConfig {
     vars: Arc<VarSource>,
-    backend_dir: Option<PathBuf>,
+    /// Directories the program gave ([`RegistryConfig::with_backend_dir`]), searched first.
+    program_dirs: Vec<PathBuf>,
+    /// `TESSERA_BACKEND_DIR` when this crate was compiled (from the environment only).
+    compiled_dir: Option<PathBuf>,
+}
+
+/// What `TESSERA_DISABLE_<FAMILY>` turns off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Disabled {
+    /// The built-in family and its plugins (`1`, `true`, `yes`, anything but the below).
+    All,
+    /// The built-in family only (`builtin`).
+    BuiltIn,
+    /// Plugins of the family only (`plugin`).
+    Plugins,
 }
 
 impl Default for RegistryConfig {
@@ -33,7 +49,10 @@ impl Default for RegistryConfig {
 
 impl std::fmt::Debug for RegistryConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegistryConfig").field("backend_dir", &self.backend_dir).finish_non_exhaustive()
+        f.debug_struct("RegistryConfig")
+            .field("program_dirs", &self.program_dirs)
+            .field("compiled_dir", &self.compiled_dir)
+            .finish_non_exhaustive()
     }
 }
 
@@ -45,14 +64,19 @@ impl RegistryConfig {
     pub fn from_env() -> RegistryConfig {
         RegistryConfig {
             vars: Arc::new(|name: &str| std::env::var(name).ok()),
-            backend_dir: COMPILED_BACKEND_DIR.filter(|d| !d.is_empty()).map(PathBuf::from),
+            program_dirs: Vec::new(),
+            compiled_dir: COMPILED_BACKEND_DIR.filter(|d| !d.is_empty()).map(PathBuf::from),
         }
     }
 
     /// Settings from a fixed table of variables (the process environment is not read).
     pub fn from_vars(vars: &[(&str, &str)]) -> RegistryConfig {
         let table: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        RegistryConfig { vars: Arc::new(move |name: &str| table.get(name).cloned()), backend_dir: None }
+        RegistryConfig {
+            vars: Arc::new(move |name: &str| table.get(name).cloned()),
+            program_dirs: Vec::new(),
+            compiled_dir: None,
+        }
     }
 
     pub fn var(&self, name: &str) -> Option<String> {
@@ -64,12 +88,28 @@ impl RegistryConfig {
         family.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
     }
 
-    /// The variable setting that disables `family` (`TESSERA_DISABLE_CUDA=1`), if one does.
-    pub fn disabled_by(&self, family: &str) -> Option<String> {
+    /// The variable setting that keeps the built-in `family` out (`TESSERA_DISABLE_CUDA=1`,
+    /// `TESSERA_DISABLE_CPU=builtin`), if one does.
+    pub fn builtin_disabled_by(&self, family: &str) -> Option<String> {
+        self.disabled(family).and_then(|(scope, setting)| (scope != Disabled::Plugins).then_some(setting))
+    }
+
+    /// The variable setting that keeps plugins of `family` out (`TESSERA_DISABLE_CUDA=1`,
+    /// `TESSERA_DISABLE_CPU=plugin`), if one does.
+    pub fn plugin_disabled_by(&self, family: &str) -> Option<String> {
+        self.disabled(family).and_then(|(scope, setting)| (scope != Disabled::BuiltIn).then_some(setting))
+    }
+
+    fn disabled(&self, family: &str) -> Option<(Disabled, String)> {
         let name = format!("TESSERA_DISABLE_{}", Self::family_key(family));
         let value = self.var(&name)?;
-        let off = matches!(value.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no" | "off");
-        (!off).then(|| format!("{name}={value}"))
+        let scope = match value.trim().to_ascii_lowercase().as_str() {
+            "" | "0" | "false" | "no" | "off" => return None,
+            "builtin" | "built-in" => Disabled::BuiltIn,
+            "plugin" | "plugins" => Disabled::Plugins,
+            _ => Disabled::All,
+        };
+        Some((scope, format!("{name}={value}")))
     }
 
     /// The devices of `family` to keep, by index in the family's list, if
@@ -95,31 +135,35 @@ impl RegistryConfig {
         self.var("TESSERA_BACKEND_PATH").filter(|p| !p.trim().is_empty()).map(PathBuf::from)
     }
 
-    /// Where plugins are searched: the compile-time `TESSERA_BACKEND_DIR`, the executable's
-    /// directory, the current directory (each once).
+    /// Where plugins are searched, each directory once: those the program gave
+    /// ([`Self::with_backend_dir`]), `TESSERA_BACKEND_DIR` now, `TESSERA_BACKEND_DIR` when
+    /// this crate was compiled, the executable's directory, the current directory.
     pub fn search_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs = Vec::new();
-        dirs.extend(self.backend_dir.clone());
+        let mut dirs = self.program_dirs.clone();
+        if let Some(value) = self.var("TESSERA_BACKEND_DIR") {
+            dirs.extend(std::env::split_paths(&value).filter(|d| !d.as_os_str().is_empty()));
+        }
+        dirs.extend(self.compiled_dir.clone());
         if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(PathBuf::from)) {
             dirs.push(dir);
         }
         if let Ok(dir) = std::env::current_dir() {
             dirs.push(dir);
         }
+        let key = |d: &PathBuf| d.canonicalize().unwrap_or_else(|_| d.clone());
         let mut unique: Vec<PathBuf> = Vec::new();
         for d in dirs {
-            let key = d.canonicalize().unwrap_or_else(|_| d.clone());
-            if !unique.iter().any(|u| u.canonicalize().unwrap_or_else(|_| u.clone()) == key) {
+            if !unique.iter().any(|u| key(u) == key(&d)) {
                 unique.push(d);
             }
         }
         unique
     }
 
-    /// The same settings with `dir` searched first (as if compiled with
-    /// `TESSERA_BACKEND_DIR=dir`).
+    /// The same settings with `dir` searched before every other directory (a program's
+    /// `--plugins DIR` option, a test's directory).
     pub fn with_backend_dir(mut self, dir: impl Into<PathBuf>) -> RegistryConfig {
-        self.backend_dir = Some(dir.into());
+        self.program_dirs.push(dir.into());
         self
     }
 }
@@ -136,12 +180,37 @@ mod tests {
             ("TESSERA_MY_GPU_VISIBLE_DEVICES", "2, 0,2"),
             ("TESSERA_SIM_VISIBLE_DEVICES", "0,x"),
         ]);
-        assert_eq!(c.disabled_by("cuda").as_deref(), Some("TESSERA_DISABLE_CUDA=1"));
-        assert_eq!(c.disabled_by("CUDA").as_deref(), Some("TESSERA_DISABLE_CUDA=1"));
-        assert_eq!(c.disabled_by("vulkan"), None);
-        assert_eq!(c.disabled_by("cpu"), None);
+        assert_eq!(c.builtin_disabled_by("cuda").as_deref(), Some("TESSERA_DISABLE_CUDA=1"));
+        assert_eq!(c.plugin_disabled_by("CUDA").as_deref(), Some("TESSERA_DISABLE_CUDA=1"));
+        assert_eq!(c.builtin_disabled_by("vulkan"), None);
+        assert_eq!(c.plugin_disabled_by("vulkan"), None);
+        assert_eq!(c.builtin_disabled_by("cpu"), None);
         assert_eq!(c.visible_devices("my-gpu"), Some(Ok(vec![2, 0])));
         assert!(c.visible_devices("sim").unwrap().unwrap_err().contains("'x' is not a device index"));
         assert_eq!(c.visible_devices("cpu"), None);
+    }
+
+    #[test]
+    fn the_built_in_family_or_its_plugins_can_be_disabled_alone() {
+        let c = RegistryConfig::from_vars(&[("TESSERA_DISABLE_CPU", "builtin"), ("TESSERA_DISABLE_CUDA", "Plugin")]);
+        assert_eq!(c.builtin_disabled_by("cpu").as_deref(), Some("TESSERA_DISABLE_CPU=builtin"));
+        assert_eq!(c.plugin_disabled_by("cpu"), None);
+        assert_eq!(c.builtin_disabled_by("cuda"), None);
+        assert_eq!(c.plugin_disabled_by("cuda").as_deref(), Some("TESSERA_DISABLE_CUDA=Plugin"));
+    }
+
+    #[test]
+    fn plugin_directories_are_searched_in_order_each_once() {
+        let base = std::env::temp_dir().join(format!("tessera-search-dirs-{}", std::process::id()));
+        let (a, b, c) = (base.join("a"), base.join("b"), base.join("c"));
+        let list = std::env::join_paths([&b, &a]).unwrap().into_string().unwrap();
+        let config =
+            RegistryConfig::from_vars(&[("TESSERA_BACKEND_DIR", &list)]).with_backend_dir(&c).with_backend_dir(&b);
+        let dirs = config.search_dirs();
+        assert_eq!(dirs[..3], [c, b, a], "the program's directories, then TESSERA_BACKEND_DIR's, each once");
+        let exe_dir = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+        assert_eq!(dirs[3], exe_dir);
+        assert_eq!(dirs.last(), Some(&std::env::current_dir().unwrap()));
+        assert_eq!(RegistryConfig::from_vars(&[]).search_dirs()[0], exe_dir);
     }
 }

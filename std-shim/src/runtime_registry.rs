@@ -3,18 +3,27 @@
 //! Devices are listed family by family in registration order. While a family is
 //! registered its devices are filtered by `TESSERA_<FAMILY>_VISIBLE_DEVICES`, and a device
 //! with the PCI bus id of one already listed (the same GPU seen through a second API) is
-//! hidden, keeping the first. `TESSERA_DISABLE_<FAMILY>=1` skips a family. Plugins come from
+//! hidden, keeping the first. `TESSERA_DISABLE_<FAMILY>=1` skips a family (`=builtin` only
+//! the compiled-in one, `=plugin` only its plugins). Plugins come from
 //! [`RuntimeRegistry::load`] (one file), [`RuntimeRegistry::load_best`] (the
 //! highest-scoring variant of one family) and [`RuntimeRegistry::load_all`] (every family in
-//! the search paths, then `TESSERA_BACKEND_PATH`). A plugin that cannot be used is skipped
-//! with a one-line reason and the rest keeps working; [`RuntimeRegistry::unload`] takes one
-//! out again.
+//! the search paths, then `TESSERA_BACKEND_PATH`); [`RuntimeRegistry::discover`] is the
+//! built-in families plus `load_all`, what every program uses. A plugin that cannot be used
+//! is skipped with a one-line reason and the rest keeps working; [`RuntimeRegistry::unload`]
+//! takes one out again.
+//!
+//! A family is listed once: the first source registered wins. The built-in families are
+//! registered first, so a plugin of a family compiled into the program is skipped ("the CPU
+//! family is already provided by the built-in reg") unless `TESSERA_DISABLE_<FAMILY>=builtin`
+//! keeps the built-in one out; of two plugin files of one family, the higher score wins.
+//! Finding devices (by name, family or type, the best one, a user's request) is
+//! [`tessera_core::registry`]'s, over [`RuntimeRegistry::devices`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use tessera_core::plugin::PluginReg;
-use tessera_core::registry::{extension, Extension};
+use tessera_core::registry::{self as lookup, extension, Extension};
 use tessera_core::{Backend, BackendReg, Device, DeviceType, Error, Result};
 
 use crate::plugin_loader::{parse_plugin_file_name, PluginLibrary};
@@ -46,6 +55,8 @@ impl fmt::Display for Origin {
 pub struct Skipped {
     /// The file's path, or `built-in <NAME>`.
     pub source: String,
+    /// The family it would have provided, when known (from the file name or the reg).
+    pub family: Option<String>,
     /// One line.
     pub reason: String,
 }
@@ -58,11 +69,26 @@ impl fmt::Display for Skipped {
 
 impl Skipped {
     fn from_error(e: Error, source: &Path) -> Skipped {
+        let family = file_family(source);
         match e {
-            Error::Plugin { plugin, message } => Skipped { source: plugin, reason: message },
-            e => Skipped { source: source.display().to_string(), reason: e.to_string() },
+            Error::Plugin { plugin, message } => Skipped { source: plugin, family, reason: message },
+            e => Skipped { source: source.display().to_string(), family, reason: e.to_string() },
         }
     }
+
+    fn file(path: &Path, reason: String) -> Skipped {
+        Skipped { source: path.display().to_string(), family: file_family(path), reason }
+    }
+
+    /// Whether this was a source of `family` (case-insensitive).
+    pub fn is_of(&self, family: &str) -> bool {
+        self.family.as_deref().is_some_and(|f| f.eq_ignore_ascii_case(family))
+    }
+}
+
+/// The family a plugin file's name says it holds (lower case).
+fn file_family(path: &Path) -> Option<String> {
+    parse_plugin_file_name(path.file_name()?.to_str()?).map(|(family, _)| family)
 }
 
 /// A device that a family has but the registry does not list.
@@ -137,6 +163,15 @@ impl RuntimeRegistry {
         RuntimeRegistry::with_config(builtin, RegistryConfig::from_env())
     }
 
+    /// Every family this process can use under `config`: the ones compiled in (in priority
+    /// order), then the best variant of each plugin family in the search paths and
+    /// `TESSERA_BACKEND_PATH` ([`Self::load_all`]).
+    pub fn discover(builtin: &[&'static dyn BackendReg], config: RegistryConfig) -> RuntimeRegistry {
+        let mut registry = RuntimeRegistry::with_config(builtin, config);
+        registry.load_all();
+        registry
+    }
+
     /// The families compiled in, filtered by `config`.
     pub fn with_config(builtin: &[&'static dyn BackendReg], config: RegistryConfig) -> RuntimeRegistry {
         let mut registry = RuntimeRegistry { config, entries: Vec::new(), skipped: Vec::new(), hidden: Vec::new() };
@@ -152,23 +187,61 @@ impl RuntimeRegistry {
         &self.config
     }
 
-    /// Adds a family compiled into the program (after those already registered).
+    /// Adds a family compiled into the program (after those already registered). Refused if
+    /// `TESSERA_DISABLE_<FAMILY>` keeps it out or the family is already registered.
     pub fn register(&mut self, reg: &'static dyn BackendReg) -> Result<&RegEntry> {
-        if let Some(by) = self.config.disabled_by(reg.name()) {
-            let skipped = Skipped { source: format!("built-in {}", reg.name()), reason: format!("disabled by {by}") };
-            self.skipped.push(skipped.clone());
-            return Err(Error::Plugin { plugin: skipped.source, message: skipped.reason });
+        let refused = match self.config.builtin_disabled_by(reg.name()) {
+            Some(by) => Some(format!("disabled by {by}")),
+            None => self.already_provided(reg.name()),
+        };
+        if let Some(reason) = refused {
+            let source = format!("built-in {}", reg.name());
+            self.skipped.push(Skipped {
+                source: source.clone(),
+                family: Some(reg.name().into()),
+                reason: reason.clone(),
+            });
+            return Err(Error::Plugin { plugin: source, message: reason });
         }
         Ok(self.push_entry(reg, Origin::BuiltIn, None, None))
     }
 
-    /// Adds a family whose tables were wrapped in this process ([`tessera_core::plugin::loopback`]).
+    /// Adds a family whose tables were wrapped in this process ([`tessera_core::plugin::loopback`]),
+    /// refused (and shut down) like a plugin file of that family would be.
     pub fn register_loopback(&mut self, reg: &'static PluginReg) -> Result<&RegEntry> {
-        if let Some(by) = self.config.disabled_by(reg.name()) {
+        let refused = match self.config.plugin_disabled_by(reg.name()) {
+            Some(by) => Some(format!("disabled by {by}")),
+            None => self.already_provided(reg.name()),
+        };
+        if let Some(reason) = refused {
             let _ = reg.shutdown();
-            return Err(Error::Plugin { plugin: reg.name().into(), message: format!("disabled by {by}") });
+            return Err(Error::Plugin { plugin: reg.name().into(), message: reason });
         }
         Ok(self.push_entry(reg, Origin::Loopback, Some(reg), None))
+    }
+
+    /// The registered family called `family` (case-insensitive), by its reg's name or the
+    /// family its plugin file is named for.
+    fn provider(&self, family: &str) -> Option<&RegEntry> {
+        self.entries.iter().find(|e| {
+            e.name().eq_ignore_ascii_case(family)
+                || e.path().and_then(file_family).is_some_and(|f| f.eq_ignore_ascii_case(family))
+        })
+    }
+
+    /// Why another source of `family` is not used, if the family is registered already.
+    fn already_provided(&self, family: &str) -> Option<String> {
+        let entry = self.provider(family)?;
+        let name = entry.name();
+        Some(match &entry.origin {
+            Origin::BuiltIn => format!(
+                "the {name} family is already provided by the built-in reg \
+                 (TESSERA_DISABLE_{}=builtin uses a plugin instead)",
+                RegistryConfig::family_key(name)
+            ),
+            Origin::Plugin { path, .. } => format!("the {name} family is already loaded from {}", path.display()),
+            Origin::Loopback => format!("the {name} family is already provided through the plugin tables in process"),
+        })
     }
 
     fn push_entry(
@@ -196,7 +269,11 @@ impl RuntimeRegistry {
             }
             Some(Err(message)) => {
                 log::warn!("{message}; showing every device of {}", reg.name());
-                self.skipped.push(Skipped { source: format!("{} devices", reg.name()), reason: message });
+                self.skipped.push(Skipped {
+                    source: format!("{} devices", reg.name()),
+                    family: Some(reg.name().into()),
+                    reason: message,
+                });
             }
         }
         let mut devices: Vec<&'static dyn Device> = Vec::new();
@@ -232,13 +309,18 @@ impl RuntimeRegistry {
         self.entries.iter()
     }
 
-    /// The family called `name` (case-insensitive); the first, if several are.
+    /// The family called `name` (case-insensitive).
     pub fn reg_by_name(&self, name: &str) -> Option<&RegEntry> {
         self.entries.iter().find(|e| e.name().eq_ignore_ascii_case(name))
     }
 
+    /// The family a listed device belongs to, which says where it came from.
+    pub fn entry_of(&self, device: &dyn Device) -> Option<&RegEntry> {
+        self.entries.iter().find(|e| e.devices.iter().any(|d| std::ptr::addr_eq(*d as *const dyn Device, device)))
+    }
+
     /// Every listed device, in priority order.
-    pub fn devices(&self) -> impl Iterator<Item = &'static dyn Device> + '_ {
+    pub fn devices(&self) -> impl Iterator<Item = &'static dyn Device> + Clone + '_ {
         self.entries.iter().flat_map(|e| e.devices.iter().copied())
     }
 
@@ -252,51 +334,65 @@ impl RuntimeRegistry {
         &self.skipped
     }
 
+    /// The skipped sources of `family` (case-insensitive).
+    pub fn skipped_of<'a>(&'a self, family: &'a str) -> impl Iterator<Item = &'a Skipped> + 'a {
+        self.skipped.iter().filter(move |s| s.is_of(family))
+    }
+
     /// "CPU, CUDA0, ..." (or "none").
     pub fn device_names(&self) -> String {
-        let names: Vec<&str> = self.devices().map(|d| d.name()).collect();
-        if names.is_empty() {
-            "none".into()
-        } else {
-            names.join(", ")
-        }
+        lookup::device_names(self.devices())
     }
 
     /// The device called `name` (case-insensitive); the error lists the devices there are.
     pub fn device_by_name(&self, name: &str) -> Result<&'static dyn Device> {
-        self.devices()
-            .find(|d| d.name().eq_ignore_ascii_case(name))
-            .ok_or_else(|| Error::UnknownDevice { name: name.into(), available: self.device_names() })
+        lookup::device_by_name(self.devices(), name)
+    }
+
+    /// The first device of the family called `family` (case-insensitive).
+    pub fn device_by_family(&self, family: &str) -> Option<&'static dyn Device> {
+        lookup::device_by_family(self.devices(), family)
     }
 
     /// The first device of `device_type`.
     pub fn device_by_type(&self, device_type: DeviceType) -> Option<&'static dyn Device> {
-        self.devices().find(|d| d.device_type() == device_type)
+        lookup::device_by_type(self.devices(), device_type)
     }
 
     /// The first GPU, else the first integrated GPU, else the first CPU.
     pub fn best_device(&self) -> Option<&'static dyn Device> {
-        [DeviceType::Gpu, DeviceType::IGpu, DeviceType::Cpu].into_iter().find_map(|t| self.device_by_type(t))
+        lookup::best_device(self.devices())
     }
 
     /// A backend on the best device.
     pub fn init_best(&self) -> Result<Box<dyn Backend>> {
-        self.best_device()
-            .ok_or_else(|| Error::UnknownDevice { name: "best".into(), available: self.device_names() })?
-            .init_backend()
+        self.select(None)?.init_backend()
     }
 
-    /// The device a user asked for: `None`, `""`, `"auto"` or `"default"` mean the best one.
+    /// The device a user asked for: `None` is `auto`, the best one; otherwise `gpu`, a family
+    /// or a device name ([`lookup::resolve_device`]). When nothing matches, the error lists
+    /// the devices there are and, for a family asked for by name or when there are none at
+    /// all, why sources were skipped: `no device found for 'auto'; devices: none (built-in
+    /// CPU: disabled by TESSERA_DISABLE_CPU=1)`.
     pub fn select(&self, request: Option<&str>) -> Result<&'static dyn Device> {
-        match request.map(str::trim) {
-            None | Some("") => self.best_or_error("auto"),
-            Some(r) if r.eq_ignore_ascii_case("auto") || r.eq_ignore_ascii_case("default") => self.best_or_error(r),
-            Some(name) => self.device_by_name(name),
-        }
+        lookup::resolve_device(self.devices(), request.unwrap_or("auto")).map_err(|e| self.explain(e))
     }
 
-    fn best_or_error(&self, name: &str) -> Result<&'static dyn Device> {
-        self.best_device().ok_or_else(|| Error::UnknownDevice { name: name.into(), available: self.device_names() })
+    fn explain(&self, mut e: Error) -> Error {
+        let request = match &e {
+            Error::UnknownDevice { name, .. } => name.clone(),
+            Error::NoDevice { request, .. } => request.clone(),
+            _ => return e,
+        };
+        let none_listed = self.devices().next().is_none();
+        let reasons: Vec<String> =
+            self.skipped.iter().filter(|s| none_listed || s.is_of(&request)).map(|s| s.to_string()).collect();
+        if let (false, Error::UnknownDevice { available, .. } | Error::NoDevice { available, .. }) =
+            (reasons.is_empty(), &mut e)
+        {
+            available.push_str(&format!(" ({})", reasons.join("; ")));
+        }
+        e
     }
 
     fn loaded_from(&self, path: &Path) -> Option<&RegEntry> {
@@ -323,11 +419,15 @@ impl RuntimeRegistry {
 
     fn try_load(&mut self, path: &Path) -> Result<usize> {
         let fail = |message: String| Error::Plugin { plugin: path.display().to_string(), message };
-        if let Some(by) = self.family_of(path).and_then(|f| self.config.disabled_by(&f)) {
+        let family = file_family(path);
+        if let Some(by) = family.as_deref().and_then(|f| self.config.plugin_disabled_by(f)) {
             return Err(fail(format!("disabled by {by}")));
         }
         if let Some(e) = self.loaded_from(path) {
             return Err(fail(format!("already loaded (family {})", e.name())));
+        }
+        if let Some(reason) = family.as_deref().and_then(|f| self.already_provided(f)) {
+            return Err(fail(reason));
         }
         let library = PluginLibrary::open(path)?;
         let score = match library.score() {
@@ -338,21 +438,22 @@ impl RuntimeRegistry {
         self.install(library, score)
     }
 
-    fn family_of(&self, path: &Path) -> Option<String> {
-        parse_plugin_file_name(path.file_name()?.to_str()?).map(|(family, _)| family)
-    }
-
-    /// Initialises an opened plugin and registers its family.
+    /// Initialises an opened plugin and registers its family, unless the family its reg
+    /// names is disabled or registered already.
     fn install(&mut self, library: PluginLibrary, score: u32) -> Result<usize> {
         let reg = library.init()?;
         let path = library.path().to_path_buf();
-        if let Some(by) = self.config.disabled_by(reg.name()) {
+        let refused = match self.config.plugin_disabled_by(reg.name()) {
+            Some(by) => Some(format!("disabled by {by}")),
+            None => self.already_provided(reg.name()),
+        };
+        if let Some(message) = refused {
             if reg.shutdown().is_ok() {
                 library.close();
             } else {
                 library.leak();
             }
-            return Err(Error::Plugin { plugin: path.display().to_string(), message: format!("disabled by {by}") });
+            return Err(Error::Plugin { plugin: path.display().to_string(), message });
         }
         log::info!("loaded the {} backend from {} (score {score})", reg.name(), path.display());
         self.push_entry(reg, Origin::Plugin { path, score }, Some(reg), Some(library));
@@ -391,9 +492,9 @@ impl RuntimeRegistry {
         }
     }
 
-    /// Loads the best variant of every family found in the search paths (the compile-time
-    /// `TESSERA_BACKEND_DIR`, the executable's directory, the current directory), then the
-    /// file named by `TESSERA_BACKEND_PATH`.
+    /// Loads the best variant of every family found in the search paths
+    /// ([`RegistryConfig::search_dirs`]: `TESSERA_BACKEND_DIR`, the executable's directory,
+    /// the current directory), then the file named by `TESSERA_BACKEND_PATH`.
     pub fn load_all(&mut self) -> LoadReport {
         let dirs = self.config.search_dirs();
         let mut report = self.load_all_in(&dirs);
@@ -441,22 +542,17 @@ impl RuntimeRegistry {
     fn load_family(&mut self, family: &str, candidates: &[PathBuf], report: &mut LoadReport) -> Option<usize> {
         let skip = |report: &mut LoadReport, path: &Path, reason: String| {
             log::info!("skipping plugin {}: {reason}", path.display());
-            report.skipped.push(Skipped { source: path.display().to_string(), reason });
+            report.skipped.push(Skipped::file(path, reason));
         };
-        if let Some(by) = self.config.disabled_by(family) {
+        if let Some(by) = self.config.plugin_disabled_by(family) {
             for path in candidates {
                 skip(report, path, format!("disabled by {by}"));
             }
             return None;
         }
-        let already = self
-            .entries
-            .iter()
-            .find(|e| e.path().is_some_and(|p| self.family_of(p).as_deref() == Some(family)))
-            .and_then(|e| e.path().map(|p| (e.name().to_string(), p.to_path_buf())));
-        if let Some((name, from)) = already {
+        if let Some(reason) = self.already_provided(family) {
             for path in candidates.iter().filter(|p| self.loaded_from(p).is_none()) {
-                skip(report, path, format!("the {name} family is already loaded from {}", from.display()));
+                skip(report, path, reason.clone());
             }
             return None;
         }
@@ -727,8 +823,68 @@ mod tests {
         assert!(r.init_best().is_err());
         assert_eq!(
             r.select(None).err().map(|e| e.to_string()).as_deref(),
-            Some("unknown device 'auto'; devices: none")
+            Some("no device found for 'auto'; devices: none (built-in CPU: disabled by TESSERA_DISABLE_CPU=1)")
         );
+        let config = RegistryConfig::from_vars(&[("TESSERA_DISABLE_CUDA", "builtin")]);
+        let r = RuntimeRegistry::with_config(&[cuda, &tessera_cpu::CPU_REG], config);
+        assert_eq!(
+            r.select(Some("gpu")).err().map(|e| e.to_string()).as_deref(),
+            Some("no GPU found for 'gpu'; devices: CPU")
+        );
+        assert_eq!(
+            r.select(Some("cuda")).err().map(|e| e.to_string()).as_deref(),
+            Some("unknown device 'cuda'; devices: CPU (built-in CUDA: disabled by TESSERA_DISABLE_CUDA=builtin)")
+        );
+    }
+
+    struct CpuExport;
+
+    impl tessera_core::plugin::Exporter for CpuExport {
+        fn reg() -> &'static dyn BackendReg {
+            &tessera_cpu::CPU_REG
+        }
+        fn catch<R>(f: impl FnOnce() -> R) -> std::result::Result<R, String> {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                .map_err(|p| tessera_core::plugin::export::panic_message(&*p))
+        }
+    }
+
+    #[test]
+    fn a_family_is_listed_once_the_built_in_one_unless_it_is_disabled() {
+        let mut r = RuntimeRegistry::with_config(&[&tessera_cpu::CPU_REG], RegistryConfig::from_vars(&[]));
+        let tables = tessera_core::plugin::loopback::<CpuExport>("CPU through the tables").unwrap();
+        let e = r.register_loopback(tables).err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some(
+                "plugin CPU: the CPU family is already provided by the built-in reg \
+                 (TESSERA_DISABLE_CPU=builtin uses a plugin instead)"
+            )
+        );
+        assert!(!tables.is_loaded(), "a refused family is shut down");
+        assert_eq!(names(&r), ["CPU"]);
+        assert_eq!(r.entry_of(r.devices().next().unwrap()).map(|e| e.origin().clone()), Some(Origin::BuiltIn));
+
+        let config = RegistryConfig::from_vars(&[("TESSERA_DISABLE_CPU", "builtin")]);
+        let mut r = RuntimeRegistry::with_config(&[&tessera_cpu::CPU_REG], config);
+        let tables = tessera_core::plugin::loopback::<CpuExport>("CPU through the tables").unwrap();
+        let device = r.register_loopback(tables).unwrap().devices()[0];
+        assert_eq!(r.entry_of(device).map(|e| e.origin().clone()), Some(Origin::Loopback));
+        assert_eq!(r.select(Some("cpu")).map(|d| d.name()), Ok("CPU"));
+        assert!(r.entry_of(&tessera_cpu::CPU_DEVICE).is_none(), "the built-in device is not listed");
+        let skipped: Vec<String> = r.skipped_of("cpu").map(|s| s.to_string()).collect();
+        assert_eq!(skipped, ["built-in CPU: disabled by TESSERA_DISABLE_CPU=builtin"]);
+        // A built-in registered after a plugin of its family is the one skipped.
+        let e = r.register(&tessera_cpu::CPU_REG).err().map(|e| e.to_string());
+        assert_eq!(e.as_deref(), Some("plugin built-in CPU: disabled by TESSERA_DISABLE_CPU=builtin"),);
+        r.unload("cpu").unwrap();
+
+        let config = RegistryConfig::from_vars(&[("TESSERA_DISABLE_CPU", "plugin")]);
+        let mut r = RuntimeRegistry::with_config(&[&tessera_cpu::CPU_REG], config);
+        let tables = tessera_core::plugin::loopback::<CpuExport>("CPU through the tables").unwrap();
+        let e = r.register_loopback(tables).err().map(|e| e.to_string());
+        assert_eq!(e.as_deref(), Some("plugin CPU: disabled by TESSERA_DISABLE_CPU=plugin"));
+        assert_eq!(r.entry_of(r.devices().next().unwrap()).map(|e| e.origin().clone()), Some(Origin::BuiltIn));
     }
 
     #[test]

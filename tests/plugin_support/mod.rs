@@ -6,7 +6,8 @@
 //! `target/plugin-variants/<variant>/` (profile `plugin-test`, unoptimised and quick to
 //! compile). Builds are incremental: a second test process finds them up to date in a
 //! fraction of a second. The files are then copied into temporary directories under the
-//! names the loader looks for (`libtessera-cpu-x86-64-v3.so`, ...).
+//! names the loader looks for (`libtessera-cpu-x86-64-v3.so`, ...). Examples a test runs as
+//! processes are built the same way ([`built_example`]).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -98,6 +99,19 @@ pub fn built() -> &'static Built {
         eprintln!("plugins built in {:.1} s", start.elapsed().as_secs_f64());
         Built { cpu, bad, no_entry }
     })
+}
+
+/// Builds example `name` of the facade the way the plugins are built (the baseline variant's
+/// directory and flags) and returns its executable: a test can run it as a process, with the
+/// environment it chooses. The first build compiles the facade's dev-dependencies there too;
+/// later ones find it up to date.
+pub fn built_example(name: &str) -> PathBuf {
+    let (variant, target_cpu) = CPU_VARIANTS[0];
+    let dir = workspace_root().join("target").join("plugin-variants").join(variant);
+    cargo_build(target_cpu, &dir, &["-p", "tessera", "--example", name]);
+    let exe = dir.join(PROFILE).join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(exe.is_file(), "{} was not built", exe.display());
+    exe
 }
 
 /// A fresh, empty directory for one test's plugin files (removed when dropped).
