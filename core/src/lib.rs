@@ -42,7 +42,7 @@ pub use buffer::{Buffer, BufferBase, BufferType, BufferUsage, TensorData};
 pub use device::{Device, DeviceCaps, DeviceType, MemoryInfo};
 pub use dtype::DType;
 pub use error::{Error, Result, Shape};
-pub use graph::Graph;
+pub use graph::{Graph, TensorParts};
 pub use op::{BinaryOp, Im2ColParams, Op, Pool2dParams, PoolKind, RopeMode, RopeParams, UnaryOp};
 pub use registry::{BackendReg, Extension, Registry};
 pub use sched::{Completion, Scheduler, SchedulerOptions, SplitPlan};
