@@ -1,8 +1,8 @@
 //! tessera: a tensor engine that runs one computation graph across devices.
 //!
-//! This facade re-exports [`tessera_core`] and the backends that Cargo features select, and
-//! lists them in [`BUILTIN_REGS`], the const registry in priority order (GPU families first,
-//! the CPU last).
+//! This facade re-exports [`tessera_core`], the plugin ABI ([`plugin`]) and the backends that
+//! Cargo features select, and lists them in [`BUILTIN_REGS`], the const registry in priority
+//! order (GPU families first, the CPU last).
 #![no_std]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
@@ -12,6 +12,7 @@ pub mod models;
 
 pub use tessera_core::*;
 pub use tessera_cpu as cpu;
+pub use tessera_plugin_abi as plugin;
 #[cfg(feature = "std")]
 pub use tessera_std as runtime;
 

@@ -30,7 +30,6 @@ pub mod graph;
 pub mod host_buffer;
 pub mod op;
 pub mod op_code;
-pub mod plugin;
 pub mod quant;
 pub mod registry;
 pub mod sched;

@@ -13,9 +13,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use tessera_core::plugin::PluginReg;
 use tessera_core::registry::{extension, Extension};
 use tessera_core::{Backend, BackendReg, Device, DeviceType, Error, Result};
+use tessera_plugin_abi::PluginReg;
 
 use crate::plugin_loader::{parse_plugin_file_name, PluginLibrary};
 use crate::registry_config::RegistryConfig;
@@ -162,7 +162,7 @@ impl RuntimeRegistry {
         Ok(self.push_entry(reg, Origin::BuiltIn, None, None))
     }
 
-    /// Adds a family whose tables were wrapped in this process ([`tessera_core::plugin::loopback`]).
+    /// Adds a family whose tables were wrapped in this process ([`tessera_plugin_abi::loopback`]).
     pub fn register_loopback(&mut self, reg: &'static PluginReg) -> Result<&RegEntry> {
         if let Some(by) = self.config.disabled_by(reg.name()) {
             let _ = reg.shutdown();
