@@ -11,8 +11,12 @@
 //!   `scripts/build-cpu-plugins.sh`): the file given, else the best variant in the directory
 //!   given (default `target/plugins`) or the plugin search paths (`TESSERA_BACKEND_DIR`, ...).
 //!
-//! Columns follow ggml's `test-backend-ops perf`: backend, graph, memory, runs, us/run, and
-//! the ratio to the built-in backend.
+//! Each way is timed calling `compute_graph` (the graph crosses the tables on every call) and
+//! running a prepared program (`calls` = `program`: the graph crossed once, when it was
+//! prepared, and each run only replays it).
+//!
+//! Columns follow ggml's `test-backend-ops perf`: backend, graph, memory, calls, runs, us/run,
+//! and the ratio to the built-in backend.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,7 +27,7 @@ use tessera::host_buffer::HOST_BUFFER_TYPE;
 use tessera::plugin::export::panic_message;
 use tessera::plugin::{loopback, Exporter};
 use tessera::runtime::{RegistryConfig, RuntimeRegistry};
-use tessera::{Backend, BackendReg, BufferType, DType, Device, Graph, Result, TensorId};
+use tessera::{Backend, BackendReg, BufferType, DType, Device, Graph, Program, Result, SplitRef, TensorId};
 
 struct CpuExport;
 
@@ -78,22 +82,51 @@ fn mlp() -> Result<Bench> {
     Ok(Bench { name: "MUL_MAT 128x128x8 + ADD + GELU", graph: g, leafs: vec![w, x, b] })
 }
 
-/// Mean time of one `compute_graph` of `bench` on `backend`, tensors in `buffer_type`.
-fn time(bench: &Bench, backend: &mut dyn Backend, buffer_type: &'static dyn BufferType) -> Result<(usize, f64)> {
+/// One compute of `g`: a `compute_graph`, or a run of `program` and a synchronize.
+fn step(backend: &mut dyn Backend, program: Option<&mut Box<dyn Program>>, g: &Graph) -> Result<()> {
+    match program {
+        Some(p) => {
+            backend.run(&mut **p, g)?;
+            backend.synchronize()
+        }
+        None => backend.compute_graph(g),
+    }
+}
+
+/// Mean time of one compute of `bench` on `backend`, tensors in `buffer_type`, through a
+/// program prepared once when `programs` is set.
+fn time(
+    bench: &Bench,
+    backend: &mut dyn Backend,
+    buffer_type: &'static dyn BufferType,
+    programs: bool,
+) -> Result<(usize, f64)> {
     let mut g = bench.graph.clone();
     alloc_graph_tensors(&mut g, buffer_type)?;
     for (i, &leaf) in bench.leafs.iter().enumerate() {
         let n = g.tensor(leaf)?.nelements();
         g.set_f32(leaf, &(0..n).map(|k| ((k + i) as f32 * 0.01).sin()).collect::<Vec<_>>())?;
     }
+    let mut program = match programs {
+        true => {
+            let consumers = vec![u32::MAX; g.tensors().len()];
+            Some(backend.prepare(&SplitRef {
+                graph: &g,
+                nodes: 0..g.nodes().len(),
+                consumers: &consumers,
+                layout: 1,
+            })?)
+        }
+        false => None,
+    };
     for _ in 0..100 {
-        backend.compute_graph(&g)?;
+        step(backend, program.as_mut(), &g)?;
     }
     // Calibrate to about 0.3 s, then take the best of five rounds.
     let start = Instant::now();
     let mut calib = 0usize;
     while start.elapsed() < Duration::from_millis(50) {
-        backend.compute_graph(&g)?;
+        step(backend, program.as_mut(), &g)?;
         calib += 1;
     }
     let runs = (calib * 6).max(10);
@@ -101,7 +134,7 @@ fn time(bench: &Bench, backend: &mut dyn Backend, buffer_type: &'static dyn Buff
     for _ in 0..5 {
         let t = Instant::now();
         for _ in 0..runs {
-            backend.compute_graph(&g)?;
+            step(backend, program.as_mut(), &g)?;
         }
         best = best.min(t.elapsed().as_secs_f64() * 1e6 / runs as f64);
     }
@@ -141,10 +174,16 @@ fn main() -> Result<()> {
     if let Some(entry) = registry.regs().next() {
         println!("plugin: {}\n", entry.origin());
     }
-    println!("{:<12} {:<32} {:<14} {:>9} {:>10} {:>7}", "backend", "graph", "memory", "runs", "us/run", "ratio");
+    println!(
+        "{:<12} {:<32} {:<14} {:<8} {:>9} {:>10} {:>7}",
+        "backend", "graph", "memory", "calls", "runs", "us/run", "ratio"
+    );
     for bench in [tiny()?, small()?, mlp()?] {
-        let (runs, base) = time(&bench, &mut CpuBackend::new(), &HOST_BUFFER_TYPE)?;
-        println!("{:<12} {:<32} {:<14} {runs:>9} {base:>10.3} {:>7.2}", "built-in", bench.name, "host", 1.0);
+        let (runs, base) = time(&bench, &mut CpuBackend::new(), &HOST_BUFFER_TYPE, false)?;
+        println!(
+            "{:<12} {:<32} {:<14} {:<8} {runs:>9} {base:>10.3} {:>7.2}",
+            "built-in", bench.name, "host", "compute", 1.0
+        );
         let mut rows: Vec<(&str, &'static dyn Device, &'static dyn BufferType, &str)> = vec![
             ("tables", tables, tables.buffer_type(), "plugin buffer"),
             ("tables", tables, &HOST_BUFFER_TYPE, "host"),
@@ -154,9 +193,15 @@ fn main() -> Result<()> {
             rows.push(("plugin", p, &HOST_BUFFER_TYPE, "host"));
         }
         for (label, device, buffer_type, memory) in rows {
-            let mut backend = device.init_backend()?;
-            let (runs, us) = time(&bench, &mut *backend, buffer_type)?;
-            println!("{label:<12} {:<32} {memory:<14} {runs:>9} {us:>10.3} {:>7.2}", bench.name, us / base);
+            for (calls, programs) in [("compute", false), ("program", true)] {
+                let mut backend = device.init_backend()?;
+                let (runs, us) = time(&bench, &mut *backend, buffer_type, programs)?;
+                println!(
+                    "{label:<12} {:<32} {memory:<14} {calls:<8} {runs:>9} {us:>10.3} {:>7.2}",
+                    bench.name,
+                    us / base
+                );
+            }
         }
         println!();
     }

@@ -1,9 +1,9 @@
 //! tessera: a tensor engine that runs one computation graph across devices.
 //!
-//! This facade re-exports [`tessera_core`] and the backends that Cargo features select, and
-//! lists them in [`BUILTIN_REGS`], the const registry in priority order (GPU families first,
-//! the CPU last). On `std`, [`discover`] adds the plugins and the environment's settings:
-//! every program gets its devices there.
+//! This facade re-exports [`tessera_core`], the plugin ABI ([`plugin`]) and the backends that
+//! Cargo features select, and lists them in [`BUILTIN_REGS`], the const registry in priority
+//! order (GPU families first, the CPU last). On `std`, [`discover`] adds the plugins and the
+//! environment's settings: every program gets its devices there.
 #![no_std]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
@@ -13,6 +13,7 @@ extern crate std;
 
 pub use tessera_core::*;
 pub use tessera_cpu as cpu;
+pub use tessera_plugin_abi as plugin;
 #[cfg(feature = "std")]
 pub use tessera_std as runtime;
 

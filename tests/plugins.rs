@@ -21,9 +21,12 @@ use tessera::allocator::{alloc_graph_tensors, alloc_tensors};
 use tessera::cpu::CpuBackend;
 use tessera::host_buffer::HOST_BUFFER_TYPE;
 use tessera::plugin::export::panic_message;
-use tessera::plugin::{loopback, Exporter, PluginBuffer};
+use tessera::plugin::{loopback, Exporter, PluginBuffer, PluginProgram, ABI_VERSION};
 use tessera::runtime::{Origin, RegistryConfig, RuntimeRegistry};
-use tessera::{Backend, BackendReg, BufferUsage, Completion, DType, Device, Graph, Scheduler, SchedulerOptions};
+use tessera::{
+    Backend, BackendReg, BufferBase, BufferUsage, Completion, DType, Device, Graph, Program, Result, Scheduler,
+    SchedulerOptions, SplitRef, TensorData,
+};
 use tessera_sim::{SimConfig, SimDevice};
 
 fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
@@ -67,6 +70,93 @@ fn the_cpu_family_through_the_tables_passes_the_conformance_suite() {
     assert_suite_passes("host memory", &run_cases(&selected_cases(), &mut target));
     drop(backend);
     reg.shutdown().unwrap();
+}
+
+/// A backend that computes through programs, as the scheduler runs a split: each call's
+/// nodes are prepared into a program of the plugin once and the program runs twice, the
+/// nodes' outputs poisoned in between, so the second run (a replay) must produce every
+/// result again.
+struct ThroughPrograms {
+    inner: Box<dyn Backend>,
+    prepared: usize,
+    runs: usize,
+}
+
+impl ThroughPrograms {
+    /// Fills the memory of the computed nodes among `nodes` with NaN bytes.
+    fn poison(graph: &Graph, nodes: std::ops::Range<usize>) -> Result<()> {
+        for &id in &graph.nodes()[nodes] {
+            let t = graph.tensor(id)?;
+            if let (false, Some(d)) = (t.op().is_view(), graph.data(id)) {
+                d.buffer.fill(d.offset, t.nbytes(), 0xff)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Backend for ThroughPrograms {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn device(&self) -> &'static dyn Device {
+        self.inner.device()
+    }
+    unsafe fn set_tensor_async(&mut self, dst: &TensorData, offset: usize, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.set_tensor_async(dst, offset, src, len) }
+    }
+    unsafe fn get_tensor_async(&mut self, src: &TensorData, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.get_tensor_async(src, offset, dst, len) }
+    }
+    fn synchronize(&mut self) -> Result<()> {
+        self.inner.synchronize()
+    }
+    fn compute(&mut self, graph: &Graph, nodes: std::ops::Range<usize>) -> Result<()> {
+        // Every tensor counted as read elsewhere: nothing may be fused away.
+        let consumers = vec![u32::MAX; graph.tensors().len()];
+        let split = SplitRef { graph, nodes: nodes.clone(), consumers: &consumers, layout: 1 };
+        let mut program: Box<dyn Program> = self.inner.prepare(&split)?;
+        assert!(program.as_any_mut().downcast_mut::<PluginProgram>().is_some(), "a program of the plugin");
+        self.prepared += 1;
+        self.inner.run(&mut *program, graph)?;
+        self.inner.synchronize()?;
+        Self::poison(graph, nodes)?;
+        self.inner.run(&mut *program, graph)?;
+        self.runs += 2;
+        Ok(())
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// The conformance suite on `device`, every node prepared and replayed through its plugin's
+/// program entries.
+fn suite_through_programs(name: &str, device: &'static dyn Device) {
+    let mut backend = ThroughPrograms { inner: device.init_backend().unwrap(), prepared: 0, runs: 0 };
+    let mut target = Target::new(&mut backend);
+    target.name = format!("{} ({name}, prepare + run twice)", device.name());
+    let summary = run_cases(&selected_cases(), &mut target);
+    assert_suite_passes(name, &summary);
+    println!("{name}: {} programs prepared, {} runs", backend.prepared, backend.runs);
+    assert!(backend.prepared >= summary.passed && backend.runs == 2 * backend.prepared);
+}
+
+#[test]
+fn the_cpu_plugin_passes_the_conformance_suite_through_prepared_programs() {
+    let reg = loopback::<CpuExport>("CPU through the tables").unwrap();
+    suite_through_programs("loopback", reg.device(0).unwrap());
+    reg.shutdown().unwrap();
+
+    let built = built();
+    let dir = PluginDir::new("programs");
+    let path = dir.install(built.cpu_baseline(), "cpu", None);
+    let mut registry = plugin_only_registry();
+    let entry = with_env(&[], || registry.load(&path)).unwrap();
+    suite_through_programs("the CPU plugin library", entry.devices()[0]);
+    registry.unload("cpu").unwrap();
 }
 
 /// A family of simulated accelerators (device memory the host cannot read, a queue, events).
@@ -131,6 +221,7 @@ fn a_device_with_its_own_memory_and_events_works_through_the_tables() {
     alloc_graph_tensors(&mut reference, &HOST_BUFFER_TYPE).unwrap();
     let buffers = alloc_tensors(&mut g, &[w], sim1.buffer_type()).unwrap();
     assert!(buffers[0].as_any().downcast_ref::<PluginBuffer>().is_some(), "the weights live in a plugin buffer");
+    assert!(matches!(buffers[0].base(), BufferBase::Device(a) if a != 0), "device memory: {:?}", buffers[0].base());
     buffers[0].set_usage(BufferUsage::Weights);
     assert_eq!(buffers[0].usage(), BufferUsage::Weights);
     let (wv, xv) = (values(64 * 16, 1.0), values(64 * 4, 2.0));
@@ -220,7 +311,10 @@ fn the_cpu_plugin_library_passes_the_conformance_suite_and_unloads() {
     let backend = device.init_backend().unwrap();
     let buffer = device.buffer_type().alloc_buffer(64).unwrap();
     let e = registry.unload("cpu").unwrap_err().to_string();
-    assert_eq!(e, "plugin CPU: still has 2 live buffer(s), backend(s) or event(s); drop them before unloading it");
+    assert_eq!(
+        e,
+        "plugin CPU: still has 2 live buffer(s), backend(s), program(s) or event(s); drop them before unloading it"
+    );
     drop((backend, buffer));
     registry.unload("cpu").unwrap();
     assert_eq!(registry.devices().count(), 0);
@@ -275,7 +369,10 @@ fn a_plugin_of_another_abi_version_is_skipped() {
         "abi",
         Some("abi-version"),
         |d| d.install(&built().bad, "bad", None),
-        "was built for plugin ABI 2, this host speaks 1; rebuild it against this tessera",
+        &format!(
+            "was built for plugin ABI {}, this host speaks {ABI_VERSION}; rebuild it against this tessera",
+            ABI_VERSION + 1
+        ),
     );
 }
 
@@ -321,7 +418,7 @@ fn a_plugin_with_an_older_or_foreign_reg_table_is_skipped() {
         "reg-abi",
         Some("reg-abi"),
         |d| d.install(&built().bad, "bad", None),
-        "its reg table speaks plugin ABI 0, this host speaks 1",
+        &format!("its reg table speaks plugin ABI 0, this host speaks {ABI_VERSION}"),
     );
     assert_skipped(
         "null-init",

@@ -7,12 +7,12 @@
 
 use std::path::{Path, PathBuf};
 
-use tessera_core::plugin::abi::{
+use tessera_core::{Error, Result};
+use tessera_plugin_abi::abi::{
     AbiError, AbiHostInfo, AbiVersionFn, InitFn, ScoreFn, ABI_VERSION, ABI_VERSION_SYMBOL, INIT_SYMBOL, SCORE_SYMBOL,
     STATUS_PANIC,
 };
-use tessera_core::plugin::{wrap_reg, PluginReg};
-use tessera_core::{Error, Result};
+use tessera_plugin_abi::{wrap_reg, PluginReg};
 
 /// What plugin file names start with on this platform.
 pub const FILE_PREFIX: &str = if cfg!(windows) { "tessera-" } else { "libtessera-" };

@@ -22,9 +22,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use tessera_core::plugin::PluginReg;
 use tessera_core::registry::{self as lookup, extension, Extension};
 use tessera_core::{Backend, BackendReg, Device, DeviceType, Error, Result};
+use tessera_plugin_abi::PluginReg;
 
 use crate::plugin_loader::{parse_plugin_file_name, PluginLibrary};
 use crate::registry_config::RegistryConfig;
@@ -206,7 +206,7 @@ impl RuntimeRegistry {
         Ok(self.push_entry(reg, Origin::BuiltIn, None, None))
     }
 
-    /// Adds a family whose tables were wrapped in this process ([`tessera_core::plugin::loopback`]),
+    /// Adds a family whose tables were wrapped in this process ([`tessera_plugin_abi::loopback`]),
     /// refused (and shut down) like a plugin file of that family would be.
     pub fn register_loopback(&mut self, reg: &'static PluginReg) -> Result<&RegEntry> {
         let refused = match self.config.plugin_disabled_by(reg.name()) {
@@ -839,20 +839,20 @@ mod tests {
 
     struct CpuExport;
 
-    impl tessera_core::plugin::Exporter for CpuExport {
+    impl tessera_plugin_abi::Exporter for CpuExport {
         fn reg() -> &'static dyn BackendReg {
             &tessera_cpu::CPU_REG
         }
         fn catch<R>(f: impl FnOnce() -> R) -> std::result::Result<R, String> {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-                .map_err(|p| tessera_core::plugin::export::panic_message(&*p))
+                .map_err(|p| tessera_plugin_abi::export::panic_message(&*p))
         }
     }
 
     #[test]
     fn a_family_is_listed_once_the_built_in_one_unless_it_is_disabled() {
         let mut r = RuntimeRegistry::with_config(&[&tessera_cpu::CPU_REG], RegistryConfig::from_vars(&[]));
-        let tables = tessera_core::plugin::loopback::<CpuExport>("CPU through the tables").unwrap();
+        let tables = tessera_plugin_abi::loopback::<CpuExport>("CPU through the tables").unwrap();
         let e = r.register_loopback(tables).err().map(|e| e.to_string());
         assert_eq!(
             e.as_deref(),
@@ -867,7 +867,7 @@ mod tests {
 
         let config = RegistryConfig::from_vars(&[("TESSERA_DISABLE_CPU", "builtin")]);
         let mut r = RuntimeRegistry::with_config(&[&tessera_cpu::CPU_REG], config);
-        let tables = tessera_core::plugin::loopback::<CpuExport>("CPU through the tables").unwrap();
+        let tables = tessera_plugin_abi::loopback::<CpuExport>("CPU through the tables").unwrap();
         let device = r.register_loopback(tables).unwrap().devices()[0];
         assert_eq!(r.entry_of(device).map(|e| e.origin().clone()), Some(Origin::Loopback));
         assert_eq!(r.select(Some("cpu")).map(|d| d.name()), Ok("CPU"));
@@ -881,7 +881,7 @@ mod tests {
 
         let config = RegistryConfig::from_vars(&[("TESSERA_DISABLE_CPU", "plugin")]);
         let mut r = RuntimeRegistry::with_config(&[&tessera_cpu::CPU_REG], config);
-        let tables = tessera_core::plugin::loopback::<CpuExport>("CPU through the tables").unwrap();
+        let tables = tessera_plugin_abi::loopback::<CpuExport>("CPU through the tables").unwrap();
         let e = r.register_loopback(tables).err().map(|e| e.to_string());
         assert_eq!(e.as_deref(), Some("plugin CPU: disabled by TESSERA_DISABLE_CPU=plugin"));
         assert_eq!(r.entry_of(r.devices().next().unwrap()).map(|e| e.origin().clone()), Some(Origin::BuiltIn));

@@ -15,9 +15,10 @@
 //! Every entry point is written out by hand (not with `export_backend!`) and catches panics
 //! itself.
 
-use tessera_core::plugin::abi::{AbiError, AbiHostInfo, AbiReg, ABI_VERSION, STATUS_ERROR};
-use tessera_core::plugin::export::{self, panic_message, Exporter};
 use tessera_core::{BackendReg, Device};
+use tessera_plugin_abi::abi::{AbiError, AbiHostInfo, ABI_VERSION, STATUS_ERROR};
+use tessera_plugin_abi::export::{self, panic_message, Exporter};
+use tessera_plugin_abi::tables::AbiReg;
 
 struct BadReg;
 

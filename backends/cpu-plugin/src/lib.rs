@@ -9,7 +9,7 @@
 //! `TESSERA_CPU_DISABLE_DOTPROD=1`) make the score treat that feature as missing.
 //! `scripts/build-cpu-plugins.sh` builds and names the variants.
 
-tessera_core::export_backend!(reg: &tessera_cpu::CPU_REG, score: score);
+tessera_plugin_abi::export_backend!(reg: &tessera_cpu::CPU_REG, score: score);
 
 /// A processor feature a build may be compiled for.
 struct Feature {

@@ -3,9 +3,11 @@
 
 mod io;
 mod ops;
+mod parts;
 mod view;
 
 pub use io::{copy_tensor, copy_tensor_via, Staging};
+pub use parts::TensorParts;
 
 use alloc::format;
 use alloc::string::String;
@@ -144,26 +146,8 @@ impl Graph {
     }
 
     fn bind_as(&mut self, id: TensorId, data: TensorData, planned: bool) -> Result<()> {
-        if self.tensor(id)?.view_src.is_some() {
-            return Err(Error::InvalidParam {
-                op: "BIND",
-                message: format!("'{}' is a view and uses the memory of its source", self.label(id)),
-            });
-        }
+        self.check_binding(id, &data)?;
         let t = self.tensor_mut(id)?;
-        let size = data.buffer.size();
-        let nbytes = data.buffer.buffer_type().alloc_size(t).max(t.nbytes());
-        match data.offset.checked_add(nbytes) {
-            Some(end) if end <= size => {}
-            _ => {
-                return Err(Error::BufferRange {
-                    buffer: data.buffer.buffer_type().name().into(),
-                    offset: data.offset,
-                    len: nbytes,
-                    size,
-                })
-            }
-        }
         data.buffer.init_tensor(t, data.offset)?;
         t.data = Some(data);
         if planned {
@@ -172,6 +156,28 @@ impl Graph {
             t.flags.remove(TensorFlags::PLANNED);
         }
         Ok(())
+    }
+
+    /// Fails unless `data` can hold the tensor: it is no view, and it fits in the buffer.
+    fn check_binding(&self, id: TensorId, data: &TensorData) -> Result<()> {
+        let t = self.tensor(id)?;
+        if t.view_src.is_some() {
+            return Err(Error::InvalidParam {
+                op: "BIND",
+                message: format!("'{}' is a view and uses the memory of its source", self.label(id)),
+            });
+        }
+        let size = data.buffer.size();
+        let nbytes = data.buffer.buffer_type().alloc_size(t).max(t.nbytes());
+        match data.offset.checked_add(nbytes) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(Error::BufferRange {
+                buffer: data.buffer.buffer_type().name().into(),
+                offset: data.offset,
+                len: nbytes,
+                size,
+            }),
+        }
     }
 
     /// Removes a tensor's memory binding.

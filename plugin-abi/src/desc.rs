@@ -1,7 +1,8 @@
 //! Graphs as plain data: the host encodes the part of a graph a call needs into
-//! [`AbiTensor`] descriptors; the plugin decodes them into a [`Graph`] of its own, checking
-//! everything (indices, types, shapes, strides, views, memory ranges, and each node against
-//! its op's checked constructor) before a kernel sees it.
+//! [`AbiTensor`] descriptors; the plugin decodes them into a [`Graph`] of its own, which
+//! [`Graph::from_parts`] checks through and through (indices, types, shapes, strides, views,
+//! and each node against its op's checked constructor) and whose memory ranges are checked
+//! as they are bound, before a kernel sees it.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -11,13 +12,11 @@ use alloc::vec::Vec;
 use core::marker::PhantomData;
 use core::mem::{align_of, size_of};
 
-use super::abi::{AbiBufferRef, AbiGraph, AbiStr, AbiTensor, NO_INDEX};
-use crate::buffer::{Buffer, TensorData};
-use crate::error::{Error, Result};
-use crate::graph::Graph;
-use crate::op::Op;
-pub use crate::op_code::{decode_op, dtype_from_id, dtype_id, encode_op};
-use crate::tensor::{span_bytes, Tensor, TensorFlags, TensorId, MAX_SRC};
+pub use tessera_core::op_code::{decode_op, dtype_from_id, dtype_id, encode_op};
+use tessera_core::tensor::{Tensor, TensorFlags, TensorId, MAX_SRC};
+use tessera_core::{Buffer, Error, Graph, Result, TensorData, TensorParts};
+
+use crate::abi::{AbiBufferRef, AbiGraph, AbiStr, AbiTensor, NO_INDEX};
 
 fn invalid(message: String) -> Error {
     Error::InvalidParam { op: "PLUGIN_GRAPH", message }
@@ -43,21 +42,21 @@ fn decode_flags(bits: u32) -> TensorFlags {
 
 /// The descriptor of one tensor without graph context (indices unset), for `alloc_size`.
 pub fn encode_lone_tensor(t: &Tensor) -> AbiTensor {
-    let (op, op_params) = encode_op(t.op);
+    let (op, op_params) = encode_op(t.op());
     AbiTensor {
         size: size_of::<AbiTensor>(),
-        dtype: dtype_id(t.dtype),
+        dtype: dtype_id(t.dtype()),
         op,
         op_params,
-        ne: t.ne,
-        nb: t.nb,
+        ne: t.ne(),
+        nb: t.nb(),
         src: [NO_INDEX; MAX_SRC],
         view_src: NO_INDEX,
-        flags: encode_flags(t.flags),
-        view_offset: t.view_offset,
+        flags: encode_flags(t.flags()),
+        view_offset: t.view_offset(),
         buffer: NO_INDEX,
         data_offset: 0,
-        name: AbiStr::new(&t.name),
+        name: AbiStr::new(t.name()),
     }
 }
 
@@ -67,8 +66,11 @@ pub type BufferEncoder<'a> = dyn FnMut(&Arc<dyn Buffer>) -> Result<AbiBufferRef>
 /// The part of a graph a call needs, as descriptors that borrow the graph's names.
 pub struct EncodedGraph<'g> {
     tensors: Vec<AbiTensor>,
+    /// The graph's tensor behind each descriptor.
+    ids: Vec<TensorId>,
     nodes: Vec<u32>,
     buffers: Vec<AbiBufferRef>,
+    consumers: Vec<u32>,
     _graph: PhantomData<&'g Graph>,
 }
 
@@ -83,11 +85,25 @@ impl EncodedGraph<'_> {
             n_nodes: self.nodes.len(),
             buffers: self.buffers.as_ptr(),
             n_buffers: self.buffers.len(),
+            consumers: if self.consumers.is_empty() { core::ptr::null() } else { self.consumers.as_ptr() },
         }
     }
 
     pub fn tensors(&self) -> &[AbiTensor] {
         &self.tensors
+    }
+
+    /// Sends the consumer counts of the whole graph (`counts`, indexed by `TensorId`) along,
+    /// one per descriptor; a tensor past the end of `counts` is taken as read elsewhere.
+    pub fn set_consumers(&mut self, counts: &[u32]) -> Result<()> {
+        let mut consumers = Vec::new();
+        consumers.try_reserve_exact(self.ids.len()).map_err(|_| Error::OutOfMemory {
+            what: "consumer counts of a plugin call".into(),
+            requested: self.ids.len() * size_of::<u32>(),
+        })?;
+        consumers.extend(self.ids.iter().map(|id| counts.get(id.index()).copied().unwrap_or(u32::MAX)));
+        self.consumers = consumers;
+        Ok(())
     }
 }
 
@@ -102,7 +118,7 @@ pub fn encode_graph<'g>(
     let mut index: BTreeMap<TensorId, u32> = BTreeMap::new();
     let mut order: Vec<TensorId> = Vec::new();
     let mut add = |id: TensorId, index: &mut BTreeMap<TensorId, u32>| -> Result<()> {
-        for id in [Some(id), graph.tensor(id)?.view_src].into_iter().flatten() {
+        for id in [Some(id), graph.tensor(id)?.view_src()].into_iter().flatten() {
             if let alloc::collections::btree_map::Entry::Vacant(slot) = index.entry(id) {
                 let i = u32::try_from(order.len()).map_err(|_| Error::Overflow { what: "tensors in a plugin call" })?;
                 graph.tensor(id)?;
@@ -125,11 +141,11 @@ pub fn encode_graph<'g>(
     for &id in &order {
         let t = graph.tensor(id)?;
         let mut d = encode_lone_tensor(t);
-        for (slot, s) in t.src.iter().enumerate() {
-            d.src[slot] = idx(*s);
+        for (slot, s) in t.srcs() {
+            d.src[slot] = idx(Some(s));
         }
-        d.view_src = idx(t.view_src);
-        if let (Some(data), Some(encode)) = (&t.data, buffers.as_mut()) {
+        d.view_src = idx(t.view_src());
+        if let (Some(data), Some(encode)) = (t.data(), buffers.as_mut()) {
             let key = Arc::as_ptr(&data.buffer) as *const ();
             let b = match buffer_keys.iter().position(|k| *k == key) {
                 Some(b) => b,
@@ -150,7 +166,7 @@ pub fn encode_graph<'g>(
         tensors.push(d);
     }
     let nodes = nodes.iter().map(|n| idx(Some(*n))).collect();
-    Ok(EncodedGraph { tensors, nodes, buffers: out_buffers, _graph: PhantomData })
+    Ok(EncodedGraph { tensors, ids: order, nodes, buffers: out_buffers, consumers: Vec::new(), _graph: PhantomData })
 }
 
 /// A slice from a pointer and a length handed over the boundary (null is fine when empty).
@@ -244,25 +260,25 @@ pub unsafe fn abi_string(s: AbiStr) -> String {
     }
 }
 
+/// The parts of a tensor from its descriptor alone (type, shape, strides, op, flags; the
+/// indices are left unset).
+fn lone_parts(d: &AbiTensor, name: String) -> Result<TensorParts> {
+    Ok(TensorParts {
+        dtype: dtype_from_id(d.dtype)?,
+        ne: d.ne,
+        nb: d.nb,
+        op: decode_op(d.op, &d.op_params)?,
+        src: [None; MAX_SRC],
+        view_src: None,
+        view_offset: d.view_offset,
+        flags: decode_flags(d.flags),
+        name,
+    })
+}
+
 /// A tensor from its descriptor alone (type, shape, strides, op; no indices), checked.
 pub fn decode_lone_tensor(d: &AbiTensor, name: String) -> Result<Tensor> {
-    let dtype = dtype_from_id(d.dtype)?;
-    let op = decode_op(d.op, &d.op_params)?;
-    let mut t = Tensor::new(dtype, d.ne, op)?;
-    if dtype.is_quantized() && d.nb[0] != dtype.block_bytes() {
-        return Err(invalid(format!(
-            "'{name}': a {dtype} tensor must have nb[0] = {} (its block size), got {}",
-            dtype.block_bytes(),
-            d.nb[0]
-        )));
-    }
-    if span_bytes(dtype, d.ne, d.nb).is_none() {
-        return Err(Error::Overflow { what: "tensor size in bytes" });
-    }
-    t.nb = d.nb;
-    t.flags = decode_flags(d.flags);
-    t.name = name;
-    Ok(t)
+    Tensor::from_parts(lone_parts(d, name)?)
 }
 
 /// Resolves a buffer reference to memory the plugin can bind.
@@ -292,70 +308,59 @@ pub unsafe fn decode_graph(g: *const AbiGraph, resolve: Option<&mut BufferResolv
         None if buffer_refs.is_empty() => Vec::new(),
         None => return Err(invalid("this call takes no buffers".into())),
     };
-    let index = |i: u32, what: &str, of: usize| -> Result<Option<TensorId>> {
-        match i {
-            NO_INDEX => Ok(None),
-            i if (i as usize) < n && i as usize != of => Ok(Some(TensorId(i))),
-            i => Err(invalid(format!("tensor {of}: {what} index {i} is not another of the {n} tensors"))),
-        }
-    };
-    let mut graph = Graph::new();
+    let index = |i: u32| (i != NO_INDEX).then_some(TensorId(i));
+    let mut parts = Vec::new();
+    parts.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        what: "tensors of a plugin call".into(),
+        requested: n * size_of::<TensorParts>(),
+    })?;
     for (i, d) in descs.iter().enumerate() {
         // SAFETY: the caller promises the strings are valid for the call.
         let name = unsafe { abi_string(d.name) };
-        let mut t = decode_lone_tensor(&d, name).map_err(|e| at_tensor(i, e))?;
+        let mut p = lone_parts(&d, name).map_err(|e| at_tensor(i, e))?;
         for (slot, s) in d.src.iter().enumerate() {
-            t.src[slot] = index(*s, "source", i)?;
+            p.src[slot] = index(*s);
         }
-        t.view_src = index(d.view_src, "view source", i)?;
-        t.view_offset = d.view_offset;
-        graph.push(t)?;
-    }
-    for (i, d) in descs.iter().enumerate() {
-        let id = TensorId(i as u32);
-        let t = graph.tensor(id)?;
-        if let Some(root) = t.view_src {
-            let r = graph.tensor(root)?;
-            let end = t.nbytes().checked_add(t.view_offset);
-            if r.view_src.is_some() || end.is_none_or(|end| end > r.nbytes()) {
-                return Err(Error::ViewOutOfBounds {
-                    tensor: graph.label(id),
-                    source: graph.label(root),
-                    end: end.unwrap_or(usize::MAX),
-                    source_bytes: r.nbytes(),
-                });
-            }
-        }
-        if d.buffer != NO_INDEX {
-            let buffer = buffers
-                .get(d.buffer as usize)
-                .ok_or_else(|| invalid(format!("tensor {i}: buffer index {} of {}", d.buffer, buffers.len())))?;
-            // What `Graph::bind` checks (a view has no memory of its own; the tensor fits),
-            // without the message it prepares in advance.
-            if t.view_src.is_some() {
-                return Err(invalid(format!("tensor {i} is a view and cannot have memory of its own")));
-            }
-            let need = buffer.buffer_type().alloc_size(t).max(t.nbytes());
-            if d.data_offset.checked_add(need).is_none_or(|end| end > buffer.size()) {
-                return Err(Error::BufferRange {
-                    buffer: buffer.buffer_type().name().into(),
-                    offset: d.data_offset,
-                    len: need,
-                    size: buffer.size(),
-                });
-            }
-            graph.tensor_mut(id)?.data = Some(TensorData { buffer: buffer.clone(), offset: d.data_offset });
-        }
+        p.view_src = index(d.view_src);
+        parts.push(p);
     }
     let node_ids = nodes
         .iter()
-        .map(|&i| index(i, "node", usize::MAX)?.ok_or_else(|| invalid("a node index is NO_INDEX".into())))
+        .map(|&i| index(i).ok_or_else(|| invalid("a node index is NO_INDEX".into())))
         .collect::<Result<Vec<_>>>()?;
-    for &id in &node_ids {
-        check_node(&graph, id)?;
+    let mut graph = Graph::from_parts(parts, node_ids)?;
+    for (i, d) in descs.iter().enumerate().filter(|(_, d)| d.buffer != NO_INDEX) {
+        let buffer = buffers
+            .get(d.buffer as usize)
+            .ok_or_else(|| invalid(format!("tensor {i}: buffer index {} of {}", d.buffer, buffers.len())))?;
+        graph.bind_existing(TensorId(i as u32), TensorData { buffer: buffer.clone(), offset: d.data_offset })?;
     }
-    graph.set_order(node_ids, Vec::new());
     Ok(graph)
+}
+
+/// The consumer counts `g` carries, one per tensor of `graph` (decoded from `g`); every
+/// tensor is taken as read elsewhere when `g` carries none.
+///
+/// # Safety
+/// As [`decode_graph`].
+pub unsafe fn decode_consumers(g: *const AbiGraph, graph: &Graph) -> Result<Vec<u32>> {
+    // SAFETY: forwarded from the caller.
+    let g = unsafe { read_sized(g, "graph descriptor") }?;
+    let n = graph.tensors().len();
+    if g.n_tensors != n {
+        return Err(invalid(format!("{} tensors described, {n} decoded", g.n_tensors)));
+    }
+    let mut counts = Vec::new();
+    counts
+        .try_reserve_exact(n)
+        .map_err(|_| Error::OutOfMemory { what: "consumer counts".into(), requested: n * size_of::<u32>() })?;
+    if g.consumers.is_null() {
+        counts.resize(n, u32::MAX);
+    } else {
+        // SAFETY: the caller promises `consumers` holds `n_tensors` counts when it is not null.
+        counts.extend_from_slice(unsafe { abi_slice(g.consumers, n, "consumers") }?);
+    }
+    Ok(counts)
 }
 
 fn at_tensor(i: usize, e: Error) -> Error {
@@ -363,63 +368,4 @@ fn at_tensor(i: usize, e: Error) -> Error {
         Error::InvalidParam { op, message } => Error::InvalidParam { op, message: format!("tensor {i}: {message}") },
         e => e,
     }
-}
-
-/// Checks that a computed node is what its op's checked constructor makes of its sources
-/// (type and shape), so kernels can rely on the invariants the graph builder guarantees.
-pub fn check_node(graph: &Graph, id: TensorId) -> Result<()> {
-    let t = graph.tensor(id)?;
-    if t.op == Op::None || t.op.is_view() {
-        return Ok(());
-    }
-    let mut scratch = Graph::new();
-    let mut src = [None; MAX_SRC];
-    for (slot, s) in t.srcs() {
-        let st = graph.tensor(s)?;
-        let mut leaf = Tensor::new(st.dtype, st.ne, Op::None)?;
-        leaf.nb = st.nb;
-        src[slot] = Some(scratch.push(leaf)?);
-    }
-    let need = |i: usize| {
-        src[i].ok_or_else(|| invalid(format!("node '{}' ({}) lacks source {i}", graph.label(id), t.op.name())))
-    };
-    let g = &mut scratch;
-    let derived = match t.op {
-        Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => return Ok(()),
-        Op::Binary(b) => g.binary(b, need(0)?, need(1)?),
-        Op::Scale(s) => g.scale(need(0)?, s),
-        Op::Unary(u) => g.unary(u, need(0)?),
-        Op::SumRows => g.sum_rows(need(0)?),
-        Op::Mean => g.mean(need(0)?),
-        Op::Argmax => g.argmax(need(0)?),
-        Op::SoftMax { scale } => g.soft_max(need(0)?, src[1], scale),
-        Op::Norm { eps } => g.norm(need(0)?, eps),
-        Op::RmsNorm { eps } => g.rms_norm(need(0)?, eps),
-        Op::MulMat => g.mul_mat(need(0)?, need(1)?),
-        Op::GetRows => g.get_rows(need(0)?, need(1)?),
-        Op::Cpy => match src[1] {
-            Some(b) => g.cpy(need(0)?, b),
-            None => g.cast(need(0)?, t.dtype),
-        },
-        Op::Cont => g.cont(need(0)?),
-        Op::Concat { dim } => g.concat(need(0)?, need(1)?, dim),
-        Op::Rope(p) => g.rope(need(0)?, need(1)?, p),
-        Op::DiagMaskInf { n_past } => g.diag_mask_inf(need(0)?, n_past),
-        Op::Im2Col(p) => g.im2col(need(0)?, need(1)?, p, t.dtype),
-        Op::Pool2d(p) => g.pool_2d(need(0)?, p),
-    }
-    .map_err(|e| invalid(format!("node '{}' ({}): {e}", graph.label(id), t.op.name())))?;
-    let d = scratch.tensor(derived)?;
-    if d.dtype != t.dtype || d.ne != t.ne {
-        return Err(invalid(format!(
-            "node '{}' ({}) is {} {} but its sources make it {} {}",
-            graph.label(id),
-            t.op.name(),
-            t.dtype,
-            t.shape(),
-            d.dtype,
-            d.shape()
-        )));
-    }
-    Ok(())
 }

@@ -12,21 +12,19 @@ use alloc::vec::Vec;
 use core::any::Any;
 use core::ops::Range;
 
-use super::abi::*;
-use super::desc::*;
-use super::export::{panic_message, Exporter};
-use super::import::wrap_reg;
-use super::loopback;
-use crate::backend::Backend;
-use crate::buffer::{Buffer, BufferType, TensorData};
-use crate::device::{Device, DeviceCaps, DeviceType, MemoryInfo};
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::graph::Graph;
-use crate::host_buffer::{HostBuffer, HOST_BUFFER_TYPE};
-use crate::op::*;
-use crate::registry::BackendReg;
-use crate::tensor::TensorId;
+use tessera_core::host_buffer::{HostBuffer, HOST_BUFFER_TYPE};
+use tessera_core::op::*;
+use tessera_core::registry::BackendReg;
+use tessera_core::tensor::TensorId;
+use tessera_core::{Backend, Buffer, BufferType, DType, Device, DeviceCaps, DeviceType, Error, Graph, MemoryInfo};
+use tessera_core::{Result, TensorData};
+
+use crate::abi::*;
+use crate::desc::*;
+use crate::export::{panic_message, Exporter};
+use crate::import::wrap_reg;
+use crate::loopback;
+use crate::tables::AbiReg;
 
 fn all_ops() -> Vec<Op> {
     let mut ops = vec![
@@ -102,7 +100,7 @@ fn sample_graph() -> (Graph, Vec<TensorId>) {
     let out = g.cpy(c, window).unwrap();
     g.set_output(out).unwrap();
     g.build_forward(out).unwrap();
-    crate::allocator::alloc_graph_tensors(&mut g, &HOST_BUFFER_TYPE).unwrap();
+    tessera_core::allocator::alloc_graph_tensors(&mut g, &HOST_BUFFER_TYPE).unwrap();
     let nodes = g.nodes().to_vec();
     (g, nodes)
 }
@@ -145,7 +143,7 @@ fn graphs_round_trip_through_descriptors() {
         );
     }
     let x = back.tensors().iter().find(|t| t.name() == "x").unwrap();
-    assert!(x.flags().contains(crate::tensor::TensorFlags::INPUT));
+    assert!(x.flags().contains(tessera_core::tensor::TensorFlags::INPUT));
     // Only what the nodes touch is sent: the arena's unrelated tensors are not.
     let mut g2 = g.clone();
     let lonely = g2.new_tensor(DType::F32, &[1000]).unwrap();
@@ -309,6 +307,15 @@ impl Device for TestDevice {
     fn buffer_type(&self) -> &'static dyn BufferType {
         &HOST_BUFFER_TYPE
     }
+    unsafe fn buffer_from_host_ptr(
+        &'static self,
+        ptr: core::ptr::NonNull<u8>,
+        size: usize,
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<Arc<dyn Buffer>> {
+        // SAFETY: the caller keeps the memory valid and unwritten while `owner` lives.
+        Ok(Arc::new(unsafe { HostBuffer::from_raw(ptr, size, false, owner) }))
+    }
     fn init_backend(&'static self) -> Result<Box<dyn Backend>> {
         Ok(Box::new(TestBackend))
     }
@@ -384,7 +391,7 @@ fn a_family_round_trips_through_the_tables() {
     assert!(dev.supports_op(&g, c) && dev.supports_op(&g, n) && !dev.supports_op(&g, s));
     for bt in [dev.buffer_type(), &HOST_BUFFER_TYPE as &'static dyn BufferType] {
         let mut g = g.clone();
-        crate::allocator::alloc_graph_tensors(&mut g, bt).unwrap();
+        tessera_core::allocator::alloc_graph_tensors(&mut g, bt).unwrap();
         g.set_f32(a, &[1., 2., 3., 4., 5., 6., 7., 8.]).unwrap();
         let mut backend = dev.init_backend().unwrap();
         let ci = g.nodes().iter().position(|x| *x == c).unwrap();
@@ -444,7 +451,7 @@ fn a_family_round_trips_through_the_tables() {
 /// A reg table as a plugin built for another (or an older) ABI would hand out.
 fn table(size: usize, abi_version: u32) -> AbiReg {
     // SAFETY: a table exported by this crate.
-    let mut t = unsafe { *super::export::export_reg::<TestExport>().0 };
+    let mut t = unsafe { *crate::export::export_reg::<TestExport>().0 };
     t.size = size;
     t.abi_version = abi_version;
     t
@@ -458,7 +465,10 @@ fn foreign_versions_and_short_tables_are_refused() {
     let e = unsafe { wrap_reg(&t, "libtessera-x.so") }.err().unwrap();
     assert_eq!(
         e.to_string(),
-        "plugin libtessera-x.so: its reg table speaks plugin ABI 2, this host speaks 1; rebuild the plugin against this tessera"
+        alloc::format!(
+            "plugin libtessera-x.so: its reg table speaks plugin ABI {}, this host speaks {ABI_VERSION}; rebuild the plugin against this tessera",
+            ABI_VERSION + 1
+        )
     );
     let t = table(core::mem::offset_of!(AbiReg, device), ABI_VERSION);
     // SAFETY: as above.
@@ -479,17 +489,104 @@ fn an_init_for_another_host_abi_is_refused_by_the_plugin() {
     let host = AbiHostInfo { size: core::mem::size_of::<AbiHostInfo>(), abi_version: 9 };
     let mut err = AbiError::new();
     // SAFETY: valid pointers.
-    let reg = unsafe { super::export::init::<TestExport>(&host, &mut err, super::export::export_reg::<TestExport>) };
+    let reg = unsafe { crate::export::init::<TestExport>(&host, &mut err, crate::export::export_reg::<TestExport>) };
     assert!(reg.is_null());
     assert_eq!(err.code, STATUS_UNSUPPORTED);
-    assert_eq!(err.message(), "the host speaks plugin ABI 9, this plugin 1");
+    assert_eq!(err.message(), alloc::format!("the host speaks plugin ABI 9, this plugin {ABI_VERSION}"));
     let mut err = AbiError::new();
     // SAFETY: valid pointers.
-    let reg = unsafe { super::export::init::<TestExport>(&host, &mut err, || panic!("boom")) };
+    let reg = unsafe { crate::export::init::<TestExport>(&host, &mut err, || panic!("boom")) };
     assert!(reg.is_null());
     let host = AbiHostInfo { abi_version: ABI_VERSION, ..host };
     // SAFETY: valid pointers.
-    let reg = unsafe { super::export::init::<TestExport>(&host, &mut err, || panic!("boom")) };
+    let reg = unsafe { crate::export::init::<TestExport>(&host, &mut err, || panic!("boom")) };
     assert!(reg.is_null());
     assert_eq!((err.code, err.message()), (STATUS_PANIC, "panicked in tessera_backend_init: boom".to_string()));
+}
+
+/// A graph `c = cont(transpose(a))` of 4x2 f32 in `bt` memory, with `a` set.
+fn cont_graph(bt: &'static dyn BufferType, values: &[f32]) -> (Graph, TensorId, TensorId) {
+    let mut g = Graph::new();
+    let a = g.new_tensor(DType::F32, &[4, 2]).unwrap();
+    let t = g.transpose(a).unwrap();
+    let c = g.cont(t).unwrap();
+    g.set_output(c).unwrap();
+    g.build_forward(c).unwrap();
+    tessera_core::allocator::alloc_graph_tensors(&mut g, bt).unwrap();
+    g.set_f32(a, values).unwrap();
+    (g, a, c)
+}
+
+#[test]
+fn programs_are_prepared_once_and_replayed_through_the_tables() {
+    use crate::PluginProgram;
+    use tessera_core::SplitRef;
+
+    let reg = loopback::<TestExport>("test").unwrap();
+    let dev = reg.device(0).unwrap();
+    let mut backend = dev.init_backend().unwrap();
+    for (bt, own) in [(dev.buffer_type(), true), (&HOST_BUFFER_TYPE as &'static dyn BufferType, false)] {
+        let (g, a, c) = cont_graph(bt, &[1., 2., 3., 4., 5., 6., 7., 8.]);
+        let consumers = vec![1u32; g.tensors().len()];
+        let ci = g.nodes().iter().position(|n| *n == c).unwrap();
+        let split = SplitRef { graph: &g, nodes: ci..ci + 1, consumers: &consumers, layout: 1 };
+        let mut program = backend.prepare(&split).unwrap();
+        assert!(program.as_any_mut().downcast_mut::<PluginProgram>().is_some(), "the plugin's own program");
+        assert_eq!(reg.live_objects(), 2 + usize::from(own), "backend, program (and its buffer)");
+        backend.run(&mut *program, &g).unwrap();
+        assert_eq!(g.get_f32(c).unwrap(), [1., 5., 2., 6., 3., 7., 4., 8.]);
+        // The replay reads the values of now: the kept graph is the same memory.
+        g.set_f32(a, &[8., 7., 6., 5., 4., 3., 2., 1.]).unwrap();
+        backend.run(&mut *program, &g).unwrap();
+        assert_eq!(g.get_f32(c).unwrap(), [8., 4., 7., 3., 6., 2., 5., 1.]);
+
+        // The tensors move (a new layout): the program is updated to the new memory.
+        let (g2, a2, c2) = cont_graph(bt, &[0.5; 8]);
+        g2.set_f32(a2, &[1., 1., 2., 2., 3., 3., 4., 4.]).unwrap();
+        let split2 = SplitRef { graph: &g2, layout: 2, ..split };
+        backend.update(&mut program, &split2).unwrap();
+        backend.run(&mut *program, &g2).unwrap();
+        assert_eq!(g2.get_f32(c2).unwrap(), [1., 3., 1., 3., 2., 4., 2., 4.]);
+        assert_eq!(g.get_f32(c).unwrap(), [8., 4., 7., 3., 6., 2., 5., 1.], "the old memory is left alone");
+
+        // Programs run only on the backend that prepared them, over a graph with their nodes.
+        let mut other = dev.init_backend().unwrap();
+        let e = other.run(&mut *program, &g2).unwrap_err();
+        assert!(e.to_string().contains("prepared by another backend"), "{e}");
+        let e = backend.run(&mut *program, &Graph::new()).unwrap_err();
+        assert!(e.to_string().contains("prepare it for this graph"), "{e}");
+        // A program outlives its backend, and keeps the plugin loaded.
+        drop(other);
+        let e = reg.shutdown().unwrap_err();
+        assert!(e.to_string().contains("program(s)"), "{e}");
+        drop(program);
+    }
+    drop(backend);
+    assert_eq!(reg.live_objects(), 0);
+    reg.shutdown().unwrap();
+}
+
+#[test]
+fn buffer_bases_cross_exactly_and_host_memory_is_used_in_place() {
+    use tessera_core::BufferBase;
+
+    let reg = loopback::<TestExport>("test").unwrap();
+    let dev = reg.device(0).unwrap();
+    let buf = dev.buffer_type().alloc_buffer(16).unwrap();
+    assert!(matches!(buf.base(), BufferBase::Host(p) if !p.is_null()), "{:?}", buf.base());
+
+    // Caller memory, wrapped in place and read-only; the owner lives as long as the buffer.
+    let memory: Box<[u8]> = (0..32u8).collect();
+    let ptr = core::ptr::NonNull::new(memory.as_ptr().cast_mut()).unwrap();
+    // SAFETY: `memory` is moved into the owner and not written while the buffer lives.
+    let imported = unsafe { dev.buffer_from_host_ptr(ptr, 32, Box::new(memory)) }.unwrap();
+    assert_eq!(imported.base(), BufferBase::HostReadOnly(ptr.as_ptr()));
+    assert_eq!(imported.size(), 32);
+    let mut out = [0u8; 4];
+    imported.get_bytes(10, &mut out).unwrap();
+    assert_eq!(out, [10, 11, 12, 13]);
+    assert!(imported.set_bytes(0, &[1]).is_err(), "read-only host memory");
+    assert_eq!(reg.live_objects(), 2);
+    drop((buf, imported));
+    reg.shutdown().unwrap();
 }

@@ -1,0 +1,42 @@
+//! The event table.
+
+use alloc::boxed::Box;
+
+use tessera_core::{Event, Result};
+
+use super::{fallible, free_boxed, obj, Exporter};
+use crate::abi::{AbiError, Ctx};
+use crate::tables::{AbiEvent, AbiEventFns, EventExports};
+
+/// An event handed to the host (its context, freed by the host's `free`).
+struct ExportedEvent {
+    event: Box<dyn Event>,
+}
+
+/// The event behind a context.
+///
+/// # Safety
+/// `ctx` must be a live event context this plugin handed out.
+pub(super) unsafe fn exported<'a>(ctx: Ctx) -> Result<&'a dyn Event> {
+    // SAFETY: forwarded from the caller.
+    unsafe { obj::<ExportedEvent>(ctx) }.map(|e| &*e.event)
+}
+
+impl<E: Exporter> EventExports<E> {
+    const TABLE: &'static AbiEventFns = &Self::table();
+
+    /// Hands `event` out; the host frees the handle exactly once.
+    pub(super) fn handle(event: Box<dyn Event>) -> AbiEvent {
+        AbiEvent { fns: Self::TABLE, ctx: Box::into_raw(Box::new(ExportedEvent { event })).cast() }
+    }
+
+    pub(crate) unsafe extern "C" fn free(ctx: Ctx) {
+        // SAFETY: `ctx` came from `Box::into_raw` in `handle`; the host frees each event once.
+        unsafe { free_boxed::<E, ExportedEvent>(ctx) }
+    }
+
+    pub(crate) unsafe extern "C" fn synchronize(ctx: Ctx, err: *mut AbiError) -> i32 {
+        // SAFETY: `ctx` is a live event context of this plugin.
+        fallible::<E>(err, "event_synchronize", || unsafe { exported(ctx) }?.synchronize())
+    }
+}

@@ -1,0 +1,69 @@
+//! An event of a loaded plugin.
+
+use alloc::sync::Arc;
+use core::any::Any;
+use core::mem::offset_of;
+
+use tessera_core::{Event, Result};
+
+use super::{free_handle, PluginShared};
+use crate::abi::Ctx;
+use crate::tables::{AbiEvent, AbiEventFns, EventFns};
+
+/// An event of a loaded plugin.
+pub struct PluginEvent {
+    shared: Arc<PluginShared>,
+    fns: EventFns,
+    ctx: Ctx,
+}
+
+// SAFETY: event functions may be called from any thread (the ABI's contract).
+unsafe impl Send for PluginEvent {}
+// SAFETY: as above.
+unsafe impl Sync for PluginEvent {}
+
+impl PluginEvent {
+    /// Wraps an event handle; on failure the handle is freed.
+    ///
+    /// # Safety
+    /// `handle` must be an event handle the plugin of `shared` just returned.
+    pub(super) unsafe fn wrap(shared: &Arc<PluginShared>, handle: AbiEvent) -> Result<PluginEvent> {
+        // SAFETY: the plugin's event function table.
+        let fns = match unsafe { EventFns::read(handle.fns) } {
+            Ok(fns) => fns,
+            Err(e) => {
+                // SAFETY: the handle's own free function (if readable), exactly once.
+                unsafe { free_handle(handle.fns, handle.ctx, offset_of!(AbiEventFns, free), |t| t.free) };
+                return Err(e);
+            }
+        };
+        shared.hold();
+        Ok(PluginEvent { shared: shared.clone(), fns, ctx: handle.ctx })
+    }
+
+    /// Whether this is an event of the plugin of `shared`.
+    pub(super) fn belongs_to(&self, shared: &Arc<PluginShared>) -> bool {
+        Arc::ptr_eq(&self.shared, shared)
+    }
+
+    pub(super) fn ctx(&self) -> Ctx {
+        self.ctx
+    }
+}
+
+impl Drop for PluginEvent {
+    fn drop(&mut self) {
+        // SAFETY: the event's own free function and context, called exactly once.
+        unsafe { self.shared.release(self.fns.free, self.ctx) };
+    }
+}
+
+impl Event for PluginEvent {
+    fn synchronize(&self) -> Result<()> {
+        // SAFETY: a function of the event's table with its context.
+        self.shared.call("event", |err| unsafe { (self.fns.synchronize)(self.ctx, err) })
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
