@@ -44,8 +44,7 @@ struct Args {
     sentences: Vec<String>,
     convert: Option<PathBuf>,
     matrix_type: Option<DType>,
-    /// Timed repetitions after one warm-up (`--repeat N`): the median is reported.
-    repeat: usize,
+    repeat: usize, // timed calls after one warm-up: the median is reported
 }
 
 /// The arguments, or `None` after printing the help.
@@ -141,7 +140,9 @@ fn run(args: Args) -> Result<(), BoxError> {
     let options = LoadOptions { threads: args.threads, tokenizer: Some(tokenizer), progress: Some(&mut progress_bar) };
     let mut embedder = Embedder::load_with(&args.model, placement, options)?;
     let ms = start.elapsed().as_secs_f64() * 1e3;
-    eprintln!("loaded {} in {ms:.0} ms; {}", args.model.display(), embedder.describe());
+    let encoder = embedder.placement().compute[Module::Encoder.index()];
+    let from = tessera::discover().entry_of(encoder).map_or_else(String::new, |e| e.origin().to_string());
+    eprintln!("loaded {} in {ms:.0} ms; {}; {} {from}", args.model.display(), embedder.describe(), encoder.name());
     let texts: Vec<&str> = args.sentences.iter().map(String::as_str).collect();
     let tokens = embedder.tokenize(&texts)?;
     let n_tokens: usize = tokens.iter().map(Vec::len).sum();

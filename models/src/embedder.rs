@@ -363,6 +363,16 @@ mod tests {
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
     }
 
+    /// The simulated accelerator computes with the reference kernels, the CPU with its fast
+    /// ones: the same embeddings up to rounding.
+    fn assert_close(got: &[Vec<f32>], want: &[Vec<f32>]) {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            let worst = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(g.len() == w.len() && worst < 1e-5, "differ by {worst}: {g:?} vs {w:?}");
+        }
+    }
+
     #[test]
     fn modules_on_an_accelerator_with_weights_on_the_cpu_give_the_same_embeddings() {
         let path = tiny_gguf(DType::F32);
@@ -371,13 +381,13 @@ mod tests {
         let on_cpu = Embedder::load(&path, on(&devices, "cpu", "")).unwrap().embed_tokens(&SEQUENCES).unwrap();
         let mut split = Embedder::load(&path, on(&devices, "encoder=sim0,pool=sim0,embed=cpu", "cpu")).unwrap();
         assert_eq!(split.describe(), "embed: CPU (params CPU), encoder: SIM0 (params CPU), pool: SIM0 (params CPU)");
-        assert_eq!(split.embed_tokens(&SEQUENCES).unwrap(), on_cpu);
+        assert_close(&split.embed_tokens(&SEQUENCES).unwrap(), &on_cpu);
         let plan = split.scheduler().plan().unwrap();
         assert!(plan.splits.len() >= 2, "{plan}");
         assert!(plan.splits.iter().any(|s| s.inputs.iter().any(|i| i.name.ends_with(".weight"))), "{plan}");
         // Everything on the accelerator: the scheduler still gets a CPU, last.
         let mut resident = Embedder::load(&path, on(&devices, "sim0", "")).unwrap();
-        assert_eq!(resident.embed_tokens(&SEQUENCES).unwrap(), on_cpu);
+        assert_close(&resident.embed_tokens(&SEQUENCES).unwrap(), &on_cpu);
         assert_eq!(resident.devices.iter().map(|d| d.name()).collect::<Vec<_>>(), ["SIM0", "CPU"]);
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
     }

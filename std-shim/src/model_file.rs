@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 use tessera_core::gguf::Gguf;
-use tessera_core::host_buffer::{HostBuffer, HOST_MAPPED_BUFFER_TYPE};
 use tessera_core::{Buffer, BufferUsage, DType, Device, Error, Result, Shape, TensorData};
 
 /// The file formats tessera reads weights from.
@@ -92,16 +91,19 @@ impl ModelFile {
         (self.format == Format::Gguf).then(|| Gguf::parse(&self.map).ok()).flatten()
     }
 
-    /// A read-only host buffer over the whole mapping (no copy), tagged as weights.
-    pub fn host_buffer(&self) -> Arc<dyn Buffer> {
+    /// The whole mapping as a buffer `device` computes on in place (no copy), tagged as
+    /// weights, if the device can use host memory where it is.
+    pub fn device_buffer(&self, device: &'static dyn Device) -> Option<Arc<dyn Buffer>> {
+        if !device.caps().buffer_from_host_ptr || self.map.is_empty() {
+            return None;
+        }
         let owner: Box<dyn std::any::Any + Send + Sync> = Box::new(self.map.clone());
-        let ptr = NonNull::new(self.map.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
+        let ptr = NonNull::new(self.map.as_ptr().cast_mut())?;
         // SAFETY: the mapping is valid for `len` bytes for as long as `owner` (a clone of the Arc
-        // holding it) lives, which the buffer guarantees; it is mapped read-only and the buffer
-        // is created non-writable.
-        let buffer = unsafe { HostBuffer::from_raw(ptr, self.map.len(), false, owner) };
+        // holding it) lives, which the buffer keeps; it is mapped read-only and never written.
+        let buffer = unsafe { device.buffer_from_host_ptr(ptr, self.map.len(), owner) }.ok()?;
         buffer.set_usage(BufferUsage::Weights);
-        Arc::new(buffer)
+        Some(buffer)
     }
 }
 
@@ -175,8 +177,9 @@ pub struct WeightSpec<'a> {
     pub ne: [usize; 4],
 }
 
-/// Places `weights` of `file` on `device`: in place when it reads host memory, else
-/// uploaded into its buffers (split at its largest allocation). `progress(done, total)`
+/// Places `weights` of `file` on `device`: in place when the device can use the mapped file
+/// (`Device::buffer_from_host_ptr`), else uploaded into its buffers (split at its largest
+/// allocation). `progress(done, total)`
 /// is called as bytes are placed.
 pub fn place_weights(
     file: &ModelFile,
@@ -206,8 +209,7 @@ pub fn place_weights(
     }
     let total: usize = found.iter().map(|t| t.nbytes).sum();
     let mut data = BTreeMap::new();
-    if device.supports_buffer_type(&HOST_MAPPED_BUFFER_TYPE) {
-        let buffer = file.host_buffer();
+    if let Some(buffer) = file.device_buffer(device) {
         for t in &found {
             data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset: t.offset });
         }
