@@ -139,13 +139,21 @@ fn params_on_the_cpu_compute_on_an_accelerator_gives_the_same_embeddings() {
     assert!(plan.splits.len() > 2, "{plan}");
     assert!(plan.splits.iter().any(|s| s.inputs.iter().any(|i| i.name.ends_with(".weight"))), "{plan}");
     assert!(worst >= 0.999999, "worst cosine {worst}");
-    assert_eq!(got, on_cpu, "the accelerator runs the same kernels: identical results");
+    // The accelerator runs the reference kernels, the CPU its fast ones: equal up to rounding.
+    assert_close(&got, &on_cpu);
     // Weights placed on the accelerator itself: uploaded once, no weight copies per run.
     let mut resident = load(&model, "sim0", "", &devices);
     let (_, got) = worst_cosine(&mut resident);
     let plan = resident.scheduler().plan().unwrap();
     assert!(!plan.splits.iter().any(|s| s.inputs.iter().any(|i| i.name.ends_with(".weight"))), "{plan}");
-    assert_eq!(got, on_cpu);
+    assert_close(&got, &on_cpu);
+}
+
+/// Every value within 1e-5 of the other run's.
+fn assert_close(got: &[Vec<f32>], want: &[Vec<f32>]) {
+    assert_eq!(got.len(), want.len());
+    let worst = got.iter().zip(want).flat_map(|(g, w)| g.iter().zip(w).map(|(a, b)| (a - b).abs())).fold(0.0, f32::max);
+    assert!(got.iter().zip(want).all(|(g, w)| g.len() == w.len()) && worst <= 1e-5, "values differ by up to {worst}");
 }
 
 #[test]
