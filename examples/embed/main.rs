@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use tessera::runtime::placement::Placement;
-use tessera::{DType, Device};
+use tessera::DType;
 use tessera_models::{Embedder, LoadOptions, Module, Tokenizer, MAX_TOKENS, MODULES};
 
 const MODEL_DIR: &str = "weights/all-MiniLM-L6-v2";
@@ -133,8 +133,7 @@ fn run(args: Args) -> Result<(), BoxError> {
     if args.sentences.is_empty() {
         return Err("no sentences: pass them as arguments or with --file FILE".into());
     }
-    let devices: Vec<&'static dyn Device> = tessera::discover().devices().collect();
-    let placement = Placement::resolve(&args.backend, &args.params_backend, &MODULES, &devices)?;
+    let placement = Placement::resolve_in(tessera::discover(), &args.backend, &args.params_backend, &MODULES)?;
     let tokenizer = Tokenizer::from_file(&args.tokenizer, MAX_TOKENS)?;
     let start = Instant::now();
     let options = LoadOptions { threads: args.threads, tokenizer: Some(tokenizer), progress: Some(&mut progress_bar) };

@@ -133,6 +133,21 @@ impl Placement {
     /// Resolves `--backend` and `--params-backend` values for `modules` among `devices`.
     /// Modules without a compute request run on the best device; modules without a params
     /// request keep their weights where they run.
+    /// [`resolve`](Self::resolve) among the devices `registry` lists; a request it cannot
+    /// satisfy also says why sources were skipped.
+    pub fn resolve_in(
+        registry: &crate::RuntimeRegistry,
+        backend: &str,
+        params_backend: &str,
+        modules: &[ModuleDecl],
+    ) -> Result<Placement, PlacementError> {
+        let devices: Vec<&'static dyn Device> = registry.devices().collect();
+        Placement::resolve(backend, params_backend, modules, &devices).map_err(|e| match e {
+            PlacementError::Device(e) => PlacementError::Device(registry.explain(e)),
+            other => other,
+        })
+    }
+
     pub fn resolve(
         backend: &str,
         params_backend: &str,

@@ -378,7 +378,9 @@ impl RuntimeRegistry {
         lookup::resolve_device(self.devices(), request.unwrap_or("auto")).map_err(|e| self.explain(e))
     }
 
-    fn explain(&self, mut e: Error) -> Error {
+    /// Adds to a device-lookup error (unknown device, none of a kind) why sources that might
+    /// have provided it were skipped (disabled by the environment, a plugin that failed).
+    pub fn explain(&self, mut e: Error) -> Error {
         let request = match &e {
             Error::UnknownDevice { name, .. } => name.clone(),
             Error::NoDevice { request, .. } => request.clone(),
