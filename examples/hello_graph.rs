@@ -1,13 +1,14 @@
 //! A two-layer perceptron as a tessera graph, run on the best device this program finds:
 //! built in or from a plugin, as `TESSERA_DISABLE_<FAMILY>`, `TESSERA_BACKEND_DIR` and the
-//! other variables of the registry say. It prints the device and where it came from.
+//! other variables of the registry say. Ops the device cannot run fall back to the CPU through
+//! the scheduler. It prints the device, where it came from and which device ran what.
 //!
 //! `cargo run --release --example hello_graph`
 
 use std::process::ExitCode;
 
 use tessera::allocator::alloc_tensors;
-use tessera::{BufferUsage, DType, Graph, Result};
+use tessera::{Backend, BufferUsage, DType, DeviceType, Graph, Result, Scheduler, SchedulerOptions};
 
 /// Deterministic weights: a fixed pattern so every run prints the same numbers.
 fn pattern(n: usize, seed: f32) -> Vec<f32> {
@@ -18,7 +19,11 @@ fn run() -> Result<()> {
     let registry = tessera::discover();
     let device = registry.select(None)?;
     let origin = registry.entry_of(device).map_or_else(|| "unknown".into(), |e| e.origin().to_string());
-    let mut backend = device.init_backend()?;
+    let mut backends: Vec<Box<dyn Backend>> = vec![device.init_backend()?];
+    if device.device_type() != DeviceType::Cpu {
+        backends.push(registry.select(Some("cpu"))?.init_backend()?);
+    }
+    let mut sched: Scheduler = Scheduler::new(backends, SchedulerOptions::default())?;
 
     // y = softmax(W2 · relu(W1 · x + b1) + b2) for a batch of two 4-feature inputs.
     let (n_in, n_hidden, n_out, batch) = (4, 8, 3, 2);
@@ -42,25 +47,28 @@ fn run() -> Result<()> {
     g.set_output(y)?;
     g.build_forward(y)?;
 
-    // Weights in one buffer tagged as weights, everything else in a compute buffer, both in
-    // the device's own memory.
+    // Weights in one buffer of the device's memory, tagged as weights; the scheduler places
+    // everything else (ops the device cannot run go to the CPU).
     for buffer in alloc_tensors(&mut g, &[w1, b1, w2, b2], device.buffer_type())? {
         buffer.set_usage(BufferUsage::Weights);
     }
-    let all: Vec<_> = (0..g.tensors().len() as u32).map(tessera::TensorId).collect();
-    alloc_tensors(&mut g, &all, device.buffer_type())?;
-
     g.set_f32(w1, &pattern(n_in * n_hidden, 1.0))?;
     g.set_f32(b1, &pattern(n_hidden, 2.0))?;
     g.set_f32(w2, &pattern(n_hidden * n_out, 3.0))?;
     g.set_f32(b2, &pattern(n_out, 4.0))?;
-    g.set_f32(x, &[1.0, 0.5, -0.5, 2.0, -1.0, 0.0, 0.25, 1.5])?;
 
-    backend.compute_graph(&g)?;
-    let probs = g.get_f32(y)?;
+    let plan = sched.alloc_graph(&g)?.clone();
+    let scheduled = sched.graph().ok_or(tessera::Error::Cancelled)?;
+    scheduled.set_f32(x, &[1.0, 0.5, -0.5, 2.0, -1.0, 0.0, 0.25, 1.5])?;
+    sched.compute()?;
+    let probs = sched.graph().ok_or(tessera::Error::Cancelled)?.get_f32(y)?;
     println!("device: {}", tessera::runtime::describe_device(device));
     println!("from: {origin}");
     println!("graph: {} nodes, {} leafs", g.nodes().len(), g.leafs().len());
+    for (i, name) in plan.backends.iter().enumerate() {
+        let nodes = plan.assignments.iter().filter(|a| a.backend == i).count();
+        println!("ran on {name}: {nodes} node(s)");
+    }
     for (i, row) in probs.chunks(n_out).enumerate() {
         let formatted: Vec<String> = row.iter().map(|p| format!("{p:.4}")).collect();
         println!("sample {i}: class probabilities [{}]", formatted.join(", "));

@@ -13,12 +13,18 @@ extern crate std;
 
 pub use tessera_core::*;
 pub use tessera_cpu as cpu;
+#[cfg(feature = "cuda")]
+pub use tessera_cuda as cuda;
 pub use tessera_plugin_abi as plugin;
 #[cfg(feature = "std")]
 pub use tessera_std as runtime;
 
 /// The backend families compiled into this build, in priority order.
-pub static BUILTIN_REGS: &[&'static dyn BackendReg] = &[&tessera_cpu::CPU_REG];
+pub static BUILTIN_REGS: &[&'static dyn BackendReg] = &[
+    #[cfg(feature = "cuda")]
+    &tessera_cuda::CUDA_REG,
+    &tessera_cpu::CPU_REG,
+];
 
 /// The registry of the compiled-in families, usable without `std` (no plugins, no
 /// environment). Programs on `std` use [`discover`].

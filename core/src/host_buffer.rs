@@ -120,6 +120,28 @@ impl HostBuffer {
         }
     }
 
+    /// Like [`from_raw`](Self::from_raw), for memory of another buffer type (a GPU's pinned
+    /// host memory): buffers of `buffer_type` then compare as that type.
+    ///
+    /// # Safety
+    /// As for [`from_raw`](Self::from_raw).
+    pub unsafe fn from_raw_in(
+        buffer_type: &'static dyn BufferType,
+        ptr: NonNull<u8>,
+        size: usize,
+        writable: bool,
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> HostBuffer {
+        HostBuffer {
+            buffer_type,
+            ptr,
+            size,
+            writable,
+            usage: AtomicU8::new(BufferUsage::Any as u8),
+            memory: Memory::Borrowed { owner: Some(owner) },
+        }
+    }
+
     fn read_only(&self) -> Error {
         Error::ReadOnly { tensor: String::new(), buffer: self.buffer_type.name().into() }
     }

@@ -1,0 +1,162 @@
+// CPY and CONT: values copied in row-major order from one tensor into another of any shape
+// with as many values, either side strided, converted (and quantized) to the destination type
+// exactly as tessera-core's row conversions do. Also FILL, which MUL_MAT uses for K = 0.
+//
+// Launch: 2-D blocks (x over dimension 0 of a destination row, or its blocks when quantized;
+// y over rows), grid-strided over the destination's rows.
+#include "common.cuh"
+
+// True when both tensors have the same shape: row (i1, i2, i3) of the destination is then row
+// (i1, i2, i3) of the source, with no per-value index arithmetic.
+__device__ __forceinline__ bool same_shape(const TensorArg &a, const TensorArg &b) {
+    return a.ne[0] == b.ne[0] && a.ne[1] == b.ne[1] && a.ne[2] == b.ne[2] && a.ne[3] == b.ne[3];
+}
+
+// Value `flat` (row-major) of `t`, read through `S`.
+template <typename S>
+__device__ __forceinline__ float load_flat(const TensorArg &t, long long flat) {
+    long long j0, j1, j2, j3;
+    unravel_flat(flat, t.ne, j0, j1, j2, j3);
+    return S::load(row_ptr(t, j1, j2, j3), j0, t.nb[0]);
+}
+
+// Into a plain type: one thread per destination value.
+template <typename S, typename D>
+__device__ void cpy_convert(const TensorArg &src, const TensorArg &dst) {
+    const long long ne0 = dst.ne[0];
+    const bool same = same_shape(src, dst);
+    FOR_EACH_ROW(row, nrows_of(dst)) {
+        long long i1, i2, i3;
+        unravel_row(row, dst.ne[1], dst.ne[2], i1, i2, i3);
+        char *drow = row_ptr(dst, i1, i2, i3);
+        if (same) {
+            const char *srow = row_ptr(src, i1, i2, i3);
+            FOR_EACH_I0(i0, ne0) {
+                D::store(drow, i0, dst.nb[0], S::load(srow, i0, src.nb[0]));
+            }
+        } else {
+            const long long base = row * ne0;
+            FOR_EACH_I0(i0, ne0) {
+                D::store(drow, i0, dst.nb[0], load_flat<S>(src, base + i0));
+            }
+        }
+    }
+}
+
+// Into a quantized type: one thread per destination block of 32 values.
+template <typename S, typename D>
+__device__ void cpy_quantize(const TensorArg &src, const TensorArg &dst) {
+    const long long nblocks = dst.ne[0] / QK;
+    const bool same = same_shape(src, dst);
+    FOR_EACH_ROW(row, nrows_of(dst)) {
+        long long i1, i2, i3;
+        unravel_row(row, dst.ne[1], dst.ne[2], i1, i2, i3);
+        char *drow = row_ptr(dst, i1, i2, i3);
+        FOR_EACH_I0(ib, nblocks) {
+            float x[QK];
+            if (same) {
+                const char *srow = row_ptr(src, i1, i2, i3);
+                for (int j = 0; j < QK; j++) {
+                    x[j] = S::load(srow, ib * QK + j, src.nb[0]);
+                }
+            } else {
+                // Values of the source in row-major order from `base` on, stepping the indices.
+                long long j0, j1, j2, j3;
+                unravel_flat(row * dst.ne[0] + ib * QK, src.ne, j0, j1, j2, j3);
+                for (int j = 0; j < QK; j++) {
+                    x[j] = S::load(row_ptr(src, j1, j2, j3), j0, src.nb[0]);
+                    if (++j0 == src.ne[0]) {
+                        j0 = 0;
+                        if (++j1 == src.ne[1]) {
+                            j1 = 0;
+                            if (++j2 == src.ne[2]) {
+                                j2 = 0;
+                                ++j3;
+                            }
+                        }
+                    }
+                }
+            }
+            D::quantize(x, drow + ib * D::block_bytes);
+        }
+    }
+}
+
+// Same plain type on both sides: the bits are moved (I32 exactly; a float's value is kept).
+template <typename T>
+__device__ void cpy_raw(const TensorArg &src, const TensorArg &dst) {
+    const long long ne0 = dst.ne[0];
+    const bool same = same_shape(src, dst);
+    FOR_EACH_ROW(row, nrows_of(dst)) {
+        long long i1, i2, i3;
+        unravel_row(row, dst.ne[1], dst.ne[2], i1, i2, i3);
+        char *drow = row_ptr(dst, i1, i2, i3);
+        if (same) {
+            const char *srow = row_ptr(src, i1, i2, i3);
+            FOR_EACH_I0(i0, ne0) {
+                *(T *)(drow + i0 * dst.nb[0]) = *(const T *)(srow + i0 * src.nb[0]);
+            }
+        } else {
+            const long long base = row * ne0;
+            FOR_EACH_I0(i0, ne0) {
+                long long j0, j1, j2, j3;
+                unravel_flat(base + i0, src.ne, j0, j1, j2, j3);
+                *(T *)(drow + i0 * dst.nb[0]) = *(const T *)(row_ptr(src, j1, j2, j3) + j0 * src.nb[0]);
+            }
+        }
+    }
+}
+
+#define CPY_KERNEL(name, S, D)                                                                                   \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst) { \
+        cpy_convert<S, D>(src, dst);                                                                             \
+    }
+#define CPY_QUANTIZE_KERNEL(name, S, D)                                                                          \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst) { \
+        cpy_quantize<S, D>(src, dst);                                                                            \
+    }
+#define CPY_RAW_KERNEL(name, T)                                                                                  \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst) { \
+        cpy_raw<T>(src, dst);                                                                                    \
+    }
+
+CPY_KERNEL(cpy_f32_f16, F32, F16)
+CPY_KERNEL(cpy_f32_bf16, F32, BF16)
+CPY_KERNEL(cpy_f16_f32, F16, F32)
+CPY_KERNEL(cpy_f16_bf16, F16, BF16)
+CPY_KERNEL(cpy_bf16_f32, BF16, F32)
+CPY_KERNEL(cpy_bf16_f16, BF16, F16)
+CPY_KERNEL(cpy_q8_0_f32, Q8_0, F32)
+CPY_KERNEL(cpy_q8_0_f16, Q8_0, F16)
+CPY_KERNEL(cpy_q8_0_bf16, Q8_0, BF16)
+CPY_KERNEL(cpy_q4_0_f32, Q4_0, F32)
+CPY_KERNEL(cpy_q4_0_f16, Q4_0, F16)
+CPY_KERNEL(cpy_q4_0_bf16, Q4_0, BF16)
+
+CPY_QUANTIZE_KERNEL(cpy_f32_q8_0, F32, Q8_0)
+CPY_QUANTIZE_KERNEL(cpy_f16_q8_0, F16, Q8_0)
+CPY_QUANTIZE_KERNEL(cpy_bf16_q8_0, BF16, Q8_0)
+CPY_QUANTIZE_KERNEL(cpy_q8_0_q8_0, Q8_0, Q8_0)
+CPY_QUANTIZE_KERNEL(cpy_q4_0_q8_0, Q4_0, Q8_0)
+CPY_QUANTIZE_KERNEL(cpy_f32_q4_0, F32, Q4_0)
+CPY_QUANTIZE_KERNEL(cpy_f16_q4_0, F16, Q4_0)
+CPY_QUANTIZE_KERNEL(cpy_bf16_q4_0, BF16, Q4_0)
+CPY_QUANTIZE_KERNEL(cpy_q8_0_q4_0, Q8_0, Q4_0)
+CPY_QUANTIZE_KERNEL(cpy_q4_0_q4_0, Q4_0, Q4_0)
+
+// f32 -> f32, i32 -> i32
+CPY_RAW_KERNEL(cpy_b32, unsigned int)
+// f16 -> f16, bf16 -> bf16
+CPY_RAW_KERNEL(cpy_b16, unsigned short)
+
+// Every value of an F32 tensor set to `value`.
+extern "C" __global__ void fill_f32(const __grid_constant__ TensorArg dst, float value) {
+    FOR_EACH_ROW(row, nrows_of(dst)) {
+        long long i1, i2, i3;
+        unravel_row(row, dst.ne[1], dst.ne[2], i1, i2, i3);
+        char *drow = row_ptr(dst, i1, i2, i3);
+        FOR_EACH_I0(i0, dst.ne[0]) {
+            F32::store(drow, i0, dst.nb[0], value);
+        }
+    }
+}

@@ -1,0 +1,133 @@
+// Element-wise kernels: ADD, SUB, MUL, DIV with the second operand repeated over the first, and
+// the functions of one operand (SQR ... TANH, and SCALE). Values are computed in f32 and
+// written in the destination's type, which is the first operand's.
+//
+// Launch: 2-D blocks (x over dimension 0, y over rows), grid-strided over the destination's rows.
+#include "common.cuh"
+
+// Binary op codes (the Rust side's `BinaryOp` in this order).
+#define OP_ADD 0
+#define OP_SUB 1
+#define OP_MUL 2
+#define OP_DIV 3
+
+// `dst = a op b`, row (i1, i2, i3) of `a` with row (i1 % b1, i2 % b2, i3 % b3) of `b`, value
+// i0 of `a` with value i0 % b0 of `b`.
+template <typename A, typename B>
+__device__ void binary(const TensorArg &a, const TensorArg &b, const TensorArg &dst, int op) {
+    const long long ne0 = dst.ne[0], bne0 = b.ne[0];
+    FOR_EACH_ROW(row, nrows_of(dst)) {
+        long long i1, i2, i3;
+        unravel_row(row, dst.ne[1], dst.ne[2], i1, i2, i3);
+        const char *arow = row_ptr(a, i1, i2, i3);
+        const char *brow = row_ptr(b, mod64(i1, b.ne[1]), mod64(i2, b.ne[2]), mod64(i3, b.ne[3]));
+        char *drow = row_ptr(dst, i1, i2, i3);
+        FOR_EACH_I0(i0, ne0) {
+            const float x = A::load(arow, i0, a.nb[0]);
+            const float y = B::load(brow, bne0 == ne0 ? i0 : mod64(i0, bne0), b.nb[0]);
+            float r;
+            switch (op) {
+            case OP_ADD:
+                r = x + y;
+                break;
+            case OP_SUB:
+                r = x - y;
+                break;
+            case OP_MUL:
+                r = x * y;
+                break;
+            default:
+                r = x / y;
+                break;
+            }
+            A::store(drow, i0, dst.nb[0], r);
+        }
+    }
+}
+
+// Unary op codes (the Rust side's `UnaryOp::ALL` in this order, then SCALE).
+#define UOP_SQR 0
+#define UOP_SQRT 1
+#define UOP_NEG 2
+#define UOP_ABS 3
+#define UOP_EXP 4
+#define UOP_RELU 5
+#define UOP_GELU 6
+#define UOP_GELU_ERF 7
+#define UOP_SILU 8
+#define UOP_SIGMOID 9
+#define UOP_TANH 10
+#define UOP_SCALE 11
+
+// The reference's formulas (reference/src/kernels/elementwise.rs), in f32.
+__device__ __forceinline__ float unary_fn(int op, float x, float s) {
+    // sqrt(2/pi) as the reference computes it: (2/sqrt(pi)) * (1/sqrt(2)), rounded in f32.
+    const float sqrt_2_over_pi = 1.12837916709551257390f * 0.70710678118654752440f;
+    const float frac_1_sqrt_2 = 0.70710678118654752440f;
+    switch (op) {
+    case UOP_SQR:
+        return x * x;
+    case UOP_SQRT:
+        return sqrtf(x);
+    case UOP_NEG:
+        return -x;
+    case UOP_ABS:
+        return fabsf(x);
+    case UOP_EXP:
+        return expf(x);
+    case UOP_RELU:
+        return x > 0.0f ? x : 0.0f;
+    case UOP_GELU:
+        return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * (x + 0.044715f * x * x * x)));
+    case UOP_GELU_ERF:
+        return 0.5f * x * (1.0f + erff(x * frac_1_sqrt_2));
+    case UOP_SILU:
+        return x / (1.0f + expf(-x));
+    case UOP_SIGMOID:
+        return 1.0f / (1.0f + expf(-x));
+    case UOP_TANH:
+        return tanhf(x);
+    default:
+        return x * s;
+    }
+}
+
+// `dst = f(src)` value by value; `s` is SCALE's factor.
+template <typename T>
+__device__ void unary(const TensorArg &src, const TensorArg &dst, int op, float s) {
+    const long long ne0 = dst.ne[0];
+    FOR_EACH_ROW(row, nrows_of(dst)) {
+        long long i1, i2, i3;
+        unravel_row(row, dst.ne[1], dst.ne[2], i1, i2, i3);
+        const char *srow = row_ptr(src, i1, i2, i3);
+        char *drow = row_ptr(dst, i1, i2, i3);
+        FOR_EACH_I0(i0, ne0) {
+            T::store(drow, i0, dst.nb[0], unary_fn(op, T::load(srow, i0, src.nb[0]), s));
+        }
+    }
+}
+
+#define BINARY_KERNEL(name, A, B)                                                                                \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b,     \
+                                    const __grid_constant__ TensorArg dst, int op) {                             \
+        binary<A, B>(a, b, dst, op);                                                                             \
+    }
+#define UNARY_KERNEL(name, T)                                                                                    \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, \
+                                    int op, float s) {                                                           \
+        unary<T>(src, dst, op, s);                                                                               \
+    }
+
+BINARY_KERNEL(binary_f32_f32, F32, F32)
+BINARY_KERNEL(binary_f32_f16, F32, F16)
+BINARY_KERNEL(binary_f32_bf16, F32, BF16)
+BINARY_KERNEL(binary_f16_f32, F16, F32)
+BINARY_KERNEL(binary_f16_f16, F16, F16)
+BINARY_KERNEL(binary_f16_bf16, F16, BF16)
+BINARY_KERNEL(binary_bf16_f32, BF16, F32)
+BINARY_KERNEL(binary_bf16_f16, BF16, F16)
+BINARY_KERNEL(binary_bf16_bf16, BF16, BF16)
+
+UNARY_KERNEL(unary_f32, F32)
+UNARY_KERNEL(unary_f16, F16)
+UNARY_KERNEL(unary_bf16, BF16)

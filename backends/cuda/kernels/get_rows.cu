@@ -1,0 +1,68 @@
+// GET_ROWS: rows of `a: [n, r, d2, d3]` (any type) picked by the I32 indices
+// `idx: [m, d2, d3, 1]`; `dst: [n, m, d2, d3]` is F32 (rows dequantized), or I32 copied exactly
+// from an I32 `a`.
+//
+// An index outside 0..r cannot be reported from a kernel: the reference fails the compute, here
+// the destination row is filled with NaN (F32) or i32::MIN (I32) and nothing outside `a` is read.
+//
+// Launch: 2-D blocks (x over dimension 0, y over destination rows), grid-strided over rows.
+#include "common.cuh"
+
+// The row of `a` that destination row (j, i2, i3) copies, or -1 if its index is out of range.
+__device__ __forceinline__ long long picked_row(const TensorArg &a, const TensorArg &idx, long long j, long long i2,
+                                                long long i3) {
+    const int r = *(const int *)((const char *)idx.data + j * idx.nb[0] + i2 * idx.nb[1] + i3 * idx.nb[2]);
+    return (r < 0 || (long long)r >= a.ne[1]) ? -1 : (long long)r;
+}
+
+template <typename S>
+__device__ void get_rows(const TensorArg &a, const TensorArg &idx, const TensorArg &dst) {
+    const long long ne0 = dst.ne[0];
+    FOR_EACH_ROW(row, nrows_of(dst)) {
+        long long j, i2, i3;
+        unravel_row(row, dst.ne[1], dst.ne[2], j, i2, i3);
+        char *drow = row_ptr(dst, j, i2, i3);
+        const long long r = picked_row(a, idx, j, i2, i3);
+        if (r < 0) {
+            FOR_EACH_I0(i0, ne0) {
+                F32::store(drow, i0, dst.nb[0], __int_as_float(0x7fc00000));
+            }
+            continue;
+        }
+        const char *arow = row_ptr(a, r, i2, i3);
+        FOR_EACH_I0(i0, ne0) {
+            F32::store(drow, i0, dst.nb[0], S::load(arow, i0, a.nb[0]));
+        }
+    }
+}
+
+__device__ void get_rows_exact_i32(const TensorArg &a, const TensorArg &idx, const TensorArg &dst) {
+    const long long ne0 = dst.ne[0];
+    FOR_EACH_ROW(row, nrows_of(dst)) {
+        long long j, i2, i3;
+        unravel_row(row, dst.ne[1], dst.ne[2], j, i2, i3);
+        char *drow = row_ptr(dst, j, i2, i3);
+        const long long r = picked_row(a, idx, j, i2, i3);
+        const char *arow = r < 0 ? nullptr : row_ptr(a, r, i2, i3);
+        FOR_EACH_I0(i0, ne0) {
+            *(int *)(drow + i0 * dst.nb[0]) = r < 0 ? (int)(-2147483647 - 1) : *(const int *)(arow + i0 * a.nb[0]);
+        }
+    }
+}
+
+#define GET_ROWS_KERNEL(name, S)                                                                                 \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg idx,   \
+                                    const __grid_constant__ TensorArg dst) {                                     \
+        get_rows<S>(a, idx, dst);                                                                                \
+    }
+
+GET_ROWS_KERNEL(get_rows_f32, F32)
+GET_ROWS_KERNEL(get_rows_f16, F16)
+GET_ROWS_KERNEL(get_rows_bf16, BF16)
+GET_ROWS_KERNEL(get_rows_q8_0, Q8_0)
+GET_ROWS_KERNEL(get_rows_q4_0, Q4_0)
+
+extern "C" __global__ void get_rows_i32(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg idx,
+                                        const __grid_constant__ TensorArg dst) {
+    get_rows_exact_i32(a, idx, dst);
+}

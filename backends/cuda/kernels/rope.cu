@@ -1,0 +1,62 @@
+// ROPE: rotary position embedding of `src: [head_dim, heads, tokens, d3]` (float) by the I32
+// positions `pos: [tokens]`, as the reference computes it (reference/src/kernels/rope.rs):
+//
+//   theta_k = freq_scale * pos * freq_base^(-2k / n_dims)   for k < n_dims / 2
+//   (a, b) -> (a cos theta_k - b sin theta_k, a sin theta_k + b cos theta_k)
+//
+// with the pair (x[2k], x[2k + 1]) in mode 0 (normal) and (x[k], x[k + n_dims / 2]) in mode 2
+// (neox); values at i0 >= n_dims pass through. The power, sine and cosine are evaluated in f64
+// and rounded to f32 (the reference's libm is accurate to well under an ulp); every f32
+// operation is rounded on its own, as in Rust.
+//
+// Launch: 2-D blocks (x over the n_dims / 2 pairs and the ne0 - n_dims passed-through values of
+// a row, y over rows), grid-strided over rows.
+#include "common.cuh"
+
+#define ROPE_NORMAL 0
+#define ROPE_NEOX 2
+
+template <typename T>
+__device__ void rope(const TensorArg &src, const TensorArg &pos, const TensorArg &dst, long long n_dims, int mode,
+                     float freq_base, float freq_scale) {
+    const long long half = n_dims / 2;
+    const long long slots = half + (dst.ne[0] - n_dims);
+    FOR_EACH_ROW(row, nrows_of(dst)) {
+        long long i1, i2, i3;
+        unravel_row(row, dst.ne[1], dst.ne[2], i1, i2, i3);
+        const char *srow = row_ptr(src, i1, i2, i3);
+        char *drow = row_ptr(dst, i1, i2, i3);
+        const float position = (float)*(const int *)((const char *)pos.data + i2 * pos.nb[0]);
+        FOR_EACH_I0(s, slots) {
+            if (s >= half) {
+                const long long i0 = n_dims + (s - half);
+                T::store(drow, i0, dst.nb[0], T::load(srow, i0, src.nb[0]));
+                continue;
+            }
+            const long long k = s;
+            const float exponent = __fdiv_rn(-(float)(2 * k), (float)n_dims);
+            const float power = (float)pow((double)freq_base, (double)exponent);
+            const float theta = __fmul_rn(__fmul_rn(freq_scale, position), power);
+            double sin_d, cos_d;
+            sincos((double)theta, &sin_d, &cos_d);
+            const float sin_t = (float)sin_d, cos_t = (float)cos_d;
+            const long long ia = mode == ROPE_NEOX ? k : 2 * k;
+            const long long ib = mode == ROPE_NEOX ? k + half : 2 * k + 1;
+            const float x0 = T::load(srow, ia, src.nb[0]);
+            const float x1 = T::load(srow, ib, src.nb[0]);
+            T::store(drow, ia, dst.nb[0], __fsub_rn(__fmul_rn(x0, cos_t), __fmul_rn(x1, sin_t)));
+            T::store(drow, ib, dst.nb[0], __fadd_rn(__fmul_rn(x0, sin_t), __fmul_rn(x1, cos_t)));
+        }
+    }
+}
+
+#define ROPE_KERNEL(name, T)                                                                                     \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg pos, \
+                                    const __grid_constant__ TensorArg dst, long long n_dims, int mode,           \
+                                    float freq_base, float freq_scale) {                                         \
+        rope<T>(src, pos, dst, n_dims, mode, freq_base, freq_scale);                                             \
+    }
+
+ROPE_KERNEL(rope_f32, F32)
+ROPE_KERNEL(rope_f16, F16)
+ROPE_KERNEL(rope_bf16, BF16)

@@ -1,0 +1,229 @@
+//! A CUDA backend: one stream on one GPU.
+
+use std::any::Any;
+use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, CudaGraph, CudaStream};
+use tessera_core::{
+    Backend, BufferBase, Device, Error, Event, Graph, NodeByNode, Op, Program, Result, SplitRef, TensorData, TensorView,
+};
+
+use crate::device::CudaDevice;
+use crate::driver;
+use crate::event::CudaEvent;
+use crate::kernels::{self, Kernels, Scratch, TensorArg};
+
+/// A stream on a GPU: transfers, kernels and events run on it in order.
+pub struct CudaBackend {
+    device: &'static CudaDevice,
+    stream: Arc<CudaStream>,
+    kernels: Arc<Kernels>,
+    scratch: Scratch,
+}
+
+impl CudaBackend {
+    pub(crate) fn new(device: &'static CudaDevice) -> Result<CudaBackend> {
+        let ctx = device.context();
+        let stream = ctx.new_stream().map_err(|e| driver::error(device.name(), "creating a stream", e))?;
+        let kernels = device.kernels()?;
+        let scratch = Scratch::new(&stream)?;
+        Ok(CudaBackend { device, stream, kernels, scratch })
+    }
+
+    fn err(&self, what: &str, e: cudarc::driver::DriverError) -> Error {
+        driver::error(self.device.name(), what, e)
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.device.context().bind_to_thread().map_err(|e| self.err("binding the context", e))
+    }
+
+    /// The device address of `data` plus `offset`, if it is this GPU's memory.
+    fn device_address(&self, data: &TensorData, offset: usize, len: usize) -> Result<u64> {
+        tessera_core::buffer::check_range(&*data.buffer, data.offset + offset, len)?;
+        match data.buffer.base() {
+            BufferBase::Device(base) if self.device.supports_buffer_type(data.buffer.buffer_type()) => {
+                Ok(base + (data.offset + offset) as u64)
+            }
+            _ => Err(Error::IncompatibleBuffer {
+                tensor: String::new(),
+                buffer: data.buffer.buffer_type().name().into(),
+                backend: self.device.name().into(),
+            }),
+        }
+    }
+
+    /// A tensor as the kernels take it: its device address, shape and strides.
+    fn arg(&self, view: &TensorView) -> Result<TensorArg> {
+        let data = self.device_address(&view.data, 0, view.nbytes()).map_err(|e| match e {
+            Error::IncompatibleBuffer { buffer, backend, .. } => {
+                Error::IncompatibleBuffer { tensor: view.label(), buffer, backend }
+            }
+            e => e,
+        })?;
+        Ok(TensorArg::new(data, view))
+    }
+
+    fn event<'e>(&self, event: &'e dyn Event) -> Result<&'e CudaEvent> {
+        event.as_any().downcast_ref::<CudaEvent>().ok_or_else(|| Error::Backend {
+            backend: self.device.name().into(),
+            message: "the event belongs to another kind of device".into(),
+        })
+    }
+}
+
+/// A split captured as a CUDA graph: replayed with one launch.
+struct CapturedSplit {
+    graph: CudaGraph,
+}
+
+// SAFETY: a CUDA graph must not be used from two threads at once; the program is reached only
+// through `&mut` of the backend that owns it (the scheduler's `run`), which serialises its use.
+unsafe impl Send for CapturedSplit {}
+
+impl Program for CapturedSplit {
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Whether splits are captured as CUDA graphs (`TESSERA_CUDA_GRAPHS=0` turns it off, to run
+/// node by node).
+fn graphs_enabled() -> bool {
+    std::env::var("TESSERA_CUDA_GRAPHS").map_or(true, |v| v.trim() != "0")
+}
+
+impl CudaBackend {
+    /// Records the split's kernels into a CUDA graph. The nodes run once eagerly first, so
+    /// that scratch memory and library workspaces are allocated before the capture (no
+    /// allocation may happen inside one); their results are overwritten by the first run.
+    fn capture(&mut self, split: &SplitRef<'_>) -> Result<CudaGraph> {
+        self.compute(split.graph, split.nodes.clone())?;
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| self.err("starting a capture", e))?;
+        let launched = self.compute(split.graph, split.nodes.clone());
+        // The capture ends whatever happened, so that the stream is usable again.
+        let captured = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        launched?;
+        match captured.map_err(|e| self.err("capturing a split", e))? {
+            Some(graph) => Ok(graph),
+            None => Err(Error::Backend { backend: self.name().into(), message: "the capture recorded nothing".into() }),
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &str {
+        self.device.name()
+    }
+    fn device(&self) -> &'static dyn Device {
+        self.device
+    }
+    unsafe fn set_tensor_async(&mut self, dst: &TensorData, offset: usize, src: *const u8, len: usize) -> Result<()> {
+        let at = self.device_address(dst, offset, len)?;
+        self.bind()?;
+        // SAFETY: the caller keeps `src` valid and unchanged for `len` bytes until the next
+        // synchronize; the destination range lies inside this GPU's buffer (checked above).
+        let bytes = unsafe { std::slice::from_raw_parts(src, len) };
+        // SAFETY: as above; the copy is ordered on this backend's stream.
+        unsafe { result::memcpy_htod_async(at, bytes, self.stream.cu_stream()) }.map_err(|e| self.err("writing", e))
+    }
+    unsafe fn get_tensor_async(&mut self, src: &TensorData, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
+        let at = self.device_address(src, offset, len)?;
+        self.bind()?;
+        // SAFETY: the caller keeps `dst` valid and untouched for `len` bytes until the next
+        // synchronize; the source range lies inside this GPU's buffer (checked above).
+        let out = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+        // SAFETY: as above; the copy is ordered on this backend's stream.
+        unsafe { result::memcpy_dtoh_async(out, at, self.stream.cu_stream()) }.map_err(|e| self.err("reading", e))
+    }
+    /// Device to device on the same GPU (or between GPUs through the driver's peer copy):
+    /// queued on this stream after the source backend's work.
+    fn copy_tensor_async(
+        &mut self,
+        src_backend: &mut dyn Backend,
+        src: &TensorData,
+        dst: &TensorData,
+        len: usize,
+    ) -> Result<bool> {
+        let Some(from) = src_backend.as_any_mut().downcast_mut::<CudaBackend>() else { return Ok(false) };
+        if !std::ptr::eq(from.device, self.device) {
+            return Ok(false);
+        }
+        let (s, d) = (from.device_address(src, 0, len)?, self.device_address(dst, 0, len)?);
+        self.bind()?;
+        // The copy runs on this stream once the source stream reached this point.
+        let ready = from.stream.record_event(None).map_err(|e| self.err("recording an event", e))?;
+        self.stream.wait(&ready).map_err(|e| self.err("waiting for an event", e))?;
+        // SAFETY: both ranges lie inside this GPU's buffers (checked above).
+        unsafe { result::memcpy_dtod_async(d, s, len, self.stream.cu_stream()) }
+            .map_err(|e| self.err("copying on the device", e))?;
+        Ok(true)
+    }
+    fn synchronize(&mut self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| self.err("synchronizing", e))
+    }
+    fn compute(&mut self, graph: &Graph, nodes: Range<usize>) -> Result<()> {
+        let ids = graph.nodes().get(nodes.clone()).ok_or_else(|| Error::InvalidParam {
+            op: "COMPUTE",
+            message: format!("node range {nodes:?} is outside the graph's {} nodes", graph.nodes().len()),
+        })?;
+        self.bind()?;
+        for &id in ids {
+            let op = graph.tensor(id)?.op();
+            if op == Op::None || op.is_view() {
+                continue;
+            }
+            if !self.device.supports_op(graph, id) {
+                return Err(Error::Unsupported { backend: self.name().into(), op: op.name(), tensor: graph.label(id) });
+            }
+            let node = graph.node_view(id)?;
+            let dst = (self.arg(&node.dst)?, node.dst.dtype);
+            let mut srcs = [None; tessera_core::tensor::MAX_SRC];
+            for (slot, view) in node.src.iter().enumerate() {
+                if let Some(view) = view {
+                    srcs[slot] = Some((self.arg(view)?, view.dtype));
+                }
+            }
+            kernels::launch(&self.kernels, &self.stream, &mut self.scratch, op, dst, &srcs)?;
+        }
+        Ok(())
+    }
+    /// Captures the split as a CUDA graph (empty splits and `TESSERA_CUDA_GRAPHS=0` run node by
+    /// node).
+    fn prepare(&mut self, split: &SplitRef<'_>) -> Result<Box<dyn Program>> {
+        let has_kernels = split.graph.nodes().get(split.nodes.clone()).is_some_and(|ids| {
+            ids.iter().any(|&id| split.graph.tensor(id).is_ok_and(|t| t.op() != Op::None && !t.op().is_view()))
+        });
+        if !has_kernels || !graphs_enabled() {
+            return Ok(Box::new(NodeByNode { nodes: split.nodes.clone() }));
+        }
+        Ok(Box::new(CapturedSplit { graph: self.capture(split)? }))
+    }
+    fn run(&mut self, program: &mut dyn Program, graph: &Graph) -> Result<()> {
+        if let Some(p) = program.as_any_mut().downcast_mut::<NodeByNode>() {
+            let nodes = p.nodes.clone();
+            return self.compute(graph, nodes);
+        }
+        let Some(p) = program.as_any_mut().downcast_mut::<CapturedSplit>() else {
+            return Err(Error::Backend {
+                backend: self.name().into(),
+                message: "this program was prepared by another kind of backend".into(),
+            });
+        };
+        p.graph.launch().map_err(|e| self.err("launching a captured split", e))
+    }
+    fn record_event(&mut self, event: &dyn Event) -> Result<()> {
+        let e = self.event(event)?;
+        e.event.record(&self.stream).map_err(|e| self.err("recording an event", e))
+    }
+    fn wait_event(&mut self, event: &dyn Event) -> Result<()> {
+        let e = self.event(event)?;
+        self.stream.wait(&e.event).map_err(|e| self.err("waiting for an event", e))
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}

@@ -1,0 +1,124 @@
+//! A CUDA device: one GPU, its memory and its kernels.
+
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{sys, CudaContext};
+use tessera_core::registry::BackendReg;
+use tessera_core::{
+    Backend, BufferType, Device, DeviceCaps, DeviceType, Event, Graph, MemoryInfo, Op, Result, TensorId,
+};
+
+use crate::backend::CudaBackend;
+use crate::buffer::CudaBufferType;
+use crate::driver;
+use crate::event::CudaEvent;
+use crate::kernels::{self, Kernels};
+use crate::pinned::PinnedBufferType;
+
+/// One GPU, listed as `CUDA<ordinal>`. Devices are made once and live for the process.
+pub struct CudaDevice {
+    name: String,
+    description: String,
+    pci_bus_id: Option<String>,
+    ctx: Arc<CudaContext>,
+    buffer_type: &'static CudaBufferType,
+    pinned: &'static PinnedBufferType,
+    kernels: OnceLock<std::result::Result<Arc<Kernels>, String>>,
+}
+
+impl CudaDevice {
+    /// The device behind `ctx`, leaked to be `'static` like every enumerated device.
+    pub(crate) fn create(ctx: Arc<CudaContext>) -> &'static CudaDevice {
+        let name = format!("CUDA{}", ctx.ordinal());
+        let description = ctx.name().unwrap_or_else(|_| "NVIDIA GPU".into());
+        let pci_bus_id = pci_bus_id(&ctx);
+        let device: &'static CudaDevice = Box::leak(Box::new(CudaDevice {
+            buffer_type: Box::leak(Box::new(CudaBufferType::new(name.clone(), ctx.clone()))),
+            pinned: Box::leak(Box::new(PinnedBufferType::new(format!("{name}_Host"), ctx.clone()))),
+            name,
+            description,
+            pci_bus_id,
+            ctx,
+            kernels: OnceLock::new(),
+        }));
+        device
+    }
+
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The kernels, loaded into the device's context on first use.
+    pub(crate) fn kernels(&self) -> Result<Arc<Kernels>> {
+        self.kernels
+            .get_or_init(|| Kernels::load(&self.ctx).map(Arc::new).map_err(|e| e.to_string()))
+            .clone()
+            .map_err(|message| tessera_core::Error::Backend { backend: self.name.clone(), message })
+    }
+
+    /// The device's own memory, as its concrete type.
+    pub fn cuda_buffer_type(&self) -> &'static CudaBufferType {
+        self.buffer_type
+    }
+}
+
+/// "0000:65:00.0", from the device's PCI attributes.
+fn pci_bus_id(ctx: &CudaContext) -> Option<String> {
+    let attr = |a| ctx.attribute(a).ok();
+    let domain = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?;
+    let bus = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?;
+    let device = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?;
+    Some(format!("{domain:04x}:{bus:02x}:{device:02x}.0"))
+}
+
+impl Device for CudaDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn memory(&self) -> MemoryInfo {
+        let (free, total) = self
+            .ctx
+            .bind_to_thread()
+            .and_then(|_| self.ctx.mem_get_info())
+            .unwrap_or((0, self.ctx.total_mem().unwrap_or(0)));
+        MemoryInfo { free, total }
+    }
+    fn device_type(&self) -> DeviceType {
+        DeviceType::Gpu
+    }
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps { async_compute: true, host_buffer: true, buffer_from_host_ptr: false, events: true }
+    }
+    fn pci_bus_id(&self) -> Option<&str> {
+        self.pci_bus_id.as_deref()
+    }
+    fn reg(&self) -> &'static dyn BackendReg {
+        &crate::reg::CUDA_REG
+    }
+    fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
+        match graph.tensor(node) {
+            Ok(t) if t.op() == Op::None || t.op().is_view() => true,
+            Ok(_) => kernels::supports(graph, node),
+            Err(_) => false,
+        }
+    }
+    fn supports_buffer_type(&self, buffer_type: &dyn BufferType) -> bool {
+        tessera_core::buffer::same_buffer_type(buffer_type, self.buffer_type)
+    }
+    fn buffer_type(&self) -> &'static dyn BufferType {
+        self.buffer_type
+    }
+    fn host_buffer_type(&self) -> Option<&'static dyn BufferType> {
+        Some(self.pinned)
+    }
+    fn init_backend(&'static self) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(CudaBackend::new(self)?))
+    }
+    fn new_event(&self) -> Result<Option<Box<dyn Event>>> {
+        let event = CudaEvent::new(&self.ctx).map_err(|e| driver::error(&self.name, "creating an event", e))?;
+        Ok(Some(Box::new(event)))
+    }
+}

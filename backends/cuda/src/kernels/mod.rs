@@ -1,0 +1,151 @@
+//! The CUDA kernels and the layer that launches them.
+//!
+//! The kernels are CUDA C in `backends/cuda/kernels/*.cu`, one file per op family, compiled
+//! ahead of time into the fatbins this module embeds ([`modules`]) and loaded once per context
+//! with `cuModuleLoadData` ([`Kernels::load`]). A backend resolves each node to
+//! [`TensorArg`]s (device address of the first value, shape, byte strides) and calls
+//! [`launch`]; [`supports`] says exactly which nodes `launch` runs. Semantics are those of the
+//! reference kernels (`tessera-reference`): the same broadcasting, strides, masks, rope modes,
+//! im2col and pooling parameters, and bit-identical conversions and quantization.
+//!
+//! What runs where:
+//! - element-wise ops, CPY/CONT/GET_ROWS/CONCAT, ROPE, IM2COL, POOL_2D, DIAG_MASK_INF: 2-D blocks
+//!   of 256 threads (x along dimension 0, y along rows), grid-strided over rows;
+//! - SUM_ROWS, MEAN, ARGMAX, SOFT_MAX, NORM, RMS_NORM: one block per row (32 to 512 threads),
+//!   warp and block reductions, sums in f64;
+//! - MUL_MAT: cuBLAS (`cublasGemmEx` and its batched forms, f32 accumulation) for f32 weights
+//!   (true f32), f16 and bf16 weights (activations converted to the weight type), and q8_0/q4_0
+//!   weights times more than 8 columns (weights dequantized to f16 in scratch); q8_0/q4_0 times
+//!   up to 8 columns by a matrix-vector kernel (one warp per weight row).
+
+mod arg;
+mod launch;
+mod modules;
+mod mul_mat;
+mod names;
+mod scratch;
+mod validate;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use cudarc::nvrtc::Ptx;
+use tessera_core::tensor::MAX_SRC;
+use tessera_core::{DType, Error, Graph, Op, Result, TensorId};
+
+pub use arg::TensorArg;
+pub use scratch::Scratch;
+
+use validate::{validate, Node};
+
+/// A tensor operand: its memory and its type.
+pub type Operand = (TensorArg, DType);
+
+/// How errors name this backend.
+const BACKEND: &str = "CUDA";
+
+pub(crate) fn backend_error(message: &str) -> Error {
+    Error::Backend { backend: BACKEND.into(), message: message.into() }
+}
+
+/// Every kernel of every embedded fatbin, loaded into one CUDA context.
+pub struct Kernels {
+    functions: HashMap<&'static str, CudaFunction>,
+}
+
+impl Kernels {
+    /// Loads every fatbin into `ctx` (`cuModuleLoadData`) and looks up every kernel.
+    pub fn load(ctx: &Arc<CudaContext>) -> Result<Kernels> {
+        let mut functions = HashMap::new();
+        for module in modules::MODULES {
+            let loaded = ctx.load_module(Ptx::from_binary(module.fatbin.to_vec())).map_err(|e| {
+                backend_error(&format!(
+                    "loading the kernels of {}.cu failed: {e} (a CUDA 13.0 driver is needed)",
+                    module.name
+                ))
+            })?;
+            for &name in module.kernels {
+                let function = loaded
+                    .load_function(name)
+                    .map_err(|e| backend_error(&format!("kernel {name} of {}.cu is missing: {e}", module.name)))?;
+                functions.insert(name, function);
+            }
+        }
+        Ok(Kernels { functions })
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Result<&CudaFunction> {
+        self.functions.get(name).ok_or_else(|| backend_error(&format!("kernel {name} is not loaded")))
+    }
+}
+
+/// Whether [`launch`] runs node `node` of `graph` (its op, types, shapes and strides). View ops
+/// and leaves need no kernel and are supported.
+pub fn supports(graph: &Graph, node: TensorId) -> bool {
+    let Ok(t) = graph.tensor(node) else { return false };
+    let operand = |id: TensorId| graph.tensor(id).ok().map(|s| (TensorArg::from_parts(0, s.ne(), s.nb()), s.dtype()));
+    let mut srcs: [Option<Operand>; MAX_SRC] = [None; MAX_SRC];
+    for (slot, id) in t.srcs() {
+        match operand(id) {
+            Some(o) => srcs[slot] = Some(o),
+            None => return false,
+        }
+    }
+    let dst = (TensorArg::from_parts(0, t.ne(), t.nb()), t.dtype());
+    validate(&Node { op: t.op(), dst, srcs: &srcs }).is_ok()
+}
+
+/// Device memory [`launch`] needs in its [`Scratch`] for this node (0 for most ops), so that a
+/// program captured into a CUDA graph can reserve it before capturing.
+pub fn scratch_bytes(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> usize {
+    match (op, srcs.first().copied().flatten(), srcs.get(1).copied().flatten()) {
+        (Op::MulMat, Some(a), Some(b)) if validate(&Node { op, dst, srcs }).is_ok() => {
+            mul_mat::plan(a, b, dst).scratch_bytes
+        }
+        _ => 0,
+    }
+}
+
+/// Queues the kernel(s) of one node on `stream`.
+///
+/// `dst` and `srcs` are the node's destination and sources (slot `i` = source `i`), each with
+/// the device address of its first value: for CPY the destination is source 1's memory. Every
+/// address must point into device memory of `stream`'s context that stays allocated, and is not
+/// written by other streams, until this work has run. `scratch` must serve `stream`
+/// ([`Scratch::new`] with it). Nodes [`supports`] rejects are errors; view ops and leaves do
+/// nothing.
+pub fn launch(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    op: Op,
+    dst: Operand,
+    srcs: &[Option<Operand>],
+) -> Result<()> {
+    let node = Node { op, dst, srcs };
+    validate(&node).map_err(|why| Error::InvalidParam { op: op.name(), message: why })?;
+    if op == Op::None || op.is_view() {
+        return Ok(());
+    }
+    for (arg, dtype) in std::iter::once(&dst).chain(srcs.iter().flatten()) {
+        let align = if dtype.is_quantized() { 2 } else { dtype.block_bytes() as u64 };
+        if arg.data % align != 0 {
+            return Err(Error::InvalidParam {
+                op: op.name(),
+                message: format!(
+                    "a {} tensor at device address {:#x} is not {align}-byte aligned",
+                    dtype.name(),
+                    arg.data
+                ),
+            });
+        }
+    }
+    if !Arc::ptr_eq(scratch.stream(), stream) && scratch.stream().cu_stream() != stream.cu_stream() {
+        return Err(backend_error("the scratch given to launch serves another stream"));
+    }
+    if dst.0.nelements() == 0 {
+        return Ok(());
+    }
+    launch::node(kernels, stream, scratch, &node)
+}

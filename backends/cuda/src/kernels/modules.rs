@@ -1,0 +1,190 @@
+//! The module table: every fatbin this crate embeds and the kernels it holds.
+//!
+//! Each `kernels/<name>.cu` is compiled by `scripts/build-cuda-kernels.sh` into
+//! `kernels/bin/<name>.fatbin` (committed, so building needs no CUDA toolkit). The kernel lists
+//! are checked against the sources by the tests below: every kernel a `.cu` file defines is
+//! listed, and nothing else.
+
+/// One compiled kernel file.
+pub(crate) struct Module {
+    /// The source's name: `kernels/<name>.cu`.
+    pub name: &'static str,
+    /// Its fatbin (SASS for sm_80, sm_89 and sm_90a, compute_90 PTX).
+    pub fatbin: &'static [u8],
+    /// The `extern "C"` kernels it defines.
+    pub kernels: &'static [&'static str],
+}
+
+macro_rules! fatbin {
+    ($name:literal) => {
+        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/bin/", $name, ".fatbin"))
+    };
+}
+
+pub(crate) const MODULES: &[Module] = &[
+    Module { name: "concat", fatbin: fatbin!("concat"), kernels: &["concat_b32", "concat_b16"] },
+    Module {
+        name: "copy",
+        fatbin: fatbin!("copy"),
+        kernels: &[
+            "cpy_f32_f16",
+            "cpy_f32_bf16",
+            "cpy_f16_f32",
+            "cpy_f16_bf16",
+            "cpy_bf16_f32",
+            "cpy_bf16_f16",
+            "cpy_q8_0_f32",
+            "cpy_q8_0_f16",
+            "cpy_q8_0_bf16",
+            "cpy_q4_0_f32",
+            "cpy_q4_0_f16",
+            "cpy_q4_0_bf16",
+            "cpy_f32_q8_0",
+            "cpy_f16_q8_0",
+            "cpy_bf16_q8_0",
+            "cpy_q8_0_q8_0",
+            "cpy_q4_0_q8_0",
+            "cpy_f32_q4_0",
+            "cpy_f16_q4_0",
+            "cpy_bf16_q4_0",
+            "cpy_q8_0_q4_0",
+            "cpy_q4_0_q4_0",
+            "cpy_b32",
+            "cpy_b16",
+            "fill_f32",
+        ],
+    },
+    Module {
+        name: "elementwise",
+        fatbin: fatbin!("elementwise"),
+        kernels: &[
+            "binary_f32_f32",
+            "binary_f32_f16",
+            "binary_f32_bf16",
+            "binary_f16_f32",
+            "binary_f16_f16",
+            "binary_f16_bf16",
+            "binary_bf16_f32",
+            "binary_bf16_f16",
+            "binary_bf16_bf16",
+            "unary_f32",
+            "unary_f16",
+            "unary_bf16",
+        ],
+    },
+    Module {
+        name: "get_rows",
+        fatbin: fatbin!("get_rows"),
+        kernels: &["get_rows_f32", "get_rows_f16", "get_rows_bf16", "get_rows_q8_0", "get_rows_q4_0", "get_rows_i32"],
+    },
+    Module {
+        name: "im2col",
+        fatbin: fatbin!("im2col"),
+        kernels: &[
+            "im2col_f32_f32",
+            "im2col_f32_f16",
+            "im2col_f16_f32",
+            "im2col_f16_f16",
+            "im2col_bf16_f32",
+            "im2col_bf16_f16",
+        ],
+    },
+    Module {
+        name: "mul_mat",
+        fatbin: fatbin!("mul_mat"),
+        kernels: &["mul_mat_vec_q8_0", "mul_mat_vec_q4_0", "mul_mat_ptrs"],
+    },
+    Module { name: "pool", fatbin: fatbin!("pool"), kernels: &["pool_2d_f32", "pool_2d_f16", "pool_2d_bf16"] },
+    Module { name: "rope", fatbin: fatbin!("rope"), kernels: &["rope_f32", "rope_f16", "rope_bf16"] },
+    Module {
+        name: "rows",
+        fatbin: fatbin!("rows"),
+        kernels: &[
+            "sum_rows_f32_f32",
+            "sum_rows_f16_f16",
+            "sum_rows_bf16_bf16",
+            "sum_rows_f16_f32",
+            "sum_rows_bf16_f32",
+            "argmax_f32",
+            "argmax_f16",
+            "argmax_bf16",
+            "soft_max_f32_f32",
+            "soft_max_f32_f16",
+            "soft_max_f16_f32",
+            "soft_max_f16_f16",
+            "soft_max_bf16_f32",
+            "soft_max_bf16_f16",
+            "norm_f32",
+            "norm_f16",
+            "norm_bf16",
+            "diag_mask_inf_f32",
+            "diag_mask_inf_f16",
+            "diag_mask_inf_bf16",
+        ],
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The kernels a `.cu` source defines: lines `FAMILY_KERNEL(name, ...)` and
+    /// `extern "C" __global__ void name(` (the convention of common.cuh), outside macro
+    /// definitions (whose lines end in a backslash).
+    fn kernels_in_source(source: &str) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        for line in source.lines() {
+            if line.trim_end().ends_with('\\') {
+                continue;
+            }
+            let line = line.trim_start();
+            if let Some(rest) = line.strip_prefix("extern \"C\" __global__ void ") {
+                if let Some((name, _)) = rest.split_once('(') {
+                    names.insert(name.trim().to_string());
+                }
+                continue;
+            }
+            let Some((head, rest)) = line.split_once('(') else { continue };
+            if head.ends_with("_KERNEL")
+                && head.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                && !line.starts_with("#define")
+            {
+                if let Some((name, _)) = rest.split_once(',') {
+                    names.insert(name.trim().to_string());
+                }
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn every_source_has_a_fatbin_and_lists_exactly_its_kernels() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels");
+        let mut sources: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".cu").map(String::from))
+            .collect();
+        sources.sort();
+        let listed: Vec<&str> = MODULES.iter().map(|m| m.name).collect();
+        assert_eq!(sources, listed, "modules listed in modules.rs");
+        for m in MODULES {
+            assert!(m.fatbin.len() > 1000, "{}.fatbin is too small to hold kernels", m.name);
+            let source = std::fs::read_to_string(format!("{dir}/{}.cu", m.name)).unwrap();
+            let defined = kernels_in_source(&source);
+            let listed: BTreeSet<String> = m.kernels.iter().map(|k| k.to_string()).collect();
+            assert_eq!(defined, listed, "kernels of {}.cu", m.name);
+        }
+    }
+
+    #[test]
+    fn kernel_names_are_unique() {
+        let mut seen = BTreeSet::new();
+        for m in MODULES {
+            for k in m.kernels {
+                assert!(seen.insert(*k), "{k} is listed twice");
+            }
+        }
+    }
+}

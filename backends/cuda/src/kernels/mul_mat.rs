@@ -1,0 +1,500 @@
+//! MUL_MAT: `dst[i, j, i2, i3] = sum_k a[k, i, i2 / r2, i3 / r3] * b[k, j, i2, i3]`.
+//!
+//! In cuBLAS's column-major terms, `a` holds `M` columns of `K` values (`lda` = its row stride),
+//! `b` holds `N` columns of `K` values and `dst` `N` columns of `M` values, so each matrix of
+//! the result is `dst = a^T b` (`CUBLAS_OP_T`, `CUBLAS_OP_N`), accumulated in f32.
+//!
+//! The plan, chosen from shapes and strides alone ([`plan`]):
+//! - `K = 0`: the result is zeros;
+//! - q8_0/q4_0 weights and `N <= 8`: the matrix-vector kernel (mul_mat.cu), reading `b` in place;
+//! - otherwise a GEMM of type f32 (f32 weights), bf16 (bf16 weights) or f16 (f16, q8_0, q4_0
+//!   weights) with f32 output: an operand that is not of that type or whose columns are not
+//!   packed (`nb[0]`) is first converted by the CPY kernels into packed scratch; then one GEMM
+//!   (a single matrix, or every matrix of `b` and `dst` folded into the columns of one product
+//!   when `a` is a single matrix), one strided-batched GEMM (uniform batch strides, no
+//!   broadcast), or a pointer-array batched GEMM whose pointers a kernel computes in scratch.
+
+use std::ffi::{c_int, c_longlong, c_void};
+use std::sync::Arc;
+
+use cudarc::cublas::sys::{self as cublas_sys, cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use cudarc::driver::{CudaStream, PushKernelArg};
+use tessera_core::{DType, Result};
+
+use super::arg::TensorArg;
+use super::launch::{copy, div_ceil, elementwise_config, launch_kernel};
+use super::{backend_error, names, Kernels, Operand, Scratch};
+
+/// Largest `N` the matrix-vector kernel takes (`MMV_MAX_COLS` in mul_mat.cu).
+pub(crate) const MMV_MAX_COLS: i64 = 8;
+/// Warps (weight rows) per block of the matrix-vector kernel.
+const MMV_WARPS: i64 = 4;
+/// Scratch regions start at multiples of this.
+const ALIGN: usize = 256;
+
+/// How the matrices of the batch are multiplied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Batch {
+    /// One matrix.
+    Single,
+    /// `a` is one matrix and the columns of every matrix of `b` (and `dst`) are evenly spaced:
+    /// one product with `N * b2 * b3` columns of stride `ldb` (`ldc`).
+    Folded { ldb: i64, ldc: i64 },
+    /// Uniform batch strides (in values) and no broadcast.
+    Strided { stride_a: i64, stride_b: i64, stride_c: i64 },
+    /// Pointer arrays computed on the device.
+    Pointers,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// `K = 0`: zeros.
+    Fill,
+    /// The quantized matrix-vector kernel.
+    MatVec,
+    /// cuBLAS in `gemm` type, after converting `a` and/or `b` into scratch.
+    Gemm { gemm: DType, convert_a: bool, convert_b: bool, batch: Batch },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub path: Path,
+    /// Scratch offsets of the converted `a`, the converted `b` and the pointer arrays.
+    pub a_offset: usize,
+    pub b_offset: usize,
+    pub ptr_offset: usize,
+    pub scratch_bytes: usize,
+}
+
+/// The column stride (in values of `es` bytes) of `t` seen as one matrix whose columns are all
+/// of its dimensions 1, 2 and 3 in order, if they are evenly spaced, at least `rows` apart and
+/// within 32 bits.
+fn fold_stride(t: &TensorArg, es: i64, rows: i64, from: usize) -> Option<i64> {
+    let mut stride: Option<i64> = None;
+    let mut count = 1i64;
+    for d in from..4 {
+        if t.ne[d] > 1 {
+            match stride {
+                None => stride = Some(t.nb[d]),
+                Some(s) if t.nb[d] == s.checked_mul(count)? => {}
+                Some(_) => return None,
+            }
+            count = count.checked_mul(t.ne[d])?;
+        }
+    }
+    let ld = match stride {
+        None => rows.max(1),
+        Some(bytes) if bytes % es == 0 => bytes / es,
+        Some(_) => return None,
+    };
+    (ld >= rows && ld <= i64::from(i32::MAX)).then_some(ld)
+}
+
+/// The leading dimension of the matrices of `t` (columns along dimension 1, `rows` values each,
+/// packed along dimension 0) in values of `es` bytes, if cuBLAS can take it.
+fn leading_dim(t: &TensorArg, es: i64, rows: i64) -> Option<i64> {
+    if t.ne[0] > 1 && t.nb[0] != es {
+        return None;
+    }
+    if t.ne[1] <= 1 {
+        return Some(rows.max(1));
+    }
+    let ld = t.nb[1] / es;
+    (t.nb[1] % es == 0 && ld >= rows && ld <= i64::from(i32::MAX)).then_some(ld)
+}
+
+/// The batch stride (in values of `es` bytes) of `t`'s matrices over dimensions 2 and 3 taken
+/// as one index `i2 + ne2 * i3`, if uniform.
+fn batch_stride(t: &TensorArg, es: i64) -> Option<i64> {
+    let mut stride: Option<i64> = None;
+    let mut count = 1i64;
+    for d in 2..4 {
+        if t.ne[d] > 1 {
+            match stride {
+                None => stride = Some(t.nb[d]),
+                Some(s) if t.nb[d] == s.checked_mul(count)? => {}
+                Some(_) => return None,
+            }
+            count = count.checked_mul(t.ne[d])?;
+        }
+    }
+    match stride {
+        None => Some(0),
+        Some(bytes) if bytes % es == 0 => Some(bytes / es),
+        Some(_) => None,
+    }
+}
+
+fn packed(dtype: DType, ne: [i64; 4]) -> Result<TensorArg> {
+    TensorArg::contiguous(0, dtype, ne)
+}
+
+fn bytes_of(t: &TensorArg, dtype: DType) -> usize {
+    let n = usize::try_from(t.nelements()).unwrap_or(usize::MAX);
+    (n / dtype.block_len()).saturating_mul(dtype.block_bytes())
+}
+
+fn align(n: usize) -> usize {
+    n.checked_next_multiple_of(ALIGN).unwrap_or(usize::MAX)
+}
+
+/// The plan for a validated MUL_MAT of `a` and `b` into `dst`.
+pub(crate) fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
+    let ((a, at), (b, _), (dst, _)) = (a, b, dst);
+    let [k, m, a2, a3] = a.ne;
+    let [_, n, b2, b3] = b.ne;
+    let none = |path| Plan { path, a_offset: 0, b_offset: 0, ptr_offset: 0, scratch_bytes: 0 };
+    if k == 0 {
+        return none(Path::Fill);
+    }
+    if at.is_quantized() && n <= MMV_MAX_COLS {
+        return none(Path::MatVec);
+    }
+    let gemm = match at {
+        DType::F32 => DType::F32,
+        DType::BF16 => DType::BF16,
+        _ => DType::F16,
+    };
+    let es = gemm.block_bytes() as i64;
+    let convert_a = at != gemm || leading_dim(&a, es, k).is_none();
+    let convert_b = gemm != DType::F32 || leading_dim(&b, es, k).is_none();
+    // The operands as cuBLAS will see them (addresses do not matter here).
+    let ga = if convert_a { packed(gemm, a.ne).unwrap_or(a) } else { a };
+    let gb = if convert_b { packed(gemm, b.ne).unwrap_or(b) } else { b };
+
+    let nmat = b2 * b3;
+    let batch = if nmat == 1 {
+        Batch::Single
+    } else if let (1, 1, Some(ldb), Some(ldc)) = (a2, a3, fold_stride(&gb, es, k, 1), fold_stride(&dst, 4, m, 1)) {
+        Batch::Folded { ldb, ldc }
+    } else if let (true, Some(stride_a), Some(stride_b), Some(stride_c)) =
+        (a2 == b2 && a3 == b3, batch_stride(&ga, es), batch_stride(&gb, es), batch_stride(&dst, 4))
+    {
+        Batch::Strided { stride_a, stride_b, stride_c }
+    } else {
+        Batch::Pointers
+    };
+
+    let a_bytes = if convert_a { align(bytes_of(&a, gemm)) } else { 0 };
+    let b_bytes = if convert_b { align(bytes_of(&b, gemm)) } else { 0 };
+    let ptr_bytes =
+        if batch == Batch::Pointers { usize::try_from(nmat).unwrap_or(usize::MAX).saturating_mul(24) } else { 0 };
+    Plan {
+        path: Path::Gemm { gemm, convert_a, convert_b, batch },
+        a_offset: 0,
+        b_offset: a_bytes,
+        ptr_offset: a_bytes.saturating_add(b_bytes),
+        scratch_bytes: a_bytes.saturating_add(b_bytes).saturating_add(ptr_bytes),
+    }
+}
+
+fn cuda_type(t: DType) -> cudaDataType {
+    match t {
+        DType::BF16 => cudaDataType::CUDA_R_16BF,
+        DType::F16 => cudaDataType::CUDA_R_16F,
+        _ => cudaDataType::CUDA_R_32F,
+    }
+}
+
+fn int(v: i64) -> Result<c_int> {
+    c_int::try_from(v).map_err(|_| backend_error("a MUL_MAT size exceeds cuBLAS's 32-bit arguments"))
+}
+
+/// Queues a validated MUL_MAT.
+pub(crate) fn launch(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    a: Operand,
+    b: Operand,
+    dst: Operand,
+) -> Result<()> {
+    let p = plan(a, b, dst);
+    let ((a, at), (b, _), (d, _)) = (a, b, dst);
+    let [k, m, a2, a3] = a.ne;
+    let [_, n, b2, b3] = b.ne;
+    let (r2, r3) = (b2 / a2, b3 / a3);
+    match p.path {
+        Path::Fill => {
+            let zero = 0.0f32;
+            let cfg = elementwise_config(d.ne[0], d.nrows());
+            // fill_f32(TensorArg dst, float value)
+            launch_kernel!(kernels, stream, names::FILL_F32, cfg, &d, &zero)
+        }
+        Path::MatVec => {
+            let name = names::mul_mat_vec(at).ok_or_else(|| backend_error("no matrix-vector kernel"))?;
+            let ncols = int(n)?;
+            let cfg = cudarc::driver::LaunchConfig {
+                grid_dim: (
+                    u32::try_from(div_ceil(m, MMV_WARPS)).map_err(|_| backend_error("too many rows"))?,
+                    (b2 * b3).clamp(1, 65535) as u32,
+                    1,
+                ),
+                block_dim: (32 * MMV_WARPS as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // mul_mat_vec_*(TensorArg a, TensorArg b, TensorArg dst, long long r2, long long r3,
+            //               int ncols)
+            launch_kernel!(kernels, stream, name, cfg, &a, &b, &d, &r2, &r3, &ncols)
+        }
+        Path::Gemm { gemm, convert_a, convert_b, batch } => {
+            let base = if p.scratch_bytes > 0 { scratch.reserve(p.scratch_bytes)? } else { 0 };
+            let es = gemm.block_bytes() as i64;
+            let ga = if convert_a {
+                let t = TensorArg::contiguous(base + p.a_offset as u64, gemm, a.ne)?;
+                copy(kernels, stream, (a, at), (t, gemm))?;
+                t
+            } else {
+                a
+            };
+            let gb = if convert_b {
+                let t = TensorArg::contiguous(base + p.b_offset as u64, gemm, b.ne)?;
+                copy(kernels, stream, (b, DType::F32), (t, gemm))?;
+                t
+            } else {
+                b
+            };
+            let lda = leading_dim(&ga, es, k).ok_or_else(|| backend_error("a is not a cuBLAS matrix"))?;
+            let ldb = leading_dim(&gb, es, k).ok_or_else(|| backend_error("b is not a cuBLAS matrix"))?;
+            let ldc = leading_dim(&d, 4, m).ok_or_else(|| backend_error("dst is not a cuBLAS matrix"))?;
+            let handle = scratch.blas()?;
+            let gemm_args = Gemm { handle, m: int(m)?, k: int(k)?, ty: cuda_type(gemm) };
+            match batch {
+                Batch::Single => gemm_args.single(ga.data, int(lda)?, gb.data, int(ldb)?, d.data, int(ldc)?, int(n)?),
+                Batch::Folded { ldb, ldc } => {
+                    let cols = int(n * b2 * b3)?;
+                    gemm_args.single(ga.data, int(lda)?, gb.data, int(ldb)?, d.data, int(ldc)?, cols)
+                }
+                Batch::Strided { stride_a, stride_b, stride_c } => gemm_args.strided(
+                    (ga.data, int(lda)?, stride_a),
+                    (gb.data, int(ldb)?, stride_b),
+                    (d.data, int(ldc)?, stride_c),
+                    int(n)?,
+                    int(b2 * b3)?,
+                ),
+                Batch::Pointers => {
+                    let nmat = b2 * b3;
+                    let ptrs = base + p.ptr_offset as u64;
+                    let cfg = cudarc::driver::LaunchConfig {
+                        grid_dim: (div_ceil(nmat, 256).clamp(1, 65535) as u32, 1, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    // mul_mat_ptrs(TensorArg a, TensorArg b, TensorArg dst, long long r2,
+                    //              long long r3, unsigned long long *out)
+                    launch_kernel!(kernels, stream, names::MUL_MAT_PTRS, cfg, &ga, &gb, &d, &r2, &r3, &ptrs)?;
+                    gemm_args.pointers(ptrs, int(nmat)?, int(lda)?, int(ldb)?, int(ldc)?, int(n)?)
+                }
+            }
+        }
+    }
+}
+
+/// One cuBLAS product `C (m x n) = A^T (m x k) B (k x n)` with A and B of type `ty`, C f32.
+struct Gemm {
+    handle: cublas_sys::cublasHandle_t,
+    m: c_int,
+    k: c_int,
+    ty: cudaDataType,
+}
+
+const ALPHA: f32 = 1.0;
+const BETA: f32 = 0.0;
+const COMPUTE: cublasComputeType_t = cublasComputeType_t::CUBLAS_COMPUTE_32F;
+
+fn cublas_error(e: cudarc::cublas::result::CublasError) -> tessera_core::Error {
+    backend_error(&format!("cuBLAS GEMM failed: {e}"))
+}
+
+impl Gemm {
+    #[allow(clippy::too_many_arguments)]
+    fn single(&self, a: u64, lda: c_int, b: u64, ldb: c_int, c: u64, ldc: c_int, n: c_int) -> Result<()> {
+        // SAFETY: `handle` is live and bound to the launch's stream; A, B and C are validated
+        // device matrices of the given leading dimensions and sizes (converted operands lie in
+        // scratch reserved for them); alpha and beta are host f32 values as the compute type
+        // and the default host pointer mode require.
+        unsafe {
+            cublas_sys::cublasGemmEx(
+                self.handle,
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                self.m,
+                n,
+                self.k,
+                (&ALPHA as *const f32).cast::<c_void>(),
+                a as *const c_void,
+                self.ty,
+                lda,
+                b as *const c_void,
+                self.ty,
+                ldb,
+                (&BETA as *const f32).cast::<c_void>(),
+                c as *mut c_void,
+                cudaDataType::CUDA_R_32F,
+                ldc,
+                COMPUTE,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .result()
+        .map_err(cublas_error)
+    }
+
+    fn strided(
+        &self,
+        a: (u64, c_int, i64),
+        b: (u64, c_int, i64),
+        c: (u64, c_int, i64),
+        n: c_int,
+        count: c_int,
+    ) -> Result<()> {
+        // SAFETY: as in `single`; each of the `count` matrices of A, B and C lies at its base
+        // plus a multiple of its stride (in values) inside the validated tensors.
+        unsafe {
+            cublas_sys::cublasGemmStridedBatchedEx(
+                self.handle,
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                self.m,
+                n,
+                self.k,
+                (&ALPHA as *const f32).cast::<c_void>(),
+                a.0 as *const c_void,
+                self.ty,
+                a.1,
+                a.2 as c_longlong,
+                b.0 as *const c_void,
+                self.ty,
+                b.1,
+                b.2 as c_longlong,
+                (&BETA as *const f32).cast::<c_void>(),
+                c.0 as *mut c_void,
+                cudaDataType::CUDA_R_32F,
+                c.1,
+                c.2 as c_longlong,
+                count,
+                COMPUTE,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .result()
+        .map_err(cublas_error)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pointers(&self, ptrs: u64, count: c_int, lda: c_int, ldb: c_int, ldc: c_int, n: c_int) -> Result<()> {
+        let count_usize = usize::try_from(count).unwrap_or(0) as u64;
+        let (pa, pb, pc) = (ptrs, ptrs + 8 * count_usize, ptrs + 16 * count_usize);
+        // SAFETY: as in `single`; `ptrs` is device scratch holding 3 * count matrix addresses
+        // written by mul_mat_ptrs earlier on the same stream (A's, then B's, then C's).
+        unsafe {
+            cublas_sys::cublasGemmBatchedEx(
+                self.handle,
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                self.m,
+                n,
+                self.k,
+                (&ALPHA as *const f32).cast::<c_void>(),
+                pa as *const *const c_void,
+                self.ty,
+                lda,
+                pb as *const *const c_void,
+                self.ty,
+                ldb,
+                (&BETA as *const f32).cast::<c_void>(),
+                pc as *const *mut c_void,
+                cudaDataType::CUDA_R_32F,
+                ldc,
+                count,
+                COMPUTE,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .result()
+        .map_err(cublas_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(dtype: DType, ne: [i64; 4]) -> Operand {
+        (TensorArg::contiguous(0, dtype, ne).unwrap(), dtype)
+    }
+
+    fn permuted(dtype: DType, ne: [i64; 4], perm: [usize; 4]) -> Operand {
+        // A leaf of shape ne' with ne'[perm[i]]... built as the conformance suite does: the
+        // view's axis perm[i] is the leaf's axis i.
+        let leaf_ne = [ne[perm[0]], ne[perm[1]], ne[perm[2]], ne[perm[3]]];
+        let leaf = TensorArg::contiguous(0, dtype, leaf_ne).unwrap();
+        let mut nb = [0i64; 4];
+        for i in 0..4 {
+            nb[perm[i]] = leaf.nb[i];
+        }
+        (TensorArg { data: 0, ne, nb }, dtype)
+    }
+
+    #[test]
+    fn quantized_weights_times_few_columns_use_the_matrix_vector_kernel() {
+        let p = plan(t(DType::Q4_0, [256, 5, 1, 1]), t(DType::F32, [256, 8, 1, 1]), t(DType::F32, [5, 8, 1, 1]));
+        assert_eq!((p.path, p.scratch_bytes), (Path::MatVec, 0));
+        let p = plan(t(DType::Q8_0, [256, 5, 1, 1]), t(DType::F32, [256, 9, 1, 1]), t(DType::F32, [5, 9, 1, 1]));
+        assert_eq!(p.path, Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single });
+        assert_eq!(p.b_offset, 2560);
+        assert_eq!(p.scratch_bytes, p.b_offset + align(256 * 9 * 2));
+    }
+
+    #[test]
+    fn f32_weights_use_their_operands_in_place() {
+        let p = plan(t(DType::F32, [33, 17, 1, 1]), t(DType::F32, [33, 9, 1, 1]), t(DType::F32, [17, 9, 1, 1]));
+        assert_eq!(p.path, Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Single });
+        assert_eq!(p.scratch_bytes, 0);
+        // A transposed b is packed first.
+        let b = permuted(DType::F32, [33, 5, 1, 1], [1, 0, 2, 3]);
+        let p = plan(t(DType::F32, [33, 7, 1, 1]), b, t(DType::F32, [7, 5, 1, 1]));
+        assert_eq!(p.path, Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: true, batch: Batch::Single });
+    }
+
+    #[test]
+    fn batches_fold_stride_or_use_pointers() {
+        // One weight matrix, contiguous activations: one product over all columns.
+        let p = plan(t(DType::F16, [64, 7, 1, 1]), t(DType::F32, [64, 5, 2, 3]), t(DType::F32, [7, 5, 2, 3]));
+        assert_eq!(
+            p.path,
+            Path::Gemm {
+                gemm: DType::F16,
+                convert_a: false,
+                convert_b: true,
+                batch: Batch::Folded { ldb: 64, ldc: 7 }
+            }
+        );
+        // As many weight matrices as activations: strided.
+        let p = plan(t(DType::F32, [64, 7, 2, 3]), t(DType::F32, [64, 5, 2, 3]), t(DType::F32, [7, 5, 2, 3]));
+        assert_eq!(
+            p.path,
+            Path::Gemm {
+                gemm: DType::F32,
+                convert_a: false,
+                convert_b: false,
+                batch: Batch::Strided { stride_a: 64 * 7, stride_b: 64 * 5, stride_c: 35 }
+            }
+        );
+        // Broadcast weights over several matrices: pointer arrays after the converted b.
+        let p = plan(t(DType::BF16, [64, 9, 2, 1]), t(DType::F32, [64, 5, 4, 2]), t(DType::F32, [9, 5, 4, 2]));
+        assert_eq!(p.path, Path::Gemm { gemm: DType::BF16, convert_a: false, convert_b: true, batch: Batch::Pointers });
+        assert_eq!(p.ptr_offset, align(64 * 5 * 8 * 2));
+        assert_eq!(p.scratch_bytes, p.ptr_offset + 8 * 3 * 8);
+        // Weights permuted over dims 1 and 2 (rows still packed) batch with pointers too.
+        let a = permuted(DType::F32, [64, 7, 2, 1], [0, 2, 1, 3]);
+        let p = plan(a, t(DType::F32, [64, 5, 4, 1]), t(DType::F32, [7, 5, 4, 1]));
+        assert_eq!(p.path, Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Pointers });
+    }
+
+    #[test]
+    fn empty_products_are_zeros() {
+        let p = plan(t(DType::F32, [0, 7, 1, 1]), t(DType::F32, [0, 5, 1, 1]), t(DType::F32, [7, 5, 1, 1]));
+        assert_eq!(p.path, Path::Fill);
+    }
+}

@@ -1,0 +1,194 @@
+//! Which kernel computes an op for given operand types: `None` where no kernel exists.
+//!
+//! `validate` accepts a node only when these give a kernel, so `supports` and `launch` agree
+//! by construction; the tests check every name given here is in the module table.
+
+use tessera_core::DType::{self, BF16, F16, F32, I32, Q4_0, Q8_0};
+
+/// CPY and CONT from `src` to `dst`.
+pub(crate) fn cpy(src: DType, dst: DType) -> Option<&'static str> {
+    Some(match (src, dst) {
+        (F32, F32) | (I32, I32) => "cpy_b32",
+        (F16, F16) | (BF16, BF16) => "cpy_b16",
+        (F32, F16) => "cpy_f32_f16",
+        (F32, BF16) => "cpy_f32_bf16",
+        (F16, F32) => "cpy_f16_f32",
+        (F16, BF16) => "cpy_f16_bf16",
+        (BF16, F32) => "cpy_bf16_f32",
+        (BF16, F16) => "cpy_bf16_f16",
+        (Q8_0, F32) => "cpy_q8_0_f32",
+        (Q8_0, F16) => "cpy_q8_0_f16",
+        (Q8_0, BF16) => "cpy_q8_0_bf16",
+        (Q4_0, F32) => "cpy_q4_0_f32",
+        (Q4_0, F16) => "cpy_q4_0_f16",
+        (Q4_0, BF16) => "cpy_q4_0_bf16",
+        (F32, Q8_0) => "cpy_f32_q8_0",
+        (F16, Q8_0) => "cpy_f16_q8_0",
+        (BF16, Q8_0) => "cpy_bf16_q8_0",
+        (Q8_0, Q8_0) => "cpy_q8_0_q8_0",
+        (Q4_0, Q8_0) => "cpy_q4_0_q8_0",
+        (F32, Q4_0) => "cpy_f32_q4_0",
+        (F16, Q4_0) => "cpy_f16_q4_0",
+        (BF16, Q4_0) => "cpy_bf16_q4_0",
+        (Q8_0, Q4_0) => "cpy_q8_0_q4_0",
+        (Q4_0, Q4_0) => "cpy_q4_0_q4_0",
+        _ => return None,
+    })
+}
+
+/// ADD, SUB, MUL, DIV of `a` (also the destination's type) and `b`.
+pub(crate) fn binary(a: DType, b: DType) -> Option<&'static str> {
+    Some(match (a, b) {
+        (F32, F32) => "binary_f32_f32",
+        (F32, F16) => "binary_f32_f16",
+        (F32, BF16) => "binary_f32_bf16",
+        (F16, F32) => "binary_f16_f32",
+        (F16, F16) => "binary_f16_f16",
+        (F16, BF16) => "binary_f16_bf16",
+        (BF16, F32) => "binary_bf16_f32",
+        (BF16, F16) => "binary_bf16_f16",
+        (BF16, BF16) => "binary_bf16_bf16",
+        _ => return None,
+    })
+}
+
+/// The kernel of float type `t` among `[f32, f16, bf16]` variants.
+fn by_float(t: DType, names: [&'static str; 3]) -> Option<&'static str> {
+    match t {
+        F32 => Some(names[0]),
+        F16 => Some(names[1]),
+        BF16 => Some(names[2]),
+        _ => None,
+    }
+}
+
+/// The unary functions and SCALE (source and destination of type `t`).
+pub(crate) fn unary(t: DType) -> Option<&'static str> {
+    by_float(t, ["unary_f32", "unary_f16", "unary_bf16"])
+}
+
+/// SUM_ROWS (`dst` = `src`'s type) and MEAN (`dst` F32).
+pub(crate) fn sum_rows(src: DType, dst: DType) -> Option<&'static str> {
+    Some(match (src, dst) {
+        (F32, F32) => "sum_rows_f32_f32",
+        (F16, F16) => "sum_rows_f16_f16",
+        (BF16, BF16) => "sum_rows_bf16_bf16",
+        (F16, F32) => "sum_rows_f16_f32",
+        (BF16, F32) => "sum_rows_bf16_f32",
+        _ => return None,
+    })
+}
+
+pub(crate) fn argmax(src: DType) -> Option<&'static str> {
+    by_float(src, ["argmax_f32", "argmax_f16", "argmax_bf16"])
+}
+
+/// SOFT_MAX of type `t` with a mask of type `mask` (F32 when there is none).
+pub(crate) fn soft_max(t: DType, mask: DType) -> Option<&'static str> {
+    Some(match (t, mask) {
+        (F32, F32) => "soft_max_f32_f32",
+        (F32, F16) => "soft_max_f32_f16",
+        (F16, F32) => "soft_max_f16_f32",
+        (F16, F16) => "soft_max_f16_f16",
+        (BF16, F32) => "soft_max_bf16_f32",
+        (BF16, F16) => "soft_max_bf16_f16",
+        _ => return None,
+    })
+}
+
+/// NORM and RMS_NORM.
+pub(crate) fn norm(t: DType) -> Option<&'static str> {
+    by_float(t, ["norm_f32", "norm_f16", "norm_bf16"])
+}
+
+pub(crate) fn diag_mask_inf(t: DType) -> Option<&'static str> {
+    by_float(t, ["diag_mask_inf_f32", "diag_mask_inf_f16", "diag_mask_inf_bf16"])
+}
+
+pub(crate) fn rope(t: DType) -> Option<&'static str> {
+    by_float(t, ["rope_f32", "rope_f16", "rope_bf16"])
+}
+
+/// GET_ROWS from rows of type `a` (into F32, or I32 from I32).
+pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
+    Some(match a {
+        F32 => "get_rows_f32",
+        F16 => "get_rows_f16",
+        BF16 => "get_rows_bf16",
+        Q8_0 => "get_rows_q8_0",
+        Q4_0 => "get_rows_q4_0",
+        I32 => "get_rows_i32",
+    })
+}
+
+/// CONCAT of tensors of type `t` (bits copied by size).
+pub(crate) fn concat(t: DType) -> Option<&'static str> {
+    match t {
+        F32 | I32 => Some("concat_b32"),
+        F16 | BF16 => Some("concat_b16"),
+        _ => None,
+    }
+}
+
+/// IM2COL of an input of type `input` into `dst`.
+pub(crate) fn im2col(input: DType, dst: DType) -> Option<&'static str> {
+    Some(match (input, dst) {
+        (F32, F32) => "im2col_f32_f32",
+        (F32, F16) => "im2col_f32_f16",
+        (F16, F32) => "im2col_f16_f32",
+        (F16, F16) => "im2col_f16_f16",
+        (BF16, F32) => "im2col_bf16_f32",
+        (BF16, F16) => "im2col_bf16_f16",
+        _ => return None,
+    })
+}
+
+/// POOL_2D of an input of type `src` (into F32).
+pub(crate) fn pool_2d(src: DType) -> Option<&'static str> {
+    by_float(src, ["pool_2d_f32", "pool_2d_f16", "pool_2d_bf16"])
+}
+
+/// The quantized matrix-vector product for weights of type `a`.
+pub(crate) fn mul_mat_vec(a: DType) -> Option<&'static str> {
+    match a {
+        Q8_0 => Some("mul_mat_vec_q8_0"),
+        Q4_0 => Some("mul_mat_vec_q4_0"),
+        _ => None,
+    }
+}
+
+pub(crate) const MUL_MAT_PTRS: &str = "mul_mat_ptrs";
+pub(crate) const FILL_F32: &str = "fill_f32";
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::kernels::modules::MODULES;
+
+    #[test]
+    fn every_kernel_chosen_here_is_in_a_module() {
+        let known: BTreeSet<&str> = MODULES.iter().flat_map(|m| m.kernels.iter().copied()).collect();
+        let mut chosen = BTreeSet::new();
+        for a in DType::ALL {
+            for f in [unary, argmax, norm, diag_mask_inf, rope, get_rows, concat, pool_2d, mul_mat_vec] {
+                chosen.extend(f(a));
+            }
+            for b in DType::ALL {
+                for f in [cpy, binary, sum_rows, soft_max, im2col] {
+                    chosen.extend(f(a, b));
+                }
+            }
+        }
+        chosen.insert(MUL_MAT_PTRS);
+        chosen.insert(FILL_F32);
+        for name in &chosen {
+            assert!(known.contains(name), "{name} is chosen but no module defines it");
+        }
+        // And every kernel of the modules is used.
+        for name in &known {
+            assert!(chosen.contains(name), "{name} is defined but never chosen");
+        }
+    }
+}

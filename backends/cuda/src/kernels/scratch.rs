@@ -1,0 +1,102 @@
+//! Work memory of the launches on one stream, and that stream's cuBLAS handle.
+
+use std::sync::Arc;
+
+use cudarc::cublas::{sys as cublas_sys, CudaBlas};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use tessera_core::{Error, Result};
+
+use super::backend_error;
+
+/// Scratch memory grows in steps of this many bytes.
+const GRANULE: usize = 1 << 20;
+
+/// Device memory that launches on one stream use for intermediate values (MUL_MAT's operands
+/// converted to the GEMM's type, the pointer arrays of batched GEMMs), grown on demand and
+/// never shrunk, plus the stream's cuBLAS handle (created on the first GEMM).
+///
+/// The memory is reused by every launch: work queued by one launch must have read it before
+/// the next launch on the same stream writes it, which stream order guarantees. The `Scratch`
+/// must outlive the work it was handed to until the stream synchronizes; growing it frees the
+/// old memory in stream order (cudarc frees asynchronously on the stream, or synchronizes
+/// first), so queued work never sees it freed. While a stream is captured into a CUDA graph
+/// the memory must not grow (its address is baked into the graph): size it first with
+/// [`Scratch::reserve`] and [`super::scratch_bytes`].
+pub struct Scratch {
+    stream: Arc<CudaStream>,
+    buffer: Option<CudaSlice<u8>>,
+    address: u64,
+    blas: Option<CudaBlas>,
+}
+
+impl Scratch {
+    /// Empty scratch for launches on `stream`; nothing is allocated yet.
+    pub fn new(stream: &Arc<CudaStream>) -> Result<Scratch> {
+        Ok(Scratch { stream: Arc::clone(stream), buffer: None, address: 0, blas: None })
+    }
+
+    /// The stream this scratch serves.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Bytes allocated now.
+    pub fn capacity(&self) -> usize {
+        self.buffer.as_ref().map_or(0, CudaSlice::len)
+    }
+
+    /// Grows the memory to at least `bytes` and returns its device address (unchanged when it
+    /// was large enough already).
+    pub fn reserve(&mut self, bytes: usize) -> Result<u64> {
+        if bytes <= self.capacity() && self.buffer.is_some() {
+            return Ok(self.address);
+        }
+        let size =
+            bytes.max(1).checked_next_multiple_of(GRANULE).ok_or(Error::Overflow { what: "CUDA scratch size" })?;
+        // Dropping the old memory first lets the allocator reuse it; its free is stream-ordered.
+        self.buffer = None;
+        self.address = 0;
+        let buffer = self
+            .stream
+            .alloc_zeros::<u8>(size)
+            .map_err(|e| Error::OutOfMemory { what: format!("CUDA kernel scratch ({e})"), requested: size })?;
+        let address = {
+            let (address, _read) = buffer.device_ptr(&self.stream);
+            address
+        };
+        self.address = address;
+        self.buffer = Some(buffer);
+        Ok(address)
+    }
+
+    /// The cuBLAS handle, bound to this stream, in default math mode (true f32: no TF32).
+    pub(crate) fn blas(&mut self) -> Result<cublas_sys::cublasHandle_t> {
+        if self.blas.is_none() {
+            // SAFETY: only tries to open the cuBLAS library; dynamic loading would panic later
+            // on the first cuBLAS call if it were missing.
+            if !unsafe { cublas_sys::is_culib_present() } {
+                return Err(backend_error(
+                    "cuBLAS (libcublas.so.13) was not found: MUL_MAT of float weights or of more than 8 columns needs it; add its directory to LD_LIBRARY_PATH",
+                ));
+            }
+            let blas = CudaBlas::new(Arc::clone(&self.stream))
+                .map_err(|e| backend_error(&format!("creating the cuBLAS handle failed: {e}")))?;
+            self.blas = Some(blas);
+        }
+        let handle = match &self.blas {
+            Some(blas) => *blas.handle(),
+            None => return Err(backend_error("the cuBLAS handle is missing")),
+        };
+        // SAFETY: `handle` is the live handle owned by `self.blas`; these calls only set its
+        // stream (this scratch's, which outlives the handle) and its math mode.
+        unsafe {
+            cublas_sys::cublasSetStream_v2(handle, self.stream.cu_stream() as cublas_sys::cudaStream_t)
+                .result()
+                .map_err(|e| backend_error(&format!("binding cuBLAS to the stream failed: {e}")))?;
+            cublas_sys::cublasSetMathMode(handle, cublas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH)
+                .result()
+                .map_err(|e| backend_error(&format!("setting cuBLAS's math mode failed: {e}")))?;
+        }
+        Ok(handle)
+    }
+}

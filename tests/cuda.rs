@@ -1,0 +1,108 @@
+//! The CUDA backend on a real GPU: devices found at run time, out-of-memory as a typed error,
+//! and pipeline parallelism between a GPU and the CPU. Every test prints why it skipped where
+//! this machine has no NVIDIA GPU (the op conformance suite runs on `CUDA0` through
+//! `tests/conformance.rs`, which takes every device the registry lists).
+#![cfg(feature = "cuda")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tessera::allocator::alloc_tensors;
+use tessera::cpu::CpuBackend;
+use tessera::{
+    Backend, BackendReg, Buffer, BufferType, BufferUsage, Completion, DType, Device, Error, Graph, Scheduler,
+    SchedulerOptions,
+};
+
+/// `CUDA0`, or `None` after printing why the test skips.
+fn gpu() -> Option<&'static dyn Device> {
+    match tessera::cuda::CUDA_REG.device(0) {
+        Some(d) => Some(d),
+        None => {
+            eprintln!("skipped: no CUDA device on this machine");
+            None
+        }
+    }
+}
+
+#[test]
+fn a_machine_without_a_gpu_lists_none_and_one_with_lists_its_details() {
+    let reg = &tessera::cuda::CUDA_REG;
+    let Some(gpu) = gpu() else {
+        assert_eq!(reg.device_count(), 0);
+        return;
+    };
+    println!("{}", tessera::runtime::describe_device(gpu));
+    assert!(gpu.name().starts_with("CUDA"));
+    assert!(gpu.memory().total > 0 && gpu.memory().free <= gpu.memory().total);
+    assert!(gpu.pci_bus_id().is_some_and(|id| id.len() == 12), "{:?}", gpu.pci_bus_id());
+    assert!(!gpu.buffer_type().is_host() && gpu.host_buffer_type().is_some_and(|t| t.is_host()));
+    // The registry every program uses lists it first: it is the best device.
+    assert_eq!(tessera::discover().select(None).unwrap().name(), gpu.name());
+}
+
+#[test]
+fn asking_for_more_memory_than_the_gpu_holds_is_a_typed_error() {
+    let Some(gpu) = gpu() else { return };
+    let total = gpu.memory().total;
+    let err = gpu.buffer_type().alloc_buffer(total * 2).err().unwrap();
+    assert!(matches!(err, Error::OutOfMemory { requested, .. } if requested == total * 2), "{err}");
+    assert!(err.to_string().contains(gpu.name()), "{err}");
+    // The process goes on: the next allocation works and holds data.
+    let buffer = gpu.buffer_type().alloc_buffer(1 << 20).unwrap();
+    buffer.set_bytes(12, &[1, 2, 3]).unwrap();
+    let mut out = [0u8; 5];
+    buffer.get_bytes(11, &mut out).unwrap();
+    assert_eq!(out[1..4], [1, 2, 3]);
+}
+
+/// `o = gelu(soft_max(w x) * 2 + x')`: products and element-wise ops on the GPU where it runs
+/// them, the rest on the CPU, weights in GPU memory.
+fn pipeline_output(gpu: &'static dyn Device, n_copies: usize, runs: usize) -> Vec<Vec<u32>> {
+    let mut g = Graph::new();
+    let x = g.new_tensor(DType::F32, &[256, 8]).unwrap();
+    g.set_input(x).unwrap();
+    let w = g.new_tensor(DType::F32, &[256, 256]).unwrap();
+    let y = g.mul_mat(w, x).unwrap();
+    let s = g.soft_max(y, None, 0.25).unwrap();
+    let s = g.scale(s, 2.0).unwrap();
+    let z = g.add(s, x).unwrap();
+    let o = g.gelu(z).unwrap();
+    g.set_output(o).unwrap();
+    g.build_forward(o).unwrap();
+    let buffers = alloc_tensors(&mut g, &[w], gpu.buffer_type()).unwrap();
+    buffers[0].set_usage(BufferUsage::Weights);
+    let wv: Vec<f32> = (0..256 * 256).map(|i| ((i as f32) * 0.37).sin() * 0.1).collect();
+    g.set_f32(w, &wv).unwrap();
+    let backends: Vec<Box<dyn Backend>> = vec![gpu.init_backend().unwrap(), Box::new(CpuBackend::new())];
+    let mut sched: Scheduler = Scheduler::new(backends, SchedulerOptions { n_copies, op_offload: false }).unwrap();
+    let mut outputs = Vec::new();
+    for run in 0..runs {
+        sched.alloc_graph(&g).unwrap();
+        let xv: Vec<f32> = (0..256 * 8).map(|i| ((i + 31 * run) as f32 * 0.11).cos()).collect();
+        sched.graph().unwrap().set_f32(x, &xv).unwrap();
+        assert_eq!(sched.compute().unwrap(), Completion::Finished);
+        outputs.push(sched.graph().unwrap().get_f32(o).unwrap().iter().map(|v| v.to_bits()).collect());
+    }
+    if n_copies > 1 {
+        print!("{}", sched.plan().unwrap());
+    }
+    drop(buffers);
+    outputs
+}
+
+#[test]
+fn pipelined_copies_between_the_gpu_and_the_cpu_give_the_bits_of_one_copy() {
+    let Some(gpu) = gpu() else { return };
+    let single = pipeline_output(gpu, 1, 6);
+    for n_copies in [2, 4] {
+        assert_eq!(pipeline_output(gpu, n_copies, 6), single, "{n_copies} copies");
+    }
+}
+
+#[test]
+fn pinned_host_memory_is_host_memory_the_cpu_computes_on() {
+    let Some(gpu) = gpu() else { return };
+    let pinned: &'static dyn BufferType = gpu.host_buffer_type().unwrap();
+    let b: std::sync::Arc<dyn Buffer> = pinned.alloc_buffer(4096).unwrap();
+    assert!(b.host_ptr_mut().is_some());
+    assert!(tessera::cpu::CPU_DEVICE.supports_buffer_type(pinned));
+}
