@@ -5,14 +5,16 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaGraph, CudaStream};
+use tessera_core::tensor::MAX_SRC;
 use tessera_core::{
-    Backend, BufferBase, Device, Error, Event, Graph, NodeByNode, Op, Program, Result, SplitRef, TensorData, TensorView,
+    Backend, BufferBase, Device, Error, Event, Graph, NodeByNode, Op, Program, Result, SplitRef, TensorData, TensorId,
+    TensorView,
 };
 
 use crate::device::CudaDevice;
 use crate::driver;
 use crate::event::CudaEvent;
-use crate::kernels::{self, Kernels, Scratch, TensorArg};
+use crate::kernels::{self, Kernels, Operand, Scratch, TensorArg};
 
 /// A stream on a GPU: transfers, kernels and events run on it in order.
 pub struct CudaBackend {
@@ -65,6 +67,27 @@ impl CudaBackend {
         Ok(TensorArg::new(data, view))
     }
 
+    /// Node `id` as the kernels take it (`None` for views and leaves, which need no kernel);
+    /// an error for a node this device does not run.
+    fn operands(&self, graph: &Graph, id: TensorId) -> Result<Option<Launch>> {
+        let op = graph.tensor(id)?.op();
+        if op == Op::None || op.is_view() {
+            return Ok(None);
+        }
+        if !self.device.supports_op(graph, id) {
+            return Err(Error::Unsupported { backend: self.name().into(), op: op.name(), tensor: graph.label(id) });
+        }
+        let node = graph.node_view(id)?;
+        let dst = (self.arg(&node.dst)?, node.dst.dtype);
+        let mut srcs = [None; MAX_SRC];
+        for (slot, view) in node.src.iter().enumerate() {
+            if let Some(view) = view {
+                srcs[slot] = Some((self.arg(view)?, view.dtype));
+            }
+        }
+        Ok(Some((op, dst, srcs)))
+    }
+
     fn event<'e>(&self, event: &'e dyn Event) -> Result<&'e CudaEvent> {
         event.as_any().downcast_ref::<CudaEvent>().ok_or_else(|| Error::Backend {
             backend: self.device.name().into(),
@@ -72,6 +95,9 @@ impl CudaBackend {
         })
     }
 }
+
+/// A node as `kernels::launch` takes it: op, destination, sources by slot.
+type Launch = (Op, Operand, [Option<Operand>; MAX_SRC]);
 
 /// A split captured as a CUDA graph: replayed with one launch.
 struct CapturedSplit {
@@ -95,11 +121,25 @@ fn graphs_enabled() -> bool {
 }
 
 impl CudaBackend {
-    /// Records the split's kernels into a CUDA graph. The nodes run once eagerly first, so
-    /// that scratch memory and library workspaces are allocated before the capture (no
-    /// allocation may happen inside one); their results are overwritten by the first run.
+    /// Records the split's kernels into a CUDA graph. Scratch memory and the cuBLAS handle are
+    /// made ready first, since nothing may be allocated while capturing. Nothing runs here: a
+    /// split may overwrite its own inputs (memory reused after their last reader), so running
+    /// it twice would not give the same results.
     fn capture(&mut self, split: &SplitRef<'_>) -> Result<CudaGraph> {
-        self.compute(split.graph, split.nodes.clone())?;
+        let ids = split.graph.nodes().get(split.nodes.clone()).unwrap_or_default();
+        let (mut scratch, mut gemm) = (0, false);
+        for &id in ids {
+            if let Some((op, dst, srcs)) = self.operands(split.graph, id)? {
+                scratch = scratch.max(kernels::scratch_bytes(op, dst, &srcs));
+                gemm |= op == Op::MulMat;
+            }
+        }
+        if scratch > 0 {
+            self.scratch.reserve(scratch)?;
+        }
+        if gemm {
+            self.scratch.blas()?;
+        }
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| self.err("starting a capture", e))?;
@@ -172,22 +212,9 @@ impl Backend for CudaBackend {
         })?;
         self.bind()?;
         for &id in ids {
-            let op = graph.tensor(id)?.op();
-            if op == Op::None || op.is_view() {
-                continue;
+            if let Some((op, dst, srcs)) = self.operands(graph, id)? {
+                kernels::launch(&self.kernels, &self.stream, &mut self.scratch, op, dst, &srcs)?;
             }
-            if !self.device.supports_op(graph, id) {
-                return Err(Error::Unsupported { backend: self.name().into(), op: op.name(), tensor: graph.label(id) });
-            }
-            let node = graph.node_view(id)?;
-            let dst = (self.arg(&node.dst)?, node.dst.dtype);
-            let mut srcs = [None; tessera_core::tensor::MAX_SRC];
-            for (slot, view) in node.src.iter().enumerate() {
-                if let Some(view) = view {
-                    srcs[slot] = Some((self.arg(view)?, view.dtype));
-                }
-            }
-            kernels::launch(&self.kernels, &self.stream, &mut self.scratch, op, dst, &srcs)?;
         }
         Ok(())
     }

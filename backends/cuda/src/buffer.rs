@@ -70,6 +70,14 @@ impl CudaBuffer {
     fn error(&self, what: &str, e: cudarc::driver::DriverError) -> Error {
         driver::error(&self.buffer_type.name, what, e)
     }
+
+    /// Waits for the legacy default stream, on which the synchronous driver copies run: a
+    /// pageable upload, a memset or a device copy may return before the data has landed, and
+    /// the backends' streams do not wait for that stream.
+    fn finish(&self, what: &str) -> Result<()> {
+        // SAFETY: synchronizing the null (legacy default) stream of the current context.
+        unsafe { result::stream::synchronize(result::stream::null()) }.map_err(|e| self.error(what, e))
+    }
 }
 
 impl Drop for CudaBuffer {
@@ -103,7 +111,8 @@ impl Buffer for CudaBuffer {
         self.buffer_type.bind()?;
         // SAFETY: the range lies inside the allocation (checked above); the copy is
         // synchronous, so `data` outlives it.
-        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }.map_err(|e| self.error("writing", e))
+        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }.map_err(|e| self.error("writing", e))?;
+        self.finish("writing")
     }
     fn get_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         check_range(self, offset, out.len())?;
@@ -116,7 +125,9 @@ impl Buffer for CudaBuffer {
         check_range(self, offset, len)?;
         self.buffer_type.bind()?;
         // SAFETY: the range lies inside the allocation (checked above).
-        unsafe { result::memset_d8_sync(self.ptr + offset as u64, value, len) }.map_err(|e| self.error("filling", e))
+        unsafe { result::memset_d8_sync(self.ptr + offset as u64, value, len) }
+            .map_err(|e| self.error("filling", e))?;
+        self.finish("filling")
     }
     /// Copies from host memory, or device to device within the same GPU.
     fn copy_from(&self, dst_offset: usize, src: &dyn Buffer, src_offset: usize, len: usize) -> Result<bool> {
@@ -131,6 +142,7 @@ impl Buffer for CudaBuffer {
                 // copy is synchronous.
                 unsafe { result::memcpy_dtod_sync(self.ptr + dst_offset as u64, src_ptr + src_offset as u64, len) }
                     .map_err(|e| self.error("copying on the device", e))?;
+                self.finish("copying on the device")?;
                 Ok(true)
             }
             BufferBase::Host(_) | BufferBase::HostReadOnly(_) => {

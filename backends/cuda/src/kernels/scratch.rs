@@ -27,12 +27,19 @@ pub struct Scratch {
     buffer: Option<CudaSlice<u8>>,
     address: u64,
     blas: Option<CudaBlas>,
+    /// cuBLAS's own work memory, given to it explicitly: the library must not allocate
+    /// while a stream is captured into a CUDA graph, and its default workspace is reset by
+    /// every `cublasSetStream`.
+    blas_workspace: Option<(CudaSlice<u8>, u64)>,
 }
+
+/// Bytes of cuBLAS work memory (what cuBLAS asks for on Hopper).
+const BLAS_WORKSPACE: usize = 32 << 20;
 
 impl Scratch {
     /// Empty scratch for launches on `stream`; nothing is allocated yet.
     pub fn new(stream: &Arc<CudaStream>) -> Result<Scratch> {
-        Ok(Scratch { stream: Arc::clone(stream), buffer: None, address: 0, blas: None })
+        Ok(Scratch { stream: Arc::clone(stream), buffer: None, address: 0, blas: None, blas_workspace: None })
     }
 
     /// The stream this scratch serves.
@@ -81,14 +88,22 @@ impl Scratch {
             }
             let blas = CudaBlas::new(Arc::clone(&self.stream))
                 .map_err(|e| backend_error(&format!("creating the cuBLAS handle failed: {e}")))?;
+            let workspace = self.stream.alloc_zeros::<u8>(BLAS_WORKSPACE).map_err(|e| Error::OutOfMemory {
+                what: format!("cuBLAS work memory ({e})"),
+                requested: BLAS_WORKSPACE,
+            })?;
+            // The address is taken once, here: never while a stream is being captured.
+            let address = workspace.device_ptr(&self.stream).0;
             self.blas = Some(blas);
+            self.blas_workspace = Some((workspace, address));
         }
-        let handle = match &self.blas {
-            Some(blas) => *blas.handle(),
-            None => return Err(backend_error("the cuBLAS handle is missing")),
+        let (handle, workspace) = match (&self.blas, &self.blas_workspace) {
+            (Some(blas), Some((_, address))) => (*blas.handle(), *address),
+            _ => return Err(backend_error("the cuBLAS handle is missing")),
         };
         // SAFETY: `handle` is the live handle owned by `self.blas`; these calls only set its
-        // stream (this scratch's, which outlives the handle) and its math mode.
+        // stream (this scratch's, which outlives the handle), its math mode and its work memory
+        // (owned by this scratch, as large as said, and used only on this stream).
         unsafe {
             cublas_sys::cublasSetStream_v2(handle, self.stream.cu_stream() as cublas_sys::cudaStream_t)
                 .result()
@@ -96,6 +111,10 @@ impl Scratch {
             cublas_sys::cublasSetMathMode(handle, cublas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH)
                 .result()
                 .map_err(|e| backend_error(&format!("setting cuBLAS's math mode failed: {e}")))?;
+            // The stream reset the workspace to the library's default: give it ours again.
+            cublas_sys::cublasSetWorkspace_v2(handle, workspace as *mut std::ffi::c_void, BLAS_WORKSPACE)
+                .result()
+                .map_err(|e| backend_error(&format!("giving cuBLAS its work memory failed: {e}")))?;
         }
         Ok(handle)
     }
