@@ -1,7 +1,7 @@
 //! The CUDA kernels and the layer that launches them.
 //!
 //! The kernels are CUDA C in `backends/cuda/kernels/*.cu`, one file per op family, compiled
-//! ahead of time into the fatbins this module embeds ([`modules`]) and loaded once per context
+//! ahead of time into the fatbins this module embeds (`modules.rs`) and loaded once per context
 //! with `cuModuleLoadData` ([`Kernels::load`]). A backend resolves each node to
 //! [`TensorArg`]s (device address of the first value, shape, byte strides) and calls
 //! [`launch`]; [`supports`] says exactly which nodes `launch` runs. Semantics are those of the
