@@ -1,12 +1,31 @@
 //! The CUDA kernels and the layer that launches them.
 //!
 //! The kernels are CUDA C in `backends/cuda/kernels/*.cu`, one file per op family, compiled
-//! ahead of time into the fatbins this module embeds ([`modules`]) and loaded once per context
+//! ahead of time into the fatbins this module embeds (`modules.rs`) and loaded once per context
 //! with `cuModuleLoadData` ([`Kernels::load`]). A backend resolves each node to
 //! [`TensorArg`]s (device address of the first value, shape, byte strides) and calls
 //! [`launch`]; [`supports`] says exactly which nodes `launch` runs. Semantics are those of the
 //! reference kernels (`tessera-reference`): the same broadcasting, strides, masks, rope modes,
 //! im2col and pooling parameters, and bit-identical conversions and quantization.
+//!
+//! What [`supports`] accepts (float = f32, f16 or bf16; any strides unless said otherwise;
+//! quantized operands always have packed rows, as the graph requires):
+//!
+//! | op | types |
+//! |---|---|
+//! | ADD, SUB, MUL, DIV | a float, b float (repeated over a), dst = a's type |
+//! | SCALE, SQR … TANH, NORM, RMS_NORM, DIAG_MASK_INF | float, dst = source's type |
+//! | SUM_ROWS / MEAN | float into the same type / into f32 |
+//! | ARGMAX | float matrix into i32 |
+//! | SOFT_MAX | float, no mask or an f32 or f16 mask, dst = source's type |
+//! | ROPE | float with i32 positions, normal and neox |
+//! | MUL_MAT | a f32, f16, bf16, q8_0 or q4_0 (packed rows), b f32, dst f32 (packed columns) |
+//! | GET_ROWS | f32, f16, bf16, q8_0, q4_0 into f32; i32 into i32 |
+//! | CPY, CONT | between f32, f16, bf16, q8_0 and q4_0 (each way, same or other shape); i32 to i32 |
+//! | CONCAT | f32, f16, bf16 or i32, all three the same |
+//! | IM2COL | float input (kernel: shape only) into f32 or f16, 1-D and 2-D |
+//! | POOL_2D | float into f32, max and avg |
+//! | VIEW, RESHAPE, PERMUTE, TRANSPOSE, leaves | no kernel |
 //!
 //! What runs where:
 //! - element-wise ops, CPY/CONT/GET_ROWS/CONCAT, ROPE, IM2COL, POOL_2D, DIAG_MASK_INF: 2-D blocks
@@ -147,5 +166,8 @@ pub fn launch(
     if dst.0.nelements() == 0 {
         return Ok(());
     }
+    // cuBLAS calls run in the thread's current context, which kernel launches set but a GEMM
+    // needing no conversion would not.
+    stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
     launch::node(kernels, stream, scratch, &node)
 }
