@@ -119,3 +119,25 @@ fn params_follow_compute_unless_given_and_instances_are_shared() {
     let err = Placement::resolve("cpu", "decoder=cpu", MODULES, d).err().unwrap();
     assert!(matches!(err, PlacementError::UnknownModule { .. }));
 }
+
+/// A device that computes on host memory uses a model file's mapping in place
+/// (`Device::buffer_from_host_ptr`); a simulated accelerator, which cannot, gets uploads.
+#[test]
+fn weights_are_used_in_place_where_the_device_can_and_uploaded_elsewhere() {
+    use tessera::runtime::model_file::{place_weights, ModelFile, WeightSpec};
+    let file = ModelFile::open(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/gguf/python_writer.gguf")).unwrap();
+    let specs: Vec<WeightSpec> =
+        file.tensors().iter().map(|t| WeightSpec { name: &t.name, dtype: t.dtype, ne: t.ne }).collect();
+    assert!(!specs.is_empty());
+    let base = file.bytes().as_ptr() as usize;
+    let cpu = place_weights(&file, &specs, &tessera::cpu::CPU_DEVICE, &mut |_, _| {}).unwrap();
+    assert!(cpu.uploaded.is_empty(), "the CPU reads the mapping where it is");
+    for (spec, t) in specs.iter().zip(file.tensors()) {
+        let data = cpu.get(spec.name).unwrap();
+        let at = data.buffer.host_ptr().unwrap() as usize + data.offset;
+        assert_eq!(at, base + t.offset, "{} is not the file's own bytes", spec.name);
+    }
+    let sim = tessera_sim::SimDevice::create(tessera_sim::SimConfig::new("SIM_IMPORT"));
+    let uploaded = place_weights(&file, &specs, sim, &mut |_, _| {}).unwrap();
+    assert!(!uploaded.uploaded.is_empty(), "the simulated device cannot use host memory in place");
+}

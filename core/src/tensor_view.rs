@@ -107,3 +107,97 @@ mod tests {
         assert!(matches!(src.base(), BufferBase::Host(_)));
     }
 }
+
+#[cfg(test)]
+mod init_tensor_tests {
+    use alloc::sync::Arc;
+    use alloc::vec::Vec;
+    use core::any::Any;
+    use core::sync::atomic::{AtomicUsize, Ordering};
+
+    use crate::allocator::GraphAllocator;
+    use crate::buffer::{Buffer, BufferBase, BufferType, BufferUsage};
+    use crate::dtype::DType;
+    use crate::error::Result;
+    use crate::graph::Graph;
+    use crate::host_buffer::{HostBuffer, HOST_ALIGNMENT};
+    use crate::tensor::Tensor;
+
+    /// Host memory whose buffers record every `init_tensor` call (offset, bytes).
+    struct Recording;
+    static RECORDING: Recording = Recording;
+    /// The offsets of the calls, in order (this test's buffers only).
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    static OFFSETS: [AtomicUsize; 8] = [const { AtomicUsize::new(usize::MAX) }; 8];
+
+    struct RecordingBuffer(HostBuffer);
+
+    impl BufferType for Recording {
+        fn name(&self) -> &str {
+            "recording"
+        }
+        fn alignment(&self) -> usize {
+            HOST_ALIGNMENT
+        }
+        fn is_host(&self) -> bool {
+            true
+        }
+        fn alloc_buffer(&'static self, size: usize) -> Result<Arc<dyn Buffer>> {
+            Ok(Arc::new(RecordingBuffer(HostBuffer::alloc(self, size)?)))
+        }
+    }
+
+    impl Buffer for RecordingBuffer {
+        fn buffer_type(&self) -> &'static dyn BufferType {
+            &RECORDING
+        }
+        fn size(&self) -> usize {
+            self.0.size()
+        }
+        fn usage(&self) -> BufferUsage {
+            self.0.usage()
+        }
+        fn set_usage(&self, usage: BufferUsage) {
+            self.0.set_usage(usage)
+        }
+        fn base(&self) -> BufferBase {
+            self.0.base()
+        }
+        fn init_tensor(&self, tensor: &Tensor, offset: usize) -> Result<()> {
+            assert_eq!(tensor.nbytes(), 64);
+            let i = COUNT.fetch_add(1, Ordering::SeqCst);
+            OFFSETS[i.min(7)].store(offset, Ordering::SeqCst);
+            Ok(())
+        }
+        fn set_bytes(&self, offset: usize, data: &[u8]) -> Result<()> {
+            self.0.set_bytes(offset, data)
+        }
+        fn get_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+            self.0.get_bytes(offset, out)
+        }
+        fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+            self.0.fill(offset, len, value)
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    #[test]
+    fn every_tensor_an_allocator_binds_is_initialised_where_it_lands() {
+        let mut g = Graph::new();
+        let a = g.new_tensor(DType::F32, &[16]).unwrap();
+        let b = g.exp(a).unwrap();
+        let c = g.relu(b).unwrap();
+        g.build_forward(c).unwrap();
+        let mut galloc: GraphAllocator = GraphAllocator::new(&[&RECORDING]);
+        galloc.alloc(&mut g, None).unwrap();
+        // Every tensor is initialised once, at the place it was bound.
+        assert_eq!(COUNT.load(Ordering::SeqCst), 3);
+        let calls: Vec<usize> = OFFSETS[..3].iter().map(|o| o.load(Ordering::SeqCst)).collect();
+        for id in [a, b, c] {
+            let offset = g.data(id).unwrap().offset;
+            assert!(calls.contains(&offset), "{id:?} at {offset}: {calls:?}");
+        }
+    }
+}
