@@ -3,6 +3,7 @@
 use alloc::boxed::Box;
 use core::any::Any;
 use core::ops::Range;
+use core::time::Duration;
 
 use crate::buffer::TensorData;
 use crate::device::Device;
@@ -13,6 +14,12 @@ use crate::graph::Graph;
 pub trait Event: Send + Sync {
     /// Blocks the host until the point where the event was recorded has been reached.
     fn synchronize(&self) -> Result<()>;
+    /// The device time from `start` to this event, once both are reached (waits for them).
+    /// `None` unless both came from the same device's
+    /// [`new_timing_event`](crate::Device::new_timing_event).
+    fn elapsed_since(&self, _start: &dyn Event) -> Result<Option<Duration>> {
+        Ok(None)
+    }
     fn as_any(&self) -> &dyn Any;
 }
 

@@ -111,4 +111,10 @@ pub trait Device: Send + Sync {
     fn new_event(&self) -> Result<Option<Box<dyn Event>>> {
         Ok(None)
     }
+    /// A new event that also measures device time ([`Event::elapsed_since`]), if the device
+    /// can; recording one costs more than a plain event, so it is for benchmarks and
+    /// profiles, not for ordering work.
+    fn new_timing_event(&self) -> Result<Option<Box<dyn Event>>> {
+        Ok(None)
+    }
 }

@@ -64,6 +64,8 @@ abi_table! {
             out: *mut AbiBuffer,
             err: *mut AbiError,
         ) -> i32;
+        /// Like `new_event`, for an event that also measures device time.
+        optional new_timing_event: fn(ctx: Ctx, out: *mut AbiEvent, err: *mut AbiError) -> i32;
     }
 }
 
@@ -186,5 +188,8 @@ abi_table! {
     struct AbiEventFns("event table"), handle AbiEvent, exported by EventExports, imported as EventFns {
         required free: fn(ctx: Ctx);
         required synchronize: fn(ctx: Ctx, err: *mut AbiError) -> i32;
+        /// Device nanoseconds from the event `start` (of this plugin) to this one, waiting for
+        /// both; `u64::MAX` when they cannot be timed.
+        optional elapsed_since: fn(ctx: Ctx, start: Ctx, out_ns: *mut u64, err: *mut AbiError) -> i32;
     }
 }

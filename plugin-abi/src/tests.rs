@@ -11,13 +11,15 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::any::Any;
 use core::ops::Range;
+use core::sync::atomic::{AtomicU64, Ordering};
+use core::time::Duration;
 
 use tessera_core::host_buffer::{HostBuffer, HOST_BUFFER_TYPE};
 use tessera_core::op::*;
 use tessera_core::registry::BackendReg;
 use tessera_core::tensor::TensorId;
 use tessera_core::{Backend, Buffer, BufferType, DType, Device, DeviceCaps, DeviceType, Error, Graph, MemoryInfo};
-use tessera_core::{Result, TensorData};
+use tessera_core::{Event, Result, TensorData};
 
 use crate::abi::*;
 use crate::desc::*;
@@ -319,6 +321,28 @@ impl Device for TestDevice {
     fn init_backend(&'static self) -> Result<Box<dyn Backend>> {
         Ok(Box::new(TestBackend))
     }
+    fn new_timing_event(&self) -> Result<Option<Box<dyn Event>>> {
+        static CLOCK_US: AtomicU64 = AtomicU64::new(0);
+        Ok(Some(Box::new(StampEvent { us: CLOCK_US.fetch_add(1500, Ordering::Relaxed) })))
+    }
+}
+
+/// A timing event of the test device: a stamp of a clock that moves 1.5 ms per event.
+struct StampEvent {
+    us: u64,
+}
+
+impl Event for StampEvent {
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    fn elapsed_since(&self, start: &dyn Event) -> Result<Option<Duration>> {
+        let Some(start) = start.as_any().downcast_ref::<StampEvent>() else { return Ok(None) };
+        Ok(self.us.checked_sub(start.us).map(Duration::from_micros))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
 }
 
 struct TestBackend;
@@ -360,6 +384,18 @@ impl Exporter for TestExport {
     fn catch<R>(f: impl FnOnce() -> R) -> core::result::Result<R, String> {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| panic_message(&*p))
     }
+}
+
+#[test]
+fn timing_events_measure_across_the_tables() {
+    let reg = loopback::<TestExport>("test").unwrap();
+    let dev = reg.device(0).unwrap();
+    assert!(dev.new_event().unwrap().is_none(), "no plain events on this device");
+    let (start, end) = (dev.new_timing_event().unwrap().unwrap(), dev.new_timing_event().unwrap().unwrap());
+    assert_eq!(end.elapsed_since(&*start).unwrap(), Some(Duration::from_micros(1500)));
+    assert_eq!(start.elapsed_since(&*end).unwrap(), None, "the device cannot time backwards");
+    let foreign = StampEvent { us: 0 };
+    assert_eq!(end.elapsed_since(&foreign).unwrap(), None, "an event of another family");
 }
 
 #[test]

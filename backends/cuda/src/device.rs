@@ -118,7 +118,12 @@ impl Device for CudaDevice {
         Ok(Box::new(CudaBackend::new(self)?))
     }
     fn new_event(&self) -> Result<Option<Box<dyn Event>>> {
-        let event = CudaEvent::new(&self.ctx).map_err(|e| driver::error(&self.name, "creating an event", e))?;
+        let event = CudaEvent::new(&self.ctx, false).map_err(|e| driver::error(&self.name, "creating an event", e))?;
+        Ok(Some(Box::new(event)))
+    }
+    fn new_timing_event(&self) -> Result<Option<Box<dyn Event>>> {
+        let event =
+            CudaEvent::new(&self.ctx, true).map_err(|e| driver::error(&self.name, "creating a timing event", e))?;
         Ok(Some(Box::new(event)))
     }
 }

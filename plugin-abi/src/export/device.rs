@@ -5,7 +5,7 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use core::ptr::NonNull;
 
-use tessera_core::{Buffer, BufferType, Device, DeviceType, Error, Graph, Result, TensorId};
+use tessera_core::{Buffer, BufferType, Device, DeviceType, Error, Event, Graph, Result, TensorId};
 
 use super::buffer_type::ExportedBufferType;
 use super::{fallible, obj, put, Exporter};
@@ -216,13 +216,33 @@ impl<E: Exporter> DeviceExports<E> {
     }
 
     pub(crate) unsafe extern "C" fn new_event(ctx: Ctx, out: *mut AbiEvent, err: *mut AbiError) -> i32 {
-        fallible::<E>(err, "new_event", || {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::event_of(ctx, out, err, "new_event", |d| d.new_event()) }
+    }
+
+    pub(crate) unsafe extern "C" fn new_timing_event(ctx: Ctx, out: *mut AbiEvent, err: *mut AbiError) -> i32 {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::event_of(ctx, out, err, "new_timing_event", |d| d.new_timing_event()) }
+    }
+
+    /// Hands out the event `make` gives (a null handle for none).
+    ///
+    /// # Safety
+    /// As for the table's `new_event`.
+    unsafe fn event_of(
+        ctx: Ctx,
+        out: *mut AbiEvent,
+        err: *mut AbiError,
+        what: &'static str,
+        make: impl FnOnce(&dyn Device) -> Result<Option<Box<dyn Event>>>,
+    ) -> i32 {
+        fallible::<E>(err, what, || {
             // SAFETY: as in `name`.
             let d = unsafe { device(ctx) }?;
             if out.is_null() {
                 return Err(super::null_output());
             }
-            let handle = match d.device.new_event()? {
+            let handle = match make(d.device)? {
                 None => AbiEvent::NULL,
                 Some(event) => EventExports::<E>::handle(event),
             };

@@ -4,7 +4,7 @@ use alloc::boxed::Box;
 
 use tessera_core::{Event, Result};
 
-use super::{fallible, free_boxed, obj, Exporter};
+use super::{fallible, free_boxed, obj, put, Exporter};
 use crate::abi::{AbiError, Ctx};
 use crate::tables::{AbiEvent, AbiEventFns, EventExports};
 
@@ -38,5 +38,18 @@ impl<E: Exporter> EventExports<E> {
     pub(crate) unsafe extern "C" fn synchronize(ctx: Ctx, err: *mut AbiError) -> i32 {
         // SAFETY: `ctx` is a live event context of this plugin.
         fallible::<E>(err, "event_synchronize", || unsafe { exported(ctx) }?.synchronize())
+    }
+
+    pub(crate) unsafe extern "C" fn elapsed_since(ctx: Ctx, start: Ctx, out_ns: *mut u64, err: *mut AbiError) -> i32 {
+        fallible::<E>(err, "event_elapsed_since", || {
+            // SAFETY: `ctx` and `start` are live event contexts of this plugin.
+            let (end, start) = unsafe { (exported(ctx)?, exported(start)?) };
+            let ns = match end.elapsed_since(start)? {
+                Some(d) => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1),
+                None => u64::MAX,
+            };
+            // SAFETY: the host's promise that `out_ns` is writable (null is refused).
+            unsafe { put(out_ns, ns) }
+        })
     }
 }

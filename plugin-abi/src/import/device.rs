@@ -234,7 +234,20 @@ impl Device for PluginDevice {
         Ok(Box::new(unsafe { PluginBackend::wrap(&self.shared, handle, self) }?))
     }
     fn new_event(&self) -> Result<Option<Box<dyn Event>>> {
-        let Some(f) = self.fns.new_event else { return Ok(None) };
+        self.event_of(self.fns.new_event)
+    }
+    fn new_timing_event(&self) -> Result<Option<Box<dyn Event>>> {
+        self.event_of(self.fns.new_timing_event)
+    }
+}
+
+impl PluginDevice {
+    /// The event the plugin's `f` (`new_event` or `new_timing_event`) hands out, if any.
+    fn event_of(
+        &self,
+        f: Option<unsafe extern "C" fn(Ctx, *mut AbiEvent, *mut AbiError) -> i32>,
+    ) -> Result<Option<Box<dyn Event>>> {
+        let Some(f) = f else { return Ok(None) };
         let _call = self.shared.enter_or_err()?;
         let mut handle = AbiEvent::NULL;
         // SAFETY: a function of the device's table with its context and writable outputs.

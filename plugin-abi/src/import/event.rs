@@ -3,6 +3,7 @@
 use alloc::sync::Arc;
 use core::any::Any;
 use core::mem::offset_of;
+use core::time::Duration;
 
 use tessera_core::{Event, Result};
 
@@ -62,6 +63,17 @@ impl Event for PluginEvent {
     fn synchronize(&self) -> Result<()> {
         // SAFETY: a function of the event's table with its context.
         self.shared.call("event", |err| unsafe { (self.fns.synchronize)(self.ctx, err) })
+    }
+    fn elapsed_since(&self, start: &dyn Event) -> Result<Option<Duration>> {
+        let Some(f) = self.fns.elapsed_since else { return Ok(None) };
+        let Some(start) = start.as_any().downcast_ref::<PluginEvent>().filter(|s| s.belongs_to(&self.shared)) else {
+            return Ok(None);
+        };
+        let mut ns = u64::MAX;
+        // SAFETY: a function of the event's table with two live events of its plugin and a
+        // writable output.
+        self.shared.call("event", |err| unsafe { f(self.ctx, start.ctx, &mut ns, err) })?;
+        Ok((ns != u64::MAX).then(|| Duration::from_nanos(ns)))
     }
     fn as_any(&self) -> &dyn Any {
         self
