@@ -123,7 +123,7 @@ fn bin_bcast(op: BinaryOp, cases: &[([usize; 4], [usize; 4])]) -> Vec<Case> {
 }
 
 /// ADD as ggml's perf list has it (one row, a row broadcast over 512), plus a result too
-/// big for the caches and two same-shape operands.
+/// big for the caches and two same-shape operands (in the caches, and past a GPU's L2).
 fn add() -> Vec<Case> {
     bin_bcast(
         BinaryOp::Add,
@@ -132,6 +132,7 @@ fn add() -> Vec<Case> {
             ([4096, 1, 1, 1], [1, 512, 1, 1]),
             ([4096, 1, 1, 1], [1, 8192, 1, 1]),
             ([4096, 512, 1, 1], [1, 1, 1, 1]),
+            ([4096, 8192, 1, 1], [1, 1, 1, 1]),
         ],
     )
 }
@@ -171,24 +172,37 @@ fn soft_max() -> Vec<Case> {
         .collect()
 }
 
-const ROWS_NE: [usize; 4] = [4096, 512, 1, 1];
+/// Shapes of the row ops: one that fits a CPU's caches, one past a GPU's L2.
+const ROWS_NE: [[usize; 4]; 2] = [[4096, 512, 1, 1], [4096, 8192, 1, 1]];
 
 fn norm() -> Vec<Case> {
-    vec![one_source("NORM", format!("type=f32,ne={},eps=0.000001", fmt_ne(ROWS_NE)), ROWS_NE, 1.0, |g, a| {
-        g.norm(a, 1e-6)
-    })]
+    ROWS_NE
+        .iter()
+        .map(|&ne| {
+            one_source("NORM", format!("type=f32,ne={},eps=0.000001", fmt_ne(ne)), ne, 1.0, |g, a| g.norm(a, 1e-6))
+        })
+        .collect()
 }
 
 fn rms_norm() -> Vec<Case> {
-    vec![one_source("RMS_NORM", format!("type=f32,ne={},eps=0.000001", fmt_ne(ROWS_NE)), ROWS_NE, 1.0, |g, a| {
-        g.rms_norm(a, 1e-6)
-    })]
+    ROWS_NE
+        .iter()
+        .map(|&ne| {
+            one_source("RMS_NORM", format!("type=f32,ne={},eps=0.000001", fmt_ne(ne)), ne, 1.0, |g, a| {
+                g.rms_norm(a, 1e-6)
+            })
+        })
+        .collect()
 }
 
 /// Unary ops on inputs spread over +-150, as ggml's perf cases have them.
 fn unary(op: UnaryOp) -> Vec<Case> {
-    let params = format!("type=f32,ne_a={}", fmt_ne(ROWS_NE));
-    vec![one_source(op.name(), params, ROWS_NE, 150.0, move |g, a| g.unary(op, a))]
+    ROWS_NE
+        .iter()
+        .map(|&ne| {
+            one_source(op.name(), format!("type=f32,ne_a={}", fmt_ne(ne)), ne, 150.0, move |g, a| g.unary(op, a))
+        })
+        .collect()
 }
 
 fn gelu() -> Vec<Case> {

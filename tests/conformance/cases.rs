@@ -413,6 +413,10 @@ fn mul_mat(v: &mut Vec<Case>) {
         list.push((7, 5, k, [2, 3], [1, 1], Layout::Plain));
         if !ta.is_quantized() {
             list.push((7, 5, k, [1, 1], [1, 1], Layout::TransB));
+            // Rows on 16-byte boundaries: the GPUs' float matrix-vector kernels.
+            list.push((67, 1, 1024, [1, 1], [1, 1], Layout::Plain));
+            list.push((33, 7, 256, [2, 1], [2, 2], Layout::Plain));
+            list.push((19, 4, 256, [2, 1], [2, 2], Layout::PermA));
         }
         list.push((7, 5, k, [2, 3], [1, 1], Layout::PermB));
         list.push((7, 1, k, [1, 1], [2, 3], Layout::PermB));

@@ -32,10 +32,12 @@
 //!   of 256 threads (x along dimension 0, y along rows), grid-strided over rows;
 //! - SUM_ROWS, MEAN, ARGMAX, SOFT_MAX, NORM, RMS_NORM: one block per row (32 to 512 threads),
 //!   warp and block reductions, sums in f64;
-//! - MUL_MAT: cuBLAS (`cublasGemmEx` and its batched forms, f32 accumulation) for f32 weights
-//!   (true f32), f16 and bf16 weights (activations converted to the weight type), and q8_0/q4_0
-//!   weights times more than 8 columns (weights dequantized to f16 in scratch); q8_0/q4_0 times
-//!   up to 8 columns by a matrix-vector kernel (one warp per weight row).
+//! - MUL_MAT: up to 8 columns by matrix-vector kernels that read the weights once for all
+//!   columns (float weights times f32 activations in place; q8_0/q4_0 weights with dp4a against
+//!   activations quantized once to 8 bits); more columns by cuBLAS (`cublasGemmEx` and its
+//!   batched forms, f32 accumulation) for f32 weights (true f32), f16 and bf16 weights
+//!   (activations converted to the weight type), and q8_0/q4_0 weights (dequantized to f16 in
+//!   scratch).
 
 mod arg;
 mod launch;

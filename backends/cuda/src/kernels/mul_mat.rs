@@ -6,7 +6,10 @@
 //!
 //! The plan, chosen from shapes and strides alone ([`plan`]):
 //! - `K = 0`: the result is zeros;
-//! - q8_0/q4_0 weights and `N <= 8`: the matrix-vector kernel (mul_mat.cu), reading `b` in place;
+//! - `N <= 8`: a matrix-vector kernel (mul_mat_vec.cu) that reads the weights once for all
+//!   columns: q8_0/q4_0 weights with `b` quantized to Q8_1 blocks in scratch first (any
+//!   strides), float weights with `b` read in place when both operands' rows start on 16-byte
+//!   boundaries and are packed;
 //! - otherwise a GEMM of type f32 (f32 weights), bf16 (bf16 weights) or f16 (f16, q8_0, q4_0
 //!   weights) with f32 output: an operand that is not of that type or whose columns are not
 //!   packed (`nb[0]`) is first converted by the CPY kernels into packed scratch; then one GEMM
@@ -25,10 +28,21 @@ use super::arg::TensorArg;
 use super::launch::{copy, div_ceil, elementwise_config, launch_kernel};
 use super::{backend_error, names, Kernels, Operand, Scratch};
 
-/// Largest `N` the matrix-vector kernel takes (`MMV_MAX_COLS` in mul_mat.cu).
+/// Largest `N` the matrix-vector kernels take.
 pub(crate) const MMV_MAX_COLS: i64 = 8;
-/// Warps (weight rows) per block of the matrix-vector kernel.
+/// Warps per block of the matrix-vector kernels (`MMV_WARPS` in mul_mat_vec.cu).
 const MMV_WARPS: i64 = 4;
+/// Bytes of one Q8_1 block of quantized `b` (`Q8_1` in mul_mat_vec.cu).
+const Q8_1_BYTES: usize = 40;
+
+/// Weight rows one block of the matrix-vector kernels computes (`MmvRows` in mul_mat_vec.cu).
+fn mmv_rows(ncols: i64) -> i64 {
+    match ncols {
+        ..=2 => 2,
+        3..=4 => 4,
+        _ => 8,
+    }
+}
 /// Scratch regions start at multiples of this.
 const ALIGN: usize = 256;
 
@@ -50,8 +64,8 @@ pub(crate) enum Batch {
 pub(crate) enum Path {
     /// `K = 0`: zeros.
     Fill,
-    /// The quantized matrix-vector kernel.
-    MatVec,
+    /// A matrix-vector kernel; `b` first quantized into scratch for quantized weights.
+    MatVec { quantize_b: bool },
     /// cuBLAS in `gemm` type, after converting `a` and/or `b` into scratch.
     Gemm { gemm: DType, convert_a: bool, convert_b: bool, batch: Batch },
 }
@@ -125,6 +139,12 @@ fn batch_stride(t: &TensorArg, es: i64) -> Option<i64> {
     }
 }
 
+/// Whether every row of `t` (dimension 0, values of `es` bytes) is packed and starts on a
+/// 16-byte boundary, as the float matrix-vector kernels load them.
+fn rows_16_byte_aligned(t: &TensorArg, es: i64) -> bool {
+    (t.ne[0] <= 1 || t.nb[0] == es) && t.data % 16 == 0 && (1..4).all(|d| t.ne[d] <= 1 || t.nb[d] % 16 == 0)
+}
+
 fn packed(dtype: DType, ne: [i64; 4]) -> Result<TensorArg> {
     TensorArg::contiguous(0, dtype, ne)
 }
@@ -147,8 +167,17 @@ pub(crate) fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
     if k == 0 {
         return none(Path::Fill);
     }
-    if at.is_quantized() && n <= MMV_MAX_COLS {
-        return none(Path::MatVec);
+    if n <= MMV_MAX_COLS {
+        if at.is_quantized() {
+            let blocks = usize::try_from(b.nelements() / 32).unwrap_or(usize::MAX);
+            return Plan {
+                scratch_bytes: blocks.saturating_mul(Q8_1_BYTES),
+                ..none(Path::MatVec { quantize_b: true })
+            };
+        }
+        if rows_16_byte_aligned(&a, at.block_bytes() as i64) && rows_16_byte_aligned(&b, 4) {
+            return none(Path::MatVec { quantize_b: false });
+        }
     }
     let gemm = match at {
         DType::F32 => DType::F32,
@@ -221,21 +250,33 @@ pub(crate) fn launch(
             // fill_f32(TensorArg dst, float value)
             launch_kernel!(kernels, stream, names::FILL_F32, cfg, &d, &zero)
         }
-        Path::MatVec => {
-            let name = names::mul_mat_vec(at).ok_or_else(|| backend_error("no matrix-vector kernel"))?;
-            let ncols = int(n)?;
+        Path::MatVec { quantize_b } => {
+            let name = names::mul_mat_vec(at, n as usize).ok_or_else(|| backend_error("no matrix-vector kernel"))?;
+            let nmat = (b2 * b3).clamp(1, 65535) as u32;
+            let block_dim = (32 * MMV_WARPS as u32, 1, 1);
             let cfg = cudarc::driver::LaunchConfig {
                 grid_dim: (
-                    u32::try_from(div_ceil(m, MMV_WARPS)).map_err(|_| backend_error("too many rows"))?,
-                    (b2 * b3).clamp(1, 65535) as u32,
+                    u32::try_from(div_ceil(m, mmv_rows(n))).map_err(|_| backend_error("too many rows"))?,
+                    nmat,
                     1,
                 ),
-                block_dim: (32 * MMV_WARPS as u32, 1, 1),
+                block_dim,
                 shared_mem_bytes: 0,
             };
-            // mul_mat_vec_*(TensorArg a, TensorArg b, TensorArg dst, long long r2, long long r3,
-            //               int ncols)
-            launch_kernel!(kernels, stream, name, cfg, &a, &b, &d, &r2, &r3, &ncols)
+            if !quantize_b {
+                // mul_mat_vec_<type>_<n>(TensorArg a, TensorArg b, TensorArg dst, long long r2,
+                //                        long long r3)
+                return launch_kernel!(kernels, stream, name, cfg, &a, &b, &d, &r2, &r3);
+            }
+            let bq = scratch.reserve(p.scratch_bytes)?;
+            let blocks = u32::try_from(div_ceil(k / 32, MMV_WARPS)).map_err(|_| backend_error("too many blocks"))?;
+            let qcfg =
+                cudarc::driver::LaunchConfig { grid_dim: (blocks, n as u32, nmat), block_dim, shared_mem_bytes: 0 };
+            // quantize_q8_1(TensorArg b, Q8_1 *out)
+            launch_kernel!(kernels, stream, names::QUANTIZE_Q8_1, qcfg, &b, &bq)?;
+            // mul_mat_vec_<type>_<n>(TensorArg a, const Q8_1 *bq, TensorArg dst, long long r2,
+            //                        long long r3)
+            launch_kernel!(kernels, stream, name, cfg, &a, &bq, &d, &r2, &r3)
         }
         Path::Gemm { gemm, convert_a, convert_b, batch } => {
             let base = if p.scratch_bytes > 0 { scratch.reserve(p.scratch_bytes)? } else { 0 };
@@ -437,9 +478,17 @@ mod tests {
     }
 
     #[test]
-    fn quantized_weights_times_few_columns_use_the_matrix_vector_kernel() {
+    fn few_columns_use_the_matrix_vector_kernels() {
         let p = plan(t(DType::Q4_0, [256, 5, 1, 1]), t(DType::F32, [256, 8, 1, 1]), t(DType::F32, [5, 8, 1, 1]));
-        assert_eq!((p.path, p.scratch_bytes), (Path::MatVec, 0));
+        assert_eq!((p.path, p.scratch_bytes), (Path::MatVec { quantize_b: true }, 8 * 8 * Q8_1_BYTES));
+        let p = plan(t(DType::F16, [256, 5, 1, 1]), t(DType::F32, [256, 3, 2, 1]), t(DType::F32, [5, 3, 2, 1]));
+        assert_eq!((p.path, p.scratch_bytes), (Path::MatVec { quantize_b: false }, 0));
+        // Float weights whose rows do not start on 16-byte boundaries go to cuBLAS.
+        let p = plan(t(DType::F16, [252, 5, 1, 1]), t(DType::F32, [252, 3, 1, 1]), t(DType::F32, [5, 3, 1, 1]));
+        assert!(matches!(p.path, Path::Gemm { .. }), "{p:?}");
+        let b = permuted(DType::F32, [256, 3, 1, 1], [1, 0, 2, 3]);
+        let p = plan(t(DType::F32, [256, 5, 1, 1]), b, t(DType::F32, [5, 3, 1, 1]));
+        assert!(matches!(p.path, Path::Gemm { convert_b: true, .. }), "{p:?}");
         let p = plan(t(DType::Q8_0, [256, 5, 1, 1]), t(DType::F32, [256, 9, 1, 1]), t(DType::F32, [5, 9, 1, 1]));
         assert_eq!(p.path, Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single });
         assert_eq!(p.b_offset, 2560);
@@ -460,7 +509,7 @@ mod tests {
     #[test]
     fn batches_fold_stride_or_use_pointers() {
         // One weight matrix, contiguous activations: one product over all columns.
-        let p = plan(t(DType::F16, [64, 7, 1, 1]), t(DType::F32, [64, 5, 2, 3]), t(DType::F32, [7, 5, 2, 3]));
+        let p = plan(t(DType::F16, [64, 7, 1, 1]), t(DType::F32, [64, 9, 2, 3]), t(DType::F32, [7, 9, 2, 3]));
         assert_eq!(
             p.path,
             Path::Gemm {
@@ -471,24 +520,24 @@ mod tests {
             }
         );
         // As many weight matrices as activations: strided.
-        let p = plan(t(DType::F32, [64, 7, 2, 3]), t(DType::F32, [64, 5, 2, 3]), t(DType::F32, [7, 5, 2, 3]));
+        let p = plan(t(DType::F32, [64, 7, 2, 3]), t(DType::F32, [64, 9, 2, 3]), t(DType::F32, [7, 9, 2, 3]));
         assert_eq!(
             p.path,
             Path::Gemm {
                 gemm: DType::F32,
                 convert_a: false,
                 convert_b: false,
-                batch: Batch::Strided { stride_a: 64 * 7, stride_b: 64 * 5, stride_c: 35 }
+                batch: Batch::Strided { stride_a: 64 * 7, stride_b: 64 * 9, stride_c: 63 }
             }
         );
         // Broadcast weights over several matrices: pointer arrays after the converted b.
-        let p = plan(t(DType::BF16, [64, 9, 2, 1]), t(DType::F32, [64, 5, 4, 2]), t(DType::F32, [9, 5, 4, 2]));
+        let p = plan(t(DType::BF16, [64, 9, 2, 1]), t(DType::F32, [64, 9, 4, 2]), t(DType::F32, [9, 9, 4, 2]));
         assert_eq!(p.path, Path::Gemm { gemm: DType::BF16, convert_a: false, convert_b: true, batch: Batch::Pointers });
-        assert_eq!(p.ptr_offset, align(64 * 5 * 8 * 2));
+        assert_eq!(p.ptr_offset, align(64 * 9 * 8 * 2));
         assert_eq!(p.scratch_bytes, p.ptr_offset + 8 * 3 * 8);
         // Weights permuted over dims 1 and 2 (rows still packed) batch with pointers too.
         let a = permuted(DType::F32, [64, 7, 2, 1], [0, 2, 1, 3]);
-        let p = plan(a, t(DType::F32, [64, 5, 4, 1]), t(DType::F32, [7, 5, 4, 1]));
+        let p = plan(a, t(DType::F32, [64, 9, 4, 1]), t(DType::F32, [7, 9, 4, 1]));
         assert_eq!(p.path, Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Pointers });
     }
 

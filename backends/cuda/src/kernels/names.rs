@@ -148,14 +148,35 @@ pub(crate) fn pool_2d(src: DType) -> Option<&'static str> {
     by_float(src, ["pool_2d_f32", "pool_2d_f16", "pool_2d_bf16"])
 }
 
-/// The quantized matrix-vector product for weights of type `a`.
-pub(crate) fn mul_mat_vec(a: DType) -> Option<&'static str> {
-    match a {
-        Q8_0 => Some("mul_mat_vec_q8_0"),
-        Q4_0 => Some("mul_mat_vec_q4_0"),
-        _ => None,
+/// The matrix-vector product of weights of type `a` with `ncols` (1 to 8) columns.
+pub(crate) fn mul_mat_vec(a: DType, ncols: usize) -> Option<&'static str> {
+    macro_rules! by_cols {
+        ($t:literal) => {
+            [
+                concat!("mul_mat_vec_", $t, "_1"),
+                concat!("mul_mat_vec_", $t, "_2"),
+                concat!("mul_mat_vec_", $t, "_3"),
+                concat!("mul_mat_vec_", $t, "_4"),
+                concat!("mul_mat_vec_", $t, "_5"),
+                concat!("mul_mat_vec_", $t, "_6"),
+                concat!("mul_mat_vec_", $t, "_7"),
+                concat!("mul_mat_vec_", $t, "_8"),
+            ]
+        };
     }
+    let names: [&'static str; 8] = match a {
+        F32 => by_cols!("f32"),
+        F16 => by_cols!("f16"),
+        BF16 => by_cols!("bf16"),
+        Q8_0 => by_cols!("q8_0"),
+        Q4_0 => by_cols!("q4_0"),
+        _ => return None,
+    };
+    names.get(ncols.checked_sub(1)?).copied()
 }
+
+/// Quantizes the columns of a matrix-vector product's b for quantized weights.
+pub(crate) const QUANTIZE_Q8_1: &str = "quantize_q8_1";
 
 pub(crate) const MUL_MAT_PTRS: &str = "mul_mat_ptrs";
 pub(crate) const FILL_F32: &str = "fill_f32";
@@ -172,8 +193,11 @@ mod tests {
         let known: BTreeSet<&str> = MODULES.iter().flat_map(|m| m.kernels.iter().copied()).collect();
         let mut chosen = BTreeSet::new();
         for a in DType::ALL {
-            for f in [unary, argmax, norm, diag_mask_inf, rope, get_rows, concat, pool_2d, mul_mat_vec] {
+            for f in [unary, argmax, norm, diag_mask_inf, rope, get_rows, concat, pool_2d] {
                 chosen.extend(f(a));
+            }
+            for ncols in 0..=9 {
+                chosen.extend(mul_mat_vec(a, ncols));
             }
             for b in DType::ALL {
                 for f in [cpy, binary, sum_rows, soft_max, im2col] {
@@ -182,6 +206,7 @@ mod tests {
             }
         }
         chosen.insert(MUL_MAT_PTRS);
+        chosen.insert(QUANTIZE_Q8_1);
         chosen.insert(FILL_F32);
         for name in &chosen {
             assert!(known.contains(name), "{name} is chosen but no module defines it");

@@ -1,0 +1,371 @@
+// Matrix-vector products: MUL_MAT with at most 8 columns of b, where the weights are read once
+// for all columns and the product runs at memory bandwidth.
+//
+// dst[i, j, i2, i3] = sum_k a[k, i, i2 / r2, i3 / r3] * b[k, j, i2, i3], with a: [K, M, a2, a3]
+// (packed rows), b: [K, N, b2, b3] F32, dst: [M, N, b2, b3] F32, N = NCOLS <= 8.
+//
+// - Float weights (f32, f16, bf16) multiply b's f32 values directly: 16-byte loads of both, f32
+//   products and sums. The launcher takes this path only when every row of a and every column
+//   of b starts on a 16-byte boundary and is packed.
+// - Quantized weights (q8_0, q4_0) multiply b quantized once per launch into Q8_1 blocks (below)
+//   with 4-way int8 dot products (dp4a): the integer sums are exact, so the result differs from
+//   the f32 product only by b's quantization.
+//
+// Grid: x over groups of ROWS weight rows, y strided over the b2 * b3 matrices. Block:
+// MMV_WARPS warps computing the same ROWS rows for all NCOLS columns, the warps and their lanes
+// splitting K; sums are reduced with shuffles, then across the warps in shared memory.
+//
+// ROWS grows with NCOLS: each piece of b a lane loads serves ROWS rows, so that b's loads
+// (from L1/L2) stay a small multiple of the weights' (from memory); each lane keeps
+// ROWS * NCOLS sums and ROWS pieces of weights in flight.
+#include "common.cuh"
+
+#define MMV_WARPS 4
+
+template <int NCOLS> struct MmvRows {
+    static constexpr int value = NCOLS <= 2 ? 2 : NCOLS <= 4 ? 4 : 8;
+};
+
+// Adds up each warp's sums of the block (already reduced within the warp) and stores the
+// block's ROWS x NCOLS results of matrix (i2, i3); rows at or past m are not stored.
+template <int ROWS, int NCOLS>
+__device__ __forceinline__ void mmv_store(float (&acc)[ROWS][NCOLS], float *shared, const TensorArg &dst,
+                                          long long row0, long long m, long long i2, long long i3) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+#pragma unroll
+        for (int c = 0; c < NCOLS; c++) {
+            const float sum = warp_sum(acc[r][c]);
+            if (lane == 0) {
+                shared[(warp * ROWS + r) * NCOLS + c] = sum;
+            }
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < ROWS * NCOLS; t += blockDim.x) {
+        const int r = t / NCOLS, c = t % NCOLS;
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < MMV_WARPS; w++) {
+            sum += shared[(w * ROWS + r) * NCOLS + c];
+        }
+        if (row0 + r < m) {
+            *(float *)(row_ptr(dst, c, i2, i3) + (row0 + r) * dst.nb[0]) = sum;
+        }
+    }
+    __syncthreads(); // `shared` is free for the next matrix
+}
+
+// ---------------------------------------------------------------------------------------------
+// b quantized: Q8_1 blocks of 32 values, d = max|x| / 127, q = round(x / d), and s = d * sum(q)
+// (which the q4_0 product needs for the weights' offset of 8). 40 bytes, 8-byte aligned.
+
+struct Q8_1 {
+    float d;
+    float s;
+    int qs[8];
+};
+
+static_assert(sizeof(Q8_1) == 40, "Q8_1 must match Q8_1_BYTES in mul_mat.rs");
+
+// One warp per block of 32 values of one column: blocks of column j of matrix mat at
+// out[(mat * ncols + j) * nblocks + block]. Grid: x over blocks (MMV_WARPS per thread block),
+// y over columns, z strided over matrices.
+extern "C" __global__ void quantize_q8_1(const __grid_constant__ TensorArg b, Q8_1 *out) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const long long nblocks = b.ne[0] / QK;
+    const long long block = (long long)blockIdx.x * MMV_WARPS + warp;
+    if (block >= nblocks) {
+        return;
+    }
+    const long long j = blockIdx.y;
+    const long long nmat = b.ne[2] * b.ne[3];
+    for (long long mat = blockIdx.z; mat < nmat; mat += gridDim.z) {
+        long long i3, i2;
+        divmod64(mat, b.ne[2], i3, i2);
+        const float x = *(const float *)(row_ptr(b, j, i2, i3) + (block * QK + lane) * b.nb[0]);
+        const float amax = warp_max(fabsf(x));
+        const float d = amax / 127.0f;
+        const int q = amax == 0.0f ? 0 : __float2int_rn(x / d);
+        const int sum = (int)warp_sum((float)q); // |sum| <= 32 * 127: exact in f32
+        Q8_1 *dst = out + (mat * b.ne[1] + j) * nblocks + block;
+        ((signed char *)dst->qs)[lane] = (signed char)q;
+        if (lane == 0) {
+            dst->d = d;
+            dst->s = d * (float)sum;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float weights.
+
+// 16 bytes of a weight row widened to f32.
+template <typename W> struct Vec16;
+
+template <> struct Vec16<F32> {
+    static constexpr int n = 4;
+    __device__ __forceinline__ static void load(const char *p, float *w) {
+        const float4 v = __ldg((const float4 *)p);
+        w[0] = v.x;
+        w[1] = v.y;
+        w[2] = v.z;
+        w[3] = v.w;
+    }
+};
+
+template <> struct Vec16<F16> {
+    static constexpr int n = 8;
+    __device__ __forceinline__ static void load(const char *p, float *w) {
+        const uint4 v = __ldg((const uint4 *)p);
+        const unsigned int u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const float2 f = __half22float2(*(const __half2 *)&u[t]);
+            w[2 * t] = f.x;
+            w[2 * t + 1] = f.y;
+        }
+    }
+};
+
+template <> struct Vec16<BF16> {
+    static constexpr int n = 8;
+    __device__ __forceinline__ static void load(const char *p, float *w) {
+        const uint4 v = __ldg((const uint4 *)p);
+        const unsigned int u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            w[2 * t] = __uint_as_float(u[t] << 16);
+            w[2 * t + 1] = __uint_as_float(u[t] & 0xffff0000u);
+        }
+    }
+};
+
+template <typename W, int NCOLS>
+__device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &b, const TensorArg &dst, long long r2,
+                                  long long r3) {
+    constexpr int ROWS = MmvRows<NCOLS>::value, V = Vec16<W>::n;
+    __shared__ float shared[MMV_WARPS * ROWS * NCOLS];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const long long m = a.ne[1];
+    const long long row0 = (long long)blockIdx.x * ROWS;
+    const long long k = a.ne[0], nvec = k / V;
+    const long long nmat = dst.ne[2] * dst.ne[3];
+    for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
+        long long i3, i2;
+        divmod64(mat, dst.ne[2], i3, i2);
+        const char *arow[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            // Rows past the end repeat the last one; their sums are never stored.
+            arow[r] = row_ptr(a, min(row0 + r, m - 1), i2 / r2, i3 / r3);
+        }
+        const char *bcol = row_ptr(b, 0, i2, i3);
+        float acc[ROWS][NCOLS];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+#pragma unroll
+            for (int c = 0; c < NCOLS; c++) {
+                acc[r][c] = 0.0f;
+            }
+        }
+#pragma unroll 2
+        for (long long v = warp * 32 + lane; v < nvec; v += 32 * MMV_WARPS) {
+            float w[ROWS][V];
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                Vec16<W>::load(arow[r] + v * 16, w[r]);
+            }
+#pragma unroll
+            for (int c = 0; c < NCOLS; c++) {
+                const float4 *p = (const float4 *)(bcol + c * b.nb[1] + v * V * 4);
+#pragma unroll
+                for (int t4 = 0; t4 < V / 4; t4++) {
+                    const float4 f = __ldg(p + t4);
+                    const float x[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+                    for (int r = 0; r < ROWS; r++) {
+#pragma unroll
+                        for (int t = 0; t < 4; t++) {
+                            acc[r][c] = fmaf(w[r][4 * t4 + t], x[t], acc[r][c]);
+                        }
+                    }
+                }
+            }
+        }
+        // The last k % V values.
+        for (long long i = nvec * V + warp * 32 + lane; i < k; i += 32 * MMV_WARPS) {
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                const float w = W::load(arow[r], i, a.nb[0]);
+#pragma unroll
+                for (int c = 0; c < NCOLS; c++) {
+                    acc[r][c] = fmaf(w, *(const float *)(bcol + c * b.nb[1] + i * 4), acc[r][c]);
+                }
+            }
+        }
+        mmv_store<ROWS, NCOLS>(acc, shared, dst, row0, m, i2, i3);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized weights: each lane takes 2 of a weight block's 32-bit words of quants at a time.
+
+// A 32-bit word of quants at a 2-byte aligned address (the blocks of q8_0 and q4_0 are 34 and
+// 18 bytes long).
+__device__ __forceinline__ int load_i32_a2(const char *p) {
+    const unsigned short *h = (const unsigned short *)p;
+    return (int)((unsigned int)h[0] | ((unsigned int)h[1] << 16));
+}
+
+// q8_0: 8 words of quants per block; value = q * d.
+struct MmvQ8_0 {
+    static constexpr int block_bytes = Q8_0_BYTES;
+    static constexpr int words = 8;
+    struct Part {
+        float d;
+        int v[2];
+    };
+    // Words w and w + 1 of `block`, with its scale.
+    __device__ __forceinline__ static Part load(const char *block, int w) {
+        return {f16_bits_to_f32(*(const unsigned short *)block), {load_i32_a2(block + 2 + 4 * w),
+                                                                    load_i32_a2(block + 6 + 4 * w)}};
+    }
+    // The part of the block's dot product with `y` that the words cover.
+    __device__ __forceinline__ static float dot(const Part &p, int w, const Q8_1 &y) {
+        const int sum = __dp4a(p.v[1], y.qs[w + 1], __dp4a(p.v[0], y.qs[w], 0));
+        return p.d * y.d * (float)sum;
+    }
+};
+
+// q4_0: 4 words of nibbles per block; byte j holds value j (low) and value j + 16 (high);
+// value = (nibble - 8) * d. Two lanes share a block, each subtracting half of the offset's
+// 8 * sum(y) (the two halves add up to the whole).
+struct MmvQ4_0 {
+    static constexpr int block_bytes = Q4_0_BYTES;
+    static constexpr int words = 4;
+    using Part = MmvQ8_0::Part;
+    __device__ __forceinline__ static Part load(const char *block, int w) {
+        return {f16_bits_to_f32(*(const unsigned short *)block), {load_i32_a2(block + 2 + 4 * w),
+                                                                    load_i32_a2(block + 6 + 4 * w)}};
+    }
+    __device__ __forceinline__ static float dot(const Part &p, int w, const Q8_1 &y) {
+        int sum = 0;
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            sum = __dp4a(p.v[t] & 0x0f0f0f0f, y.qs[w + t], sum);
+            sum = __dp4a((p.v[t] >> 4) & 0x0f0f0f0f, y.qs[w + t + 4], sum);
+        }
+        return p.d * (y.d * (float)sum - 4.0f * y.s);
+    }
+};
+
+template <typename Q, int NCOLS>
+__device__ void mul_mat_vec_quant(const TensorArg &a, const Q8_1 *bq, const TensorArg &dst, long long r2,
+                                  long long r3) {
+    constexpr int ROWS = MmvRows<NCOLS>::value;
+    constexpr int LANES_PER_BLOCK = Q::words / 2, BLOCKS_PER_WARP = 32 / LANES_PER_BLOCK;
+    __shared__ float shared[MMV_WARPS * ROWS * NCOLS];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const long long m = a.ne[1];
+    const long long row0 = (long long)blockIdx.x * ROWS;
+    const long long nblocks = a.ne[0] / QK;
+    const long long nmat = dst.ne[2] * dst.ne[3];
+    const int w = 2 * (lane % LANES_PER_BLOCK);
+    for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
+        long long i3, i2;
+        divmod64(mat, dst.ne[2], i3, i2);
+        const char *arow[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            arow[r] = row_ptr(a, min(row0 + r, m - 1), i2 / r2, i3 / r3);
+        }
+        const Q8_1 *y = bq + mat * NCOLS * nblocks;
+        float acc[ROWS][NCOLS];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+#pragma unroll
+            for (int c = 0; c < NCOLS; c++) {
+                acc[r][c] = 0.0f;
+            }
+        }
+#pragma unroll 2
+        for (long long ib = warp * BLOCKS_PER_WARP + lane / LANES_PER_BLOCK; ib < nblocks;
+             ib += BLOCKS_PER_WARP * MMV_WARPS) {
+            typename Q::Part part[ROWS];
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                part[r] = Q::load(arow[r] + ib * Q::block_bytes, w);
+            }
+#pragma unroll
+            for (int c = 0; c < NCOLS; c++) {
+                const Q8_1 &yb = y[c * nblocks + ib];
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) {
+                    acc[r][c] += Q::dot(part[r], w, yb);
+                }
+            }
+        }
+        mmv_store<ROWS, NCOLS>(acc, shared, dst, row0, m, i2, i3);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points: one per weight type and column count (the column count is a template argument
+// so that the sums stay in registers).
+
+#define MUL_MAT_VEC_FLOAT_KERNEL(name, W, NCOLS)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                  \
+        name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b,                            \
+             const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                 \
+        mul_mat_vec_float<W, NCOLS>(a, b, dst, r2, r3);                                                           \
+    }
+
+#define MUL_MAT_VEC_QUANT_KERNEL(name, Q, NCOLS)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                  \
+        name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,           \
+             long long r2, long long r3) {                                                                         \
+        mul_mat_vec_quant<Q, NCOLS>(a, bq, dst, r2, r3);                                                          \
+    }
+
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f32_1, F32, 1)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f32_2, F32, 2)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f32_3, F32, 3)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f32_4, F32, 4)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f32_5, F32, 5)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f32_6, F32, 6)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f32_7, F32, 7)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f32_8, F32, 8)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f16_1, F16, 1)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f16_2, F16, 2)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f16_3, F16, 3)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f16_4, F16, 4)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f16_5, F16, 5)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f16_6, F16, 6)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f16_7, F16, 7)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f16_8, F16, 8)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_bf16_1, BF16, 1)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_bf16_2, BF16, 2)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_bf16_3, BF16, 3)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_bf16_4, BF16, 4)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_bf16_5, BF16, 5)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_bf16_6, BF16, 6)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_bf16_7, BF16, 7)
+MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_bf16_8, BF16, 8)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q8_0_1, MmvQ8_0, 1)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q8_0_2, MmvQ8_0, 2)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q8_0_3, MmvQ8_0, 3)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q8_0_4, MmvQ8_0, 4)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q8_0_5, MmvQ8_0, 5)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q8_0_6, MmvQ8_0, 6)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q8_0_7, MmvQ8_0, 7)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q8_0_8, MmvQ8_0, 8)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_1, MmvQ4_0, 1)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_2, MmvQ4_0, 2)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_3, MmvQ4_0, 3)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_4, MmvQ4_0, 4)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_5, MmvQ4_0, 5)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_6, MmvQ4_0, 6)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_7, MmvQ4_0, 7)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_8, MmvQ4_0, 8)
