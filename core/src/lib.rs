@@ -42,7 +42,10 @@ pub use device::{Device, DeviceCaps, DeviceType, MemoryInfo};
 pub use dtype::DType;
 pub use error::{Error, Result, Shape};
 pub use graph::{Graph, TensorParts};
-pub use op::{BinaryOp, Im2ColParams, Op, Pool2dParams, PoolKind, RopeMode, RopeParams, UnaryOp};
+pub use op::{
+    soft_max_mask_fits, soft_max_mask_row, BinaryOp, Im2ColParams, Op, Pool2dParams, PoolKind, RopeMode, RopeParams,
+    UnaryOp,
+};
 pub use registry::{BackendReg, Extension, Registry};
 pub use sched::{Completion, Scheduler, SchedulerOptions, SplitPlan};
 pub use tensor::{Tensor, TensorFlags, TensorId};

@@ -137,7 +137,8 @@ pub enum Op {
     Mean,
     /// Index of the largest value of each row of a matrix: `[n, m] -> [m]` (I32).
     Argmax,
-    /// `softmax(x * scale + mask)` along rows; the mask (src 1) is optional.
+    /// `softmax(x * scale + mask)` along rows; the mask (src 1) is optional and repeats as
+    /// [`soft_max_mask_fits`] says.
     SoftMax {
         scale: f32,
     },
@@ -230,4 +231,18 @@ impl Op {
     pub const fn is_view(&self) -> bool {
         matches!(self, Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose)
     }
+}
+
+/// Whether a SOFT_MAX mask of shape `mask` fits a source of shape `src`: rows of the same
+/// length, repeated over dimensions 1 to 3. Along each of them the mask's size divides the
+/// source's, or (dimension 1 only) the mask has at least as many rows, of which the first are
+/// used. Source row `(i1, i2, i3)` reads mask row [`soft_max_mask_row`].
+pub fn soft_max_mask_fits(mask: [usize; 4], src: [usize; 4]) -> bool {
+    let divides = |d: usize| mask[d] != 0 && src[d] % mask[d] == 0;
+    mask[0] == src[0] && (mask[1] >= src[1] || divides(1)) && divides(2) && divides(3)
+}
+
+/// The mask row that source row `(i1, i2, i3)` of a SOFT_MAX reads.
+pub fn soft_max_mask_row(mask: [usize; 4], i1: usize, i2: usize, i3: usize) -> (usize, usize, usize) {
+    (i1 % mask[1], i2 % mask[2], i3 % mask[3])
 }

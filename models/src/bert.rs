@@ -54,16 +54,18 @@ pub struct BertGraph {
     pub token_ids: TensorId,
     /// I32 `[tokens * rows]`: each token's position in its own sequence.
     pub positions: TensorId,
-    /// F32 `[keys, queries, 1, blocks]`: 0 where a query may attend to a key, -inf elsewhere.
-    /// Padded layout: `[tokens, tokens, 1, rows]`, padding keys masked. Packed layout:
-    /// `[longest, longest, 1, sequences]`, one block per sequence, keys past its end masked.
+    /// F32 `[keys, 1, 1, blocks]`: 0 where the queries of a block may attend to a key, -inf
+    /// elsewhere (the same for every query of the block). Padded layout: `[tokens, 1, 1, rows]`,
+    /// padding keys masked. Packed layout: `[longest, 1, 1, sequences]`, one block per
+    /// sequence, keys past its end masked.
     pub attention_mask: TensorId,
     /// Packed layout only, I32 `[longest * sequences]`: the token at each slot of the
     /// attention blocks (any token for slots past a sequence's end).
     pub attention_gather: Option<TensorId>,
     /// Packed layout only, I32 `[tokens]`: each token's slot in the attention blocks.
     pub attention_scatter: Option<TensorId>,
-    /// F32 `[tokens, seqs_per_row, rows]`: `1 / len(s)` where token t belongs to sequence s.
+    /// F32 `[slots, 1, blocks]`: `1 / len(s)` at the slots of block s that hold its tokens, 0
+    /// at padding slots (slots and blocks as the attention mask's keys and blocks).
     pub pooling: TensorId,
     /// F32 `[hidden, seqs_per_row * rows]`: L2-normalised sentence embeddings.
     pub embeddings: TensorId,
@@ -146,8 +148,8 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
     let positions = g.new_tensor(DType::I32, &[t * rows])?;
     // Attention blocks: `a` keys and queries each, `blocks` of them.
     let (a, blocks) = if layout.is_packed() { (layout.longest, layout.seqs_per_row) } else { (t, rows) };
-    let attention_mask = g.new_tensor(DType::F32, &[a, a, 1, blocks])?;
-    let pooling = g.new_tensor(DType::F32, &[t, layout.seqs_per_row, rows])?;
+    let attention_mask = g.new_tensor(DType::F32, &[a, 1, 1, blocks])?;
+    let pooling = g.new_tensor(DType::F32, &[a, 1, blocks])?;
     let mut inputs = vec![
         (token_ids, "token_ids"),
         (positions, "positions"),
@@ -236,13 +238,23 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
     }
     module_tensors.push((Module::Encoder, start..b.next_id()));
 
-    // Mean over each sequence's tokens, then L2 normalisation (RMS norm scaled by 1/sqrt(h)).
+    // Mean over each sequence's tokens, taken in the attention blocks (one sequence each, so
+    // the pooling weights grow with the tokens, not with tokens times sequences), then L2
+    // normalisation (RMS norm scaled by 1/sqrt(h)).
     b.module = Module::Pool;
     let start = b.next_id();
-    let by_token = b.g.transpose(x)?;
-    let by_token = b.g.cont(by_token)?; // [tokens, hidden, rows]
-    let mean = b.g.mul_mat(by_token, pooling)?; // [hidden, seqs_per_row, rows]
-    let mean = b.g.reshape(mean, &[h, layout.seqs_per_row * rows])?;
+    let x = match attention_gather {
+        Some(gather) => {
+            let flat = b.g.reshape(x, &[h, t])?;
+            b.g.get_rows(flat, gather)? // [h, a * blocks]
+        }
+        None => x,
+    };
+    let x = b.g.reshape(x, &[h, a, blocks])?;
+    let by_slot = b.g.transpose(x)?;
+    let by_slot = b.g.cont(by_slot)?; // [slots, hidden, blocks]
+    let mean = b.g.mul_mat(by_slot, pooling)?; // [hidden, 1, blocks]
+    let mean = b.g.reshape(mean, &[h, blocks])?;
     let unit = b.g.rms_norm(mean, 1e-12)?;
     let embeddings = b.g.scale(unit, 1.0 / (h as f32).sqrt())?;
     module_tensors.push((Module::Pool, start..b.next_id()));
@@ -280,7 +292,7 @@ mod tests {
         let m = build(&mut g, &TINY, &uniform_weight_type(DType::F32), Layout::padded(8, 3)).unwrap();
         assert_eq!(ne(&g, m.token_ids), [24, 1, 1, 1]);
         assert_eq!(ne(&g, m.positions), [24, 1, 1, 1]);
-        assert_eq!(ne(&g, m.attention_mask), [8, 8, 1, 3]);
+        assert_eq!(ne(&g, m.attention_mask), [8, 1, 1, 3]);
         assert_eq!(ne(&g, m.pooling), [8, 1, 3, 1]);
         assert_eq!(ne(&g, m.embeddings), [TINY.hidden, 3, 1, 1]);
         assert!(m.attention_gather.is_none() && m.attention_scatter.is_none());
@@ -292,10 +304,10 @@ mod tests {
         let mut g = Graph::new();
         let m = build(&mut g, &TINY, &uniform_weight_type(DType::F32), Layout::packed(&[3, 5, 2])).unwrap();
         assert_eq!(ne(&g, m.token_ids), [10, 1, 1, 1]);
-        assert_eq!(ne(&g, m.attention_mask), [5, 5, 1, 3]);
+        assert_eq!(ne(&g, m.attention_mask), [5, 1, 1, 3]);
         assert_eq!(ne(&g, m.attention_gather.unwrap()), [15, 1, 1, 1]);
         assert_eq!(ne(&g, m.attention_scatter.unwrap()), [10, 1, 1, 1]);
-        assert_eq!(ne(&g, m.pooling), [10, 3, 1, 1]);
+        assert_eq!(ne(&g, m.pooling), [5, 1, 3, 1]);
         assert_eq!(ne(&g, m.embeddings), [TINY.hidden, 3, 1, 1]);
     }
 

@@ -12,30 +12,28 @@ pub struct PackedInputs {
     pub attention_scatter: Vec<i32>,
 }
 
-/// Positions, the attention blocks' gather and scatter indices and mask, and the pooling
-/// matrix for sequences of lengths `lens` packed one after another into one row
-/// ([`Layout::packed`](crate::Layout::packed)).
+/// Positions, the attention blocks' gather and scatter indices and key masks, and the pooling
+/// weights for sequences of lengths `lens` packed one after another into one row
+/// ([`Layout::packed`](crate::Layout::packed)): one block of `longest` slots per sequence.
 pub fn packed_inputs(lens: &[usize]) -> PackedInputs {
     let t: usize = lens.iter().sum();
     let a = lens.iter().copied().max().unwrap_or(0);
     let mut positions = Vec::with_capacity(t);
     let mut attention_gather = vec![0i32; a * lens.len()];
     let mut attention_scatter = Vec::with_capacity(t);
-    let mut attention_mask = vec![f32::NEG_INFINITY; a * a * lens.len()];
-    let mut pooling = vec![0.0f32; t * lens.len()];
+    let mut attention_mask = vec![f32::NEG_INFINITY; a * lens.len()];
+    let mut pooling = vec![0.0f32; a * lens.len()];
     let mut start = 0;
     for (s, &len) in lens.iter().enumerate() {
         positions.extend((0..len).map(|p| p as i32));
         for p in 0..len {
             attention_gather[s * a + p] = (start + p) as i32;
             attention_scatter.push((s * a + p) as i32);
-            pooling[s * t + start + p] = 1.0 / len as f32;
         }
         // Every query slot (padding ones too, whose results are dropped) sees the keys of
         // its own sequence.
-        for q in 0..a {
-            attention_mask[(s * a + q) * a..][..len].fill(0.0);
-        }
+        attention_mask[s * a..][..len].fill(0.0);
+        pooling[s * a..][..len].fill(1.0 / len as f32);
         start += len;
     }
     PackedInputs { positions, attention_mask, pooling, attention_gather, attention_scatter }
@@ -46,19 +44,13 @@ pub fn packed_inputs(lens: &[usize]) -> PackedInputs {
 pub fn padded_inputs(lens: &[usize], tokens: usize) -> PackedInputs {
     let rows = lens.len();
     let mut positions = Vec::with_capacity(tokens * rows);
-    let mut attention_mask = vec![f32::NEG_INFINITY; tokens * tokens * rows];
+    let mut attention_mask = vec![f32::NEG_INFINITY; tokens * rows];
     let mut pooling = vec![0.0f32; tokens * rows];
     for (r, &len) in lens.iter().enumerate() {
         let len = len.min(tokens);
         positions.extend((0..tokens).map(|p| p as i32));
-        for q in 0..tokens {
-            for k in 0..len {
-                attention_mask[(r * tokens + q) * tokens + k] = 0.0;
-            }
-        }
-        for tok in 0..len {
-            pooling[r * tokens + tok] = 1.0 / len as f32;
-        }
+        attention_mask[r * tokens..][..len].fill(0.0);
+        pooling[r * tokens..][..len].fill(1.0 / len as f32);
     }
     PackedInputs { positions, attention_mask, pooling, attention_gather: Vec::new(), attention_scatter: Vec::new() }
 }
@@ -76,28 +68,18 @@ mod tests {
         // Blocks of 3 slots: sequence 0 in tokens 0-1 (slot 2 is padding), sequence 1 in 2-4.
         assert_eq!(p.attention_gather, [0, 1, 0, 2, 3, 4]);
         assert_eq!(p.attention_scatter, [0, 1, 3, 4, 5]);
-        // Every query of block 0 sees keys 0-1; of block 1, keys 0-2.
-        #[rustfmt::skip]
-        let mask = [
-            0.0, 0.0, NEG,  0.0, 0.0, NEG,  0.0, 0.0, NEG,
-            0.0, 0.0, 0.0,  0.0, 0.0, 0.0,  0.0, 0.0, 0.0,
-        ];
-        assert_eq!(p.attention_mask, mask);
-        // Pooling [tokens, sequences]: each sequence averages its own tokens.
+        // The queries of block 0 see keys 0-1; of block 1, keys 0-2.
+        assert_eq!(p.attention_mask, [0.0, 0.0, NEG, 0.0, 0.0, 0.0]);
+        // Pooling [slots, blocks]: each sequence averages the slots holding its tokens.
         let (a, b) = (1.0 / 2.0, 1.0 / 3.0);
-        assert_eq!(p.pooling, [a, a, 0.0, 0.0, 0.0, 0.0, 0.0, b, b, b]);
+        assert_eq!(p.pooling, [a, a, 0.0, b, b, b]);
     }
 
     #[test]
     fn padded_rows_mask_and_skip_their_padding() {
         let p = padded_inputs(&[1, 3], 3);
         assert_eq!(p.positions, [0, 1, 2, 0, 1, 2]);
-        #[rustfmt::skip]
-        let mask = [
-            0.0, NEG, NEG,  0.0, NEG, NEG,  0.0, NEG, NEG,
-            0.0, 0.0, 0.0,  0.0, 0.0, 0.0,  0.0, 0.0, 0.0,
-        ];
-        assert_eq!(p.attention_mask, mask);
+        assert_eq!(p.attention_mask, [0.0, NEG, NEG, 0.0, 0.0, 0.0]);
         let b = 1.0 / 3.0;
         assert_eq!(p.pooling, [1.0, 0.0, 0.0, b, b, b]);
         assert!(p.attention_gather.is_empty() && p.attention_scatter.is_empty());

@@ -324,11 +324,19 @@ fn soft_max(v: &mut Vec<Case>) {
     }
     let ne = [16, 5, 4, 3];
     for mt in [F32, F16] {
-        for mne in [[16, 5, 1, 1], [16, 5, 4, 1], [16, 5, 1, 3], [16, 5, 4, 3], [16, 8, 2, 3]] {
+        // Mask rows repeated over dimension 1 too ([16, 1, ...]: one key mask per matrix).
+        for mne in [[16, 5, 1, 1], [16, 5, 4, 1], [16, 5, 1, 3], [16, 5, 4, 3], [16, 8, 2, 3], [16, 1, 1, 3]] {
             list.push(Sm { t: F32, ne, mask: Some((mt, mne, Init::DEFAULT)), scale: 1.0, perm: None });
         }
         list.push(Sm { t: F32, ne, mask: Some((mt, [16, 5, 4, 1], Init::DEFAULT)), scale: 0.5, perm: None });
         list.push(Sm { t: F32, ne, mask: Some((mt, [16, 5, 1, 1], Init::MaskInf)), scale: 0.5, perm: None });
+        list.push(Sm {
+            t: F32,
+            ne: [16, 6, 4, 3],
+            mask: Some((mt, [16, 2, 4, 1], Init::MaskInf)),
+            scale: 0.5,
+            perm: None,
+        });
         list.push(Sm {
             t: F16,
             ne: [33, 7, 2, 1],

@@ -96,7 +96,7 @@ __device__ __forceinline__ float soft_max_input(const char *srow, const char *mr
 }
 
 // y = exp(x - max) / sum exp(x - max) along rows of x = src * scale + mask; the mask row of
-// source row (i1, i2, i3) is (i1, i2 % m2, i3 % m3). A row of only -inf becomes zeros; a NaN
+// source row (i1, i2, i3) is (i1 % m1, i2 % m2, i3 % m3). A row of only -inf becomes zeros; a NaN
 // makes its row NaN.
 template <typename T, typename M>
 __device__ void soft_max(const TensorArg &src, const TensorArg &mask, const TensorArg &dst, float scale,
@@ -110,7 +110,8 @@ __device__ void soft_max(const TensorArg &src, const TensorArg &mask, const Tens
         const char *srow = row_ptr(src, i1, i2, i3);
         char *drow = row_ptr(dst, i1, i2, i3);
         const char *mrow =
-            has_mask ? row_ptr(mask, i1, mod64(i2, mask.ne[2]), mod64(i3, mask.ne[3])) : (const char *)nullptr;
+            has_mask ? row_ptr(mask, mod64(i1, mask.ne[1]), mod64(i2, mask.ne[2]), mod64(i3, mask.ne[3]))
+                     : (const char *)nullptr;
 
         float mx = -INFINITY;
         int any = 0; // a value other than -inf

@@ -15,6 +15,7 @@ use crate::device::CudaDevice;
 use crate::driver;
 use crate::event::CudaEvent;
 use crate::kernels::{self, Kernels, Operand, Scratch, TensorArg};
+use crate::profile::{self, Profile};
 
 /// A stream on a GPU: transfers, kernels and events run on it in order.
 pub struct CudaBackend {
@@ -22,6 +23,8 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     kernels: Arc<Kernels>,
     scratch: Scratch,
+    /// Node times, when `TESSERA_CUDA_PROFILE` asks for them.
+    profile: Option<Profile>,
 }
 
 impl CudaBackend {
@@ -30,7 +33,8 @@ impl CudaBackend {
         let stream = ctx.new_stream().map_err(|e| driver::error(device.name(), "creating a stream", e))?;
         let kernels = device.kernels()?;
         let scratch = Scratch::new(&stream)?;
-        Ok(CudaBackend { device, stream, kernels, scratch })
+        let profile = profile::enabled().then(Profile::default);
+        Ok(CudaBackend { device, stream, kernels, scratch, profile })
     }
 
     fn err(&self, what: &str, e: cudarc::driver::DriverError) -> Error {
@@ -117,7 +121,7 @@ impl Program for CapturedSplit {
 /// Whether splits are captured as CUDA graphs (`TESSERA_CUDA_GRAPHS=0` turns it off, to run
 /// node by node).
 fn graphs_enabled() -> bool {
-    std::env::var("TESSERA_CUDA_GRAPHS").map_or(true, |v| v.trim() != "0")
+    std::env::var("TESSERA_CUDA_GRAPHS").map_or(true, |v| v.trim() != "0") && !profile::enabled()
 }
 
 impl CudaBackend {
@@ -203,7 +207,8 @@ impl Backend for CudaBackend {
         Ok(true)
     }
     fn synchronize(&mut self) -> Result<()> {
-        self.stream.synchronize().map_err(|e| self.err("synchronizing", e))
+        self.stream.synchronize().map_err(|e| self.err("synchronizing", e))?;
+        self.profile.as_mut().map_or(Ok(()), Profile::collect)
     }
     fn compute(&mut self, graph: &Graph, nodes: Range<usize>) -> Result<()> {
         let ids = graph.nodes().get(nodes.clone()).ok_or_else(|| Error::InvalidParam {
@@ -213,7 +218,12 @@ impl Backend for CudaBackend {
         self.bind()?;
         for &id in ids {
             if let Some((op, dst, srcs)) = self.operands(graph, id)? {
+                let ctx = self.device.context();
+                let start = self.profile.is_some().then(|| Profile::start(ctx, &self.stream)).transpose()?;
                 kernels::launch(&self.kernels, &self.stream, &mut self.scratch, op, dst, &srcs)?;
+                if let (Some(profile), Some(start)) = (self.profile.as_mut(), start) {
+                    profile.end(ctx, &self.stream, profile::label(op, dst, &srcs), start)?;
+                }
             }
         }
         Ok(())
@@ -252,5 +262,15 @@ impl Backend for CudaBackend {
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        if let Some(profile) = self.profile.as_mut() {
+            if self.stream.synchronize().is_ok() && profile.collect().is_ok() {
+                eprint!("{}", profile.report(self.device.name()));
+            }
+        }
     }
 }

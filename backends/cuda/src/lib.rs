@@ -17,6 +17,7 @@ mod driver;
 mod event;
 pub mod kernels;
 mod pinned;
+mod profile;
 mod reg;
 
 pub use backend::CudaBackend;

@@ -162,11 +162,14 @@ impl Graph {
             return self.node(Op::SoftMax { scale }, dtype, ne, &[a]);
         };
         let mn = self.expect_type("SOFT_MAX", m, |d| matches!(d, DType::F32 | DType::F16), "f32 or f16")?.ne;
-        if mn[0] != ne[0] || mn[1] < ne[1] || mn[2] == 0 || mn[3] == 0 || ne[2] % mn[2] != 0 || ne[3] % mn[3] != 0 {
+        if !crate::op::soft_max_mask_fits(mn, ne) {
             return Err(self.shape_error(
                 "SOFT_MAX",
                 m,
-                format!("a mask [{}, >= {}, d2, d3] with d2, d3 dividing {} and {}", ne[0], ne[1], ne[2], ne[3]),
+                format!(
+                    "a mask [{}, d1, d2, d3] with d1 >= {} or dividing it, and d2, d3 dividing {} and {}",
+                    ne[0], ne[1], ne[2], ne[3]
+                ),
             ));
         }
         self.node(Op::SoftMax { scale }, dtype, ne, &[a, m])

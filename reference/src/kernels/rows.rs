@@ -5,7 +5,7 @@
 
 use alloc::format;
 
-use tessera_core::{DType, Error, Result};
+use tessera_core::{soft_max_mask_fits, soft_max_mask_row, DType, Error, Result};
 
 use super::{rows_of, NodeTensors, Scratch};
 use crate::host_tensor::HostTensor;
@@ -67,28 +67,25 @@ pub fn argmax(n: &NodeTensors, scratch: &mut Scratch) -> Result<()> {
 
 /// `dst = softmax(src0 * scale + mask)` along rows: `y_i = exp(x_i - max x) / sum_j exp(x_j - max x)`.
 ///
-/// The optional mask (src 1) has rows of the same length and repeats over dimensions 2 and 3:
-/// row `(i1, i2, i3)` of the source uses mask row `(i1, i2 % m2, i3 % m3)`. A row whose values
-/// are all `-inf` (fully masked) becomes zeros; a NaN anywhere in a row makes it all NaN.
+/// The optional mask (src 1) has rows of the same length and repeats over dimensions 1 to 3:
+/// row `(i1, i2, i3)` of the source uses mask row `(i1 % m1, i2 % m2, i3 % m3)`
+/// ([`soft_max_mask_fits`]). A row whose values are all `-inf` (fully masked) becomes zeros; a
+/// NaN anywhere in a row makes it all NaN.
 pub fn soft_max(n: &NodeTensors, scratch: &mut Scratch, scale: f32) -> Result<()> {
     let (a, mask, dst) = (n.src(0)?, n.opt_src(1), &n.dst);
     ensure_same_shape("SOFT_MAX", &a, dst)?;
     let n0 = a.ne[0];
     if let Some(m) = &mask {
-        let ok = m.ne[0] == n0
-            && m.ne[1] >= a.ne[1]
-            && m.ne[2] != 0
-            && m.ne[3] != 0
-            && a.ne[2] % m.ne[2] == 0
-            && a.ne[3] % m.ne[3] == 0;
-        ensure(ok, "SOFT_MAX", "a mask [n, >= r, m2, m3] with m2, m3 dividing the source's")?;
+        let ok = soft_max_mask_fits(m.ne, a.ne);
+        ensure(ok, "SOFT_MAX", "a mask [n, m1, m2, m3] with m1 >= r or dividing it, m2, m3 dividing the source's")?;
     }
     let (x, y) = scratch.take(2 * n0)?.split_at_mut(n0);
     for (i1, i2, i3) in rows_of(a.ne) {
         a.read_row(i1, i2, i3, x);
         x.iter_mut().for_each(|v| *v *= scale);
         if let Some(m) = &mask {
-            m.read_row(i1, i2 % m.ne[2], i3 % m.ne[3], y);
+            let (j1, j2, j3) = soft_max_mask_row(m.ne, i1, i2, i3);
+            m.read_row(j1, j2, j3, y);
             x.iter_mut().zip(y.iter()).for_each(|(v, w)| *v += w);
         }
         if x.iter().all(|&v| v == f32::NEG_INFINITY) {

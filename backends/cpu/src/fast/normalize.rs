@@ -1,6 +1,6 @@
 //! NORM, RMS_NORM and SOFT_MAX on the vectorised row kernels, rows split over the threads.
 
-use tessera_core::Result;
+use tessera_core::{soft_max_mask_fits, soft_max_mask_row, Result};
 use tessera_reference::NodeTensors;
 
 use super::parallel::Team;
@@ -38,8 +38,8 @@ pub fn norm(kernels: &Kernels, team: &mut Team, n: &NodeTensors, which: Norm) ->
     Ok(true)
 }
 
-/// SOFT_MAX of node `id`, with its optional mask (src 1, rows repeated over dimensions 2
-/// and 3). `Ok(false)`: a layout the fast path does not take.
+/// SOFT_MAX of node `id`, with its optional mask (src 1, rows repeated over dimensions 1
+/// to 3). `Ok(false)`: a layout the fast path does not take.
 pub fn soft_max(kernels: &Kernels, team: &mut Team, n: &NodeTensors, scale: f32) -> Result<bool> {
     let (Some(a), Some(d)) = (f32_source(n, 0), f32_destination(n)) else { return Ok(false) };
     let has_mask = n.opt_src(1).is_some();
@@ -53,13 +53,7 @@ pub fn soft_max(kernels: &Kernels, team: &mut Team, n: &NodeTensors, scale: f32)
     };
     let n = d.len();
     if let Some(m) = &mask {
-        let fits = m.ne[0] == n
-            && m.ne[1] >= a.ne[1]
-            && m.ne[2] != 0
-            && m.ne[3] != 0
-            && a.ne[2] % m.ne[2] == 0
-            && a.ne[3] % m.ne[3] == 0;
-        if !fits {
+        if !soft_max_mask_fits(m.ne, a.ne) {
             return Ok(false);
         }
     }
@@ -71,7 +65,10 @@ pub fn soft_max(kernels: &Kernels, team: &mut Team, n: &NodeTensors, scale: f32)
     team.run(threads_for_values(team.threads(), rows * n), &|w| {
         for r in w.share(rows) {
             let (i1, i2, i3) = d.index(r);
-            let m = mask.map_or(core::ptr::null(), |m| m.row(i1, i2 % m.ne[2], i3 % m.ne[3]).cast_const());
+            let m = mask.map_or(core::ptr::null(), |m| {
+                let (j1, j2, j3) = soft_max_mask_row(m.ne, i1, i2, i3);
+                m.row(j1, j2, j3).cast_const()
+            });
             // SAFETY: rows of `n` values (the mask's too, or null); this thread alone
             // writes row `r`.
             unsafe { kernel(n, a.row(i1, i2, i3), m, scale, d.row(i1, i2, i3)) };

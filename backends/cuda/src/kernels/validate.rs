@@ -2,7 +2,7 @@
 //! by `supports` (over a graph's tensors) and `launch` (over the caller's operands), so the two
 //! never disagree. The checks also cover everything the kernels' memory accesses rely on.
 
-use tessera_core::{DType, Op};
+use tessera_core::{soft_max_mask_fits, DType, Op};
 
 use super::arg::TensorArg;
 use super::names;
@@ -115,12 +115,8 @@ pub(crate) fn validate(node: &Node) -> Result<(), Why> {
             need(names::soft_max(at, mt).is_some() && dt == at, || no_kernel(op, &[at, mt, dt]))?;
             need(dst.ne == a.ne, || format!("destination {:?} is not the shape of {:?}", dst.ne, a.ne))?;
             if let Some((m, _)) = mask {
-                let ok = m.ne[0] == a.ne[0]
-                    && m.ne[1] >= a.ne[1]
-                    && m.ne[2] > 0
-                    && m.ne[3] > 0
-                    && a.ne[2] % m.ne[2] == 0
-                    && a.ne[3] % m.ne[3] == 0;
+                let dims = |ne: [i64; 4]| ne.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+                let ok = soft_max_mask_fits(dims(m.ne), dims(a.ne));
                 need(ok, || format!("mask {:?} does not fit rows of {:?}", m.ne, a.ne))?;
             }
             Ok(())

@@ -1,0 +1,157 @@
+//! Sentence-embedding throughput at fixed batch shapes: `BATCHxTOKENS` batches of random token
+//! ids (seeded, so every run embeds the same batches) through a BERT model, timed end to end
+//! (graph, inputs, compute, embeddings read back) after warm-up calls.
+//!
+//! `cargo run --release --example bert_bench -- [--model FILE] [--backend SPEC]
+//!     [--params-backend SPEC] [--shapes 1x16,1x128,32x48,1024x128] [--runs 20] [--warmup 3]`
+//!
+//! Prints one line per shape: the median and the spread (min, max) of the calls in ms, tokens
+//! per second at the median, and the medians of the call's two parts (building the graph and
+//! setting the inputs; computing and reading the embeddings back).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use tessera::runtime::placement::Placement;
+use tessera_models::{Embedder, LoadOptions, MODULES};
+
+const HELP: &str = "\
+usage: bert_bench [--model FILE] [--backend SPEC] [--params-backend SPEC]
+                  [--shapes BxT,...] [--runs N] [--warmup N]
+
+  --model FILE           weights [weights/all-MiniLM-L6-v2/model.safetensors]
+  --backend SPEC         where modules run (as embed's --backend) [auto]
+  --params-backend SPEC  where modules keep their weights [where they run]
+  --shapes LIST          batches of B sequences of T tokens [1x16,1x128,32x48,1024x128]
+  --runs N               timed calls per shape [20]
+  --warmup N             untimed calls first [3]
+";
+
+type BoxError = Box<dyn std::error::Error>;
+
+struct Args {
+    model: PathBuf,
+    backend: String,
+    params_backend: String,
+    shapes: Vec<(usize, usize)>,
+    runs: usize,
+    warmup: usize,
+}
+
+fn shapes(list: &str) -> Result<Vec<(usize, usize)>, String> {
+    list.split(',')
+        .map(|s| {
+            let parsed = s.split_once('x').and_then(|(b, t)| Some((b.trim().parse().ok()?, t.trim().parse().ok()?)));
+            match parsed {
+                Some((b, t)) if b > 0 && t > 0 => Ok((b, t)),
+                _ => Err(format!("--shapes: '{s}' is not BATCHxTOKENS with both at least 1")),
+            }
+        })
+        .collect()
+}
+
+fn parse_args() -> Result<Option<Args>, BoxError> {
+    use lexopt::prelude::*;
+    let mut a = Args {
+        model: "weights/all-MiniLM-L6-v2/model.safetensors".into(),
+        backend: String::new(),
+        params_backend: String::new(),
+        shapes: shapes("1x16,1x128,32x48,1024x128")?,
+        runs: 20,
+        warmup: 3,
+    };
+    let count = |name: &str, value: String, min: usize| match value.parse::<usize>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(format!("{name}: '{value}' is not a whole number of at least {min}")),
+    };
+    let mut parser = lexopt::Parser::from_env();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("model") => a.model = parser.value()?.into(),
+            Long("backend") => a.backend = parser.value()?.string()?,
+            Long("params-backend") => a.params_backend = parser.value()?.string()?,
+            Long("shapes") => a.shapes = shapes(&parser.value()?.string()?)?,
+            Long("runs") => a.runs = count("--runs", parser.value()?.string()?, 1)?,
+            Long("warmup") => a.warmup = count("--warmup", parser.value()?.string()?, 0)?,
+            Short('h') | Long("help") => {
+                print!("{HELP}");
+                return Ok(None);
+            }
+            _ => return Err(format!("{} (see --help)", arg.unexpected()).into()),
+        }
+    }
+    Ok(Some(a))
+}
+
+/// `batch` sequences of `tokens` ids each: [CLS], random ids of ordinary words, [SEP].
+fn batch(batch: usize, tokens: usize, vocab: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (cls, sep, first_word) = (101, 102, 1000.min(vocab.saturating_sub(1)));
+    (0..batch)
+        .map(|_| {
+            (0..tokens)
+                .map(|i| match i {
+                    0 => cls,
+                    _ if i + 1 == tokens => sep,
+                    _ => (first_word + next() as usize % (vocab - first_word).max(1)) as u32,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn run(args: Args) -> Result<(), BoxError> {
+    let placement = Placement::resolve_in(tessera::discover(), &args.backend, &args.params_backend, &MODULES)?;
+    let mut embedder = Embedder::load_with(&args.model, placement, LoadOptions::default())?;
+    println!("{}: {}", args.model.display(), embedder.describe());
+    let vocab = embedder.config().vocab;
+    for (seed, &(b, t)) in args.shapes.iter().enumerate() {
+        let t_max = embedder.config().max_positions;
+        if t > t_max {
+            return Err(format!("{b}x{t}: the model takes at most {t_max} tokens per sequence").into());
+        }
+        let sequences = batch(b, t, vocab, seed as u64 + 1);
+        for _ in 0..args.warmup {
+            embedder.embed_tokens(&sequences)?;
+        }
+        let (mut ms, mut prepare, mut compute) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.runs {
+            let start = Instant::now();
+            embedder.embed_tokens(&sequences)?;
+            ms.push(start.elapsed().as_secs_f64() * 1e3);
+            prepare.push(embedder.timing().prepare.as_secs_f64() * 1e3);
+            compute.push(embedder.timing().compute.as_secs_f64() * 1e3);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (prepare, compute, total) = (median(&mut prepare), median(&mut compute), median(&mut ms));
+        println!(
+            "  {b:>5} x {t:<4} {total:9.3} ms median  ({:.3} .. {:.3}, {} runs)  {:10.0} tokens/s  \
+             (graph and inputs {prepare:.3} ms, compute and read-back {compute:.3} ms)",
+            ms[0],
+            ms[ms.len() - 1],
+            ms.len(),
+            (b * t) as f64 / total * 1e3
+        );
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match parse_args().and_then(|args| args.map_or(Ok(()), run)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bert_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
