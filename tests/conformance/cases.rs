@@ -21,6 +21,8 @@ pub enum Init {
     /// Uniform in `[-1, 1)` with about a quarter of the values `-inf`, never the first of a
     /// row (soft-max masks).
     MaskInf,
+    /// As `MaskInf`, and rows 1, 4, 7, ... all `-inf` (rows a soft-max turns into zeros).
+    MaskInfRows,
 }
 
 impl Init {
@@ -225,6 +227,13 @@ fn binary(v: &mut Vec<Case>) {
         add(op, F32, F32, A, A, Some([2, 0, 1, 3]), None);
         add(op, F32, F32, A, [10, 5, 1, 3], None, Some(SWAP01));
         add(op, F16, F32, [33, 7, 3, 2], [33, 7, 3, 1], Some(SWAP12), Some(SWAP01));
+        // Packed f32 with rows of a multiple of 4 values, b of a's shape or one row: the GPUs'
+        // 16-byte kernel, over several blocks with a partial last one.
+        add(op, F32, F32, [256, 33, 2, 1], [256, 33, 2, 1], None, None);
+        add(op, F32, F32, [1028, 9, 2, 1], [1028, 1, 1, 1], None, None);
+        if op == Add || op == Mul {
+            add(op, F32, F32, [4, 7, 3, 2], [4, 1, 1, 1], None, None);
+        }
     }
 }
 
@@ -292,7 +301,38 @@ fn rows(v: &mut Vec<Case>) {
             f(&mut g.graph, a)
         }));
     }
+    // NORM and RMS_NORM of packed f32 rows of a multiple of 4 values: the GPUs' packed-row
+    // kernels, a warp per row up to 1024 values (rows that fill a thread's slots or leave
+    // some empty), a block per row beyond.
+    for (op, params, f) in &ops[2..4] {
+        let (op, params, f) = (*op, *params, *f);
+        for ne in PACKED_ROWS {
+            let name = format!("{op}(type=f32,ne={}{params})", fmt_ne(&ne));
+            v.push(Case::new(op, name, move |g| {
+                let a = g.leaf(F32, ne)?;
+                f(&mut g.graph, a)
+            }));
+        }
+    }
+    // Values far from zero: the variance is taken around the mean.
+    v.push(Case::new("NORM", "NORM(type=f32,ne=[384,6,1,1],eps=1e-5,init=[10,12))", |g| {
+        let a = g.leaf_init(F32, [384, 6, 1, 1], Init::Uniform(10.0, 12.0))?;
+        g.norm(a, 1e-5)
+    }));
 }
+
+/// Packed f32 rows for the GPUs' packed-row kernels: lengths on both sides of each kernel's
+/// limit (a warp per row up to 1024 values, a block per row up to 8192).
+const PACKED_ROWS: [[usize; 4]; 8] = [
+    [4, 7, 3, 2],
+    [128, 9, 2, 1],
+    [384, 5, 1, 1],
+    [1000, 3, 2, 1],
+    [1024, 3, 1, 1],
+    [1028, 3, 2, 1],
+    [4096, 2, 1, 1],
+    [8192, 2, 1, 1],
+];
 
 fn argmax(v: &mut Vec<Case>) {
     for t in FLOATS {
@@ -352,6 +392,26 @@ fn soft_max(v: &mut Vec<Case>) {
             perm: None,
         });
     }
+    // Packed f32 rows: the GPUs' packed-row kernels, with masks of both types broadcast over
+    // dimensions 2 and 3, and masks that leave whole rows -inf.
+    for ne in PACKED_ROWS {
+        list.push(Sm { t: F32, ne, mask: None, scale: 1.0, perm: None });
+    }
+    let packed_masked: [([usize; 4], DType, [usize; 4], Init, f32); 10] = [
+        ([128, 9, 4, 1], F16, [128, 9, 1, 1], Init::DEFAULT, 0.125),
+        ([128, 9, 4, 1], F32, [128, 9, 1, 1], Init::DEFAULT, 0.125),
+        ([384, 5, 2, 3], F32, [384, 5, 1, 3], Init::DEFAULT, 0.5),
+        ([1000, 3, 2, 1], F16, [1000, 4, 1, 1], Init::DEFAULT, 1.0),
+        ([1028, 3, 2, 1], F16, [1028, 3, 1, 1], Init::DEFAULT, 0.5),
+        ([4096, 2, 2, 1], F32, [4096, 2, 1, 1], Init::DEFAULT, 0.25),
+        ([128, 6, 2, 1], F32, [128, 6, 1, 1], Init::MaskInf, 1.0),
+        ([4, 6, 2, 1], F32, [4, 6, 1, 1], Init::MaskInfRows, 1.0),
+        ([128, 6, 2, 1], F16, [128, 6, 1, 1], Init::MaskInfRows, 1.0),
+        ([2048, 3, 2, 1], F32, [2048, 3, 1, 1], Init::MaskInfRows, 2.0),
+    ];
+    for (ne, mt, mne, init, scale) in packed_masked {
+        list.push(Sm { t: F32, ne, mask: Some((mt, mne, init)), scale, perm: None });
+    }
     list.push(Sm { t: F32, ne: [16, 5, 4, 3], mask: None, scale: 1.0, perm: Some(SWAP12) });
     list.push(Sm {
         t: F32,
@@ -364,7 +424,12 @@ fn soft_max(v: &mut Vec<Case>) {
         let mask_name = match mask {
             None => String::new(),
             Some((mt, mne, init)) => {
-                format!(",mask={mt},ne_m={}{}", fmt_ne(&mne), if init == Init::MaskInf { ",inf" } else { "" })
+                let inf = match init {
+                    Init::MaskInf => ",inf",
+                    Init::MaskInfRows => ",inf_rows",
+                    _ => "",
+                };
+                format!(",mask={mt},ne_m={}{inf}", fmt_ne(&mne))
             }
         };
         let name =

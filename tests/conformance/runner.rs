@@ -350,6 +350,16 @@ pub fn generate(dtype: DType, n: usize, row: usize, init: Init, rng: &mut Rng) -
                 }
             })
             .collect(),
+        Init::MaskInfRows => (0..n)
+            .map(|i| {
+                let x = rng.uniform(-1.0, 1.0);
+                if (i / row.max(1)) % 3 == 1 || (i % row.max(1) != 0 && rng.below(4) == 0) {
+                    f32::NEG_INFINITY
+                } else {
+                    x
+                }
+            })
+            .collect(),
     };
     Values::F32(v)
 }

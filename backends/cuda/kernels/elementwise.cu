@@ -2,7 +2,8 @@
 // the functions of one operand (SQR ... TANH, and SCALE). Values are computed in f32 and
 // written in the destination's type, which is the first operand's.
 //
-// Launch: 2-D blocks (x over dimension 0, y over rows), grid-strided over the destination's rows.
+// Launch: 2-D blocks (x over dimension 0, y over rows), grid-strided over the destination's
+// rows; binary_f32_packed runs on 1-D blocks, grid-strided over float4s.
 #include "common.cuh"
 
 // Binary op codes (the Rust side's `BinaryOp` in this order).
@@ -10,6 +11,19 @@
 #define OP_SUB 1
 #define OP_MUL 2
 #define OP_DIV 3
+
+__device__ __forceinline__ float binary_fn(int op, float x, float y) {
+    switch (op) {
+    case OP_ADD:
+        return x + y;
+    case OP_SUB:
+        return x - y;
+    case OP_MUL:
+        return x * y;
+    default:
+        return x / y;
+    }
+}
 
 // `dst = a op b`, row (i1, i2, i3) of `a` with row (i1 % b1, i2 % b2, i3 % b3) of `b`, value
 // i0 of `a` with value i0 % b0 of `b`.
@@ -25,22 +39,43 @@ __device__ void binary(const TensorArg &a, const TensorArg &b, const TensorArg &
         FOR_EACH_I0(i0, ne0) {
             const float x = A::load(arow, i0, a.nb[0]);
             const float y = B::load(brow, bne0 == ne0 ? i0 : mod64(i0, bne0), b.nb[0]);
-            float r;
-            switch (op) {
-            case OP_ADD:
-                r = x + y;
-                break;
-            case OP_SUB:
-                r = x - y;
-                break;
-            case OP_MUL:
-                r = x * y;
-                break;
-            default:
-                r = x / y;
-                break;
+            A::store(drow, i0, dst.nb[0], binary_fn(op, x, y));
+        }
+    }
+}
+
+// Float4s each thread of binary_f32_packed takes per iteration (one grid apart): as many
+// 16-byte loads of each operand in flight.
+#define BINARY_PACKED_UNROLL 4
+
+// `dst = a op b` for f32 operands the launcher found packed (each one run of values) and
+// 16-byte aligned, with rows of a multiple of 4 values, and `b` either of `a`'s shape or one
+// row repeated over all rows of `a`: float4 number i of `a` with float4 number i % (b's count)
+// of `b`. The same f32 operations as `binary`, so the same results.
+extern "C" __global__ void binary_f32_packed(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b,
+                                             const __grid_constant__ TensorArg dst, int op) {
+    const float4 *a4 = (const float4 *)a.data;
+    const float4 *b4 = (const float4 *)b.data;
+    float4 *d4 = (float4 *)dst.data;
+    const long long n4 = nrows_of(dst) * dst.ne[0] / 4, bn4 = nrows_of(b) * b.ne[0] / 4;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += step * BINARY_PACKED_UNROLL) {
+        float4 x[BINARY_PACKED_UNROLL], y[BINARY_PACKED_UNROLL];
+#pragma unroll
+        for (int u = 0; u < BINARY_PACKED_UNROLL; u++) {
+            const long long j = i + u * step;
+            if (j < n4) {
+                x[u] = a4[j];
+                y[u] = b4[bn4 == n4 ? j : mod64(j, bn4)];
             }
-            A::store(drow, i0, dst.nb[0], r);
+        }
+#pragma unroll
+        for (int u = 0; u < BINARY_PACKED_UNROLL; u++) {
+            const long long j = i + u * step;
+            if (j < n4) {
+                d4[j] = make_float4(binary_fn(op, x[u].x, y[u].x), binary_fn(op, x[u].y, y[u].y),
+                                    binary_fn(op, x[u].z, y[u].z), binary_fn(op, x[u].w, y[u].w));
+            }
         }
     }
 }

@@ -10,7 +10,7 @@ use tessera_core::{BinaryOp, DType, Op, PoolKind, Result, RopeMode, UnaryOp};
 
 use super::arg::TensorArg;
 use super::validate::Node;
-use super::{backend_error, mul_mat, names, Kernels, Scratch};
+use super::{backend_error, mul_mat, names, Kernels, Operand, Scratch};
 
 /// Most blocks of a grid; kernels stride over the rest.
 const MAX_BLOCKS: i64 = 1 << 16;
@@ -63,6 +63,86 @@ pub(crate) fn row_config(ne0: i64, nrows: i64) -> LaunchConfig {
     LaunchConfig { grid_dim: (blocks(nrows), 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
 }
 
+/// Whether every row of `t` (dimension 0, values of `es` bytes) is packed and starts on a
+/// 16-byte boundary, as the kernels that load rows 16 bytes at a time need.
+pub(crate) fn rows_16_byte_aligned(t: &TensorArg, es: i64) -> bool {
+    (t.ne[0] <= 1 || t.nb[0] == es) && t.data % 16 == 0 && (1..4).all(|d| t.ne[d] <= 1 || t.nb[d] % 16 == 0)
+}
+
+/// Longest row the packed-row kernels (rows_packed.cu) take, and the longest they take on a
+/// warp per row rather than a block per row.
+const PACKED_ROW_MAX: i64 = 8192;
+const PACKED_WARP_ROW_MAX: i64 = 1024;
+
+/// The packed-row kernel (rows_packed.cu) for SOFT_MAX, NORM and RMS_NORM of `src` into `dst`,
+/// if both are f32 with packed rows of a multiple of 4 values, at most 8192, every row starting
+/// on a 16-byte boundary: the longest row it takes (its name's `row<N>`), the power of two
+/// from 128 up closest above `ne0`, so that each thread holds as few 16-byte pieces as it can.
+pub(crate) fn packed_rows(src: Operand, dst: Operand) -> Option<i64> {
+    let ((s, st), (d, dt)) = (src, dst);
+    let ne0 = s.ne[0];
+    let ok = st == DType::F32
+        && dt == DType::F32
+        && ne0 > 0
+        && ne0 % 4 == 0
+        && ne0 <= PACKED_ROW_MAX
+        && rows_16_byte_aligned(&s, 4)
+        && rows_16_byte_aligned(&d, 4);
+    // ne0 is positive: the conversions are exact.
+    ok.then(|| (ne0.max(128) as u64).next_power_of_two() as i64)
+}
+
+/// Packed-row kernels for rows of up to `max_ne0` values: a warp per row (blocks of 128
+/// threads, 4 rows each) up to 1024 values, else a block of 256 threads per row; at most 65536
+/// blocks (the kernels stride over the rest).
+pub(crate) fn packed_rows_config(max_ne0: i64, nrows: i64) -> LaunchConfig {
+    let (threads, rows_per_block) = if max_ne0 <= PACKED_WARP_ROW_MAX { (128, 4) } else { (256, 1) };
+    LaunchConfig {
+        grid_dim: (blocks(div_ceil(nrows, rows_per_block)), 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Whether `t` is one packed run of f32 values (dimensions of one value may have any stride)
+/// starting on a 16-byte boundary.
+fn packed_f32_16_byte_aligned(t: &TensorArg) -> bool {
+    let mut stride = 4i64;
+    for d in 0..4 {
+        if t.ne[d] > 1 && t.nb[d] != stride {
+            return false;
+        }
+        stride = stride.saturating_mul(t.ne[d]);
+    }
+    t.data % 16 == 0
+}
+
+/// Whether ADD, SUB, MUL or DIV of `a` and `b` into `dst` runs `binary_f32_packed`: all three
+/// f32, packed and 16-byte aligned, rows of a multiple of 4 values, and `b` either of `a`'s
+/// shape or one row repeated over all of `a`'s.
+pub(crate) fn binary_packed(a: Operand, b: Operand, dst: Operand) -> bool {
+    let ((a, at), (b, bt), (d, dt)) = (a, b, dst);
+    [at, bt, dt].iter().all(|&t| t == DType::F32)
+        && a.ne[0] % 4 == 0
+        && (b.ne == a.ne || b.ne == [a.ne[0], 1, 1, 1])
+        && [a, b, d].iter().all(packed_f32_16_byte_aligned)
+}
+
+/// Threads of `binary_f32_packed` per block, and float4s per thread per iteration
+/// (`BINARY_PACKED_UNROLL` in elementwise.cu).
+const BINARY_PACKED_THREADS: u32 = 256;
+const BINARY_PACKED_UNROLL: i64 = 4;
+
+/// `binary_f32_packed` over `n4` float4s: one iteration per thread where 65536 blocks suffice.
+pub(crate) fn binary_packed_config(n4: i64) -> LaunchConfig {
+    let per_block = i64::from(BINARY_PACKED_THREADS) * BINARY_PACKED_UNROLL;
+    LaunchConfig {
+        grid_dim: (blocks(div_ceil(n4, per_block)), 1, 1),
+        block_dim: (BINARY_PACKED_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// The kernel's name, which validation guarantees exists.
 fn kernel(name: Option<&'static str>) -> Result<&'static str> {
     name.ok_or_else(|| backend_error("no kernel for a validated node"))
@@ -109,9 +189,13 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
         Op::Binary(op) => {
             let ((a, at), (b, bt)) = (src(0)?, src(1)?);
             let code = binary_code(op);
-            let cfg = elementwise_config(dst.ne[0], dst.nrows());
+            let (name, cfg) = if binary_packed((a, at), (b, bt), node.dst) {
+                (names::BINARY_F32_PACKED, binary_packed_config(dst.nelements() / 4))
+            } else {
+                (kernel(names::binary(at, bt))?, elementwise_config(dst.ne[0], dst.nrows()))
+            };
             // binary_*(TensorArg a, TensorArg b, TensorArg dst, int op)
-            launch_kernel!(kernels, stream, kernel(names::binary(at, bt))?, cfg, &a, &b, &dst, &code)
+            launch_kernel!(kernels, stream, name, cfg, &a, &b, &dst, &code)
         }
         Op::Scale(_) | Op::Unary(_) => {
             let (a, at) = src(0)?;
@@ -143,16 +227,22 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             // Without a mask the kernel never reads its mask argument: pass the source.
             let (m, mt) = mask.unwrap_or((a, DType::F32));
             let has_mask = i32::from(mask.is_some());
-            let cfg = row_config(a.ne[0], a.nrows());
+            let (name, cfg) = match packed_rows((a, at), node.dst) {
+                Some(max_ne0) => (names::soft_max_packed(mt, max_ne0), packed_rows_config(max_ne0, a.nrows())),
+                None => (names::soft_max(at, mt), row_config(a.ne[0], a.nrows())),
+            };
             // soft_max_*(TensorArg src, TensorArg mask, TensorArg dst, float scale, int has_mask)
-            launch_kernel!(kernels, stream, kernel(names::soft_max(at, mt))?, cfg, &a, &m, &dst, &scale, &has_mask)
+            launch_kernel!(kernels, stream, kernel(name)?, cfg, &a, &m, &dst, &scale, &has_mask)
         }
         Op::Norm { eps } | Op::RmsNorm { eps } => {
             let (a, at) = src(0)?;
             let rms = i32::from(matches!(node.op, Op::RmsNorm { .. }));
-            let cfg = row_config(a.ne[0], a.nrows());
+            let (name, cfg) = match packed_rows((a, at), node.dst) {
+                Some(max_ne0) => (names::norm_packed(max_ne0), packed_rows_config(max_ne0, a.nrows())),
+                None => (names::norm(at), row_config(a.ne[0], a.nrows())),
+            };
             // norm_*(TensorArg src, TensorArg dst, float eps, int rms)
-            launch_kernel!(kernels, stream, kernel(names::norm(at))?, cfg, &a, &dst, &eps, &rms)
+            launch_kernel!(kernels, stream, kernel(name)?, cfg, &a, &dst, &eps, &rms)
         }
         Op::DiagMaskInf { n_past } => {
             let (a, at) = src(0)?;
@@ -314,6 +404,132 @@ mod tests {
         assert_eq!((c.block_dim, c.grid_dim), ((256, 1, 1), (2, 1, 1)));
         let c = row_config(100_000, 1 << 20);
         assert_eq!((c.block_dim, c.grid_dim), ((512, 1, 1), (65536, 1, 1)));
+    }
+
+    fn f32s(ne: [i64; 4]) -> Operand {
+        (TensorArg::contiguous(0x1000, DType::F32, ne).unwrap(), DType::F32)
+    }
+
+    /// `t` with dimensions `d0` and `d1` swapped (a transposed view).
+    fn swapped(t: Operand, d0: usize, d1: usize) -> Operand {
+        let (mut arg, dtype) = t;
+        arg.ne.swap(d0, d1);
+        arg.nb.swap(d0, d1);
+        (arg, dtype)
+    }
+
+    fn at(t: Operand, data: u64) -> Operand {
+        (TensorArg { data, ..t.0 }, t.1)
+    }
+
+    #[test]
+    fn packed_rows_take_the_shortest_kernel_that_holds_the_row() {
+        let kernel = |ne0: i64| packed_rows(f32s([ne0, 3, 2, 1]), f32s([ne0, 3, 2, 1]));
+        let expected = [
+            (4, Some(128)),
+            (128, Some(128)),
+            (132, Some(256)),
+            (384, Some(512)),
+            (1000, Some(1024)),
+            (1024, Some(1024)),
+            (1028, Some(2048)),
+            (4096, Some(4096)),
+            (8192, Some(8192)),
+            (8196, None),
+            (130, None),
+            (7, None),
+        ];
+        for (ne0, max_ne0) in expected {
+            assert_eq!(kernel(ne0), max_ne0, "rows of {ne0}");
+            if let Some(n) = max_ne0 {
+                assert!(names::soft_max_packed(DType::F16, n).is_some() && names::norm_packed(n).is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn packed_rows_need_f32_rows_packed_on_16_byte_boundaries() {
+        let t = f32s([64, 5, 4, 3]);
+        assert_eq!(packed_rows(t, t), Some(128));
+        // Rows of a view with a gap between them, still on 16-byte boundaries.
+        let mut gapped = t;
+        gapped.0.nb[1] = 272;
+        assert_eq!(packed_rows(gapped, t), Some(128));
+        gapped.0.nb[1] = 264;
+        assert_eq!(packed_rows(gapped, t), None);
+        assert_eq!(packed_rows(t, at(t, 0x1008)), None);
+        assert_eq!(packed_rows(at(t, 0x1004), t), None);
+        assert_eq!(packed_rows(swapped(f32s([5, 64, 4, 3]), 0, 1), t), None);
+        let half = (TensorArg::contiguous(0x1000, DType::F16, [64, 5, 4, 3]).unwrap(), DType::F16);
+        assert_eq!(packed_rows(half, half), None);
+    }
+
+    #[test]
+    fn packed_rows_run_a_warp_or_a_block_per_row() {
+        let c = packed_rows_config(1024, 9);
+        assert_eq!((c.block_dim, c.grid_dim), ((128, 1, 1), (3, 1, 1)));
+        let c = packed_rows_config(128, 1 << 20);
+        assert_eq!((c.block_dim, c.grid_dim), ((128, 1, 1), (65536, 1, 1)));
+        let c = packed_rows_config(2048, 9);
+        assert_eq!((c.block_dim, c.grid_dim), ((256, 1, 1), (9, 1, 1)));
+        let c = packed_rows_config(8192, 1 << 20);
+        assert_eq!((c.block_dim, c.grid_dim), ((256, 1, 1), (65536, 1, 1)));
+    }
+
+    #[test]
+    fn packed_row_kernels_are_built_for_their_launch() {
+        // Each `row<N>` kernel runs on a warp (GROUP 32, blocks of 128 threads) for N <= 1024,
+        // else on a block of 256, each thread holding N / (4 * GROUP) float4s.
+        let source = include_str!("../../kernels/rows_packed.cu");
+        assert!(source.contains("static constexpr int value = GROUP == 32 ? 128 : GROUP;"));
+        for max_ne0 in [128, 256, 512, 1024, 2048, 4096, 8192] {
+            let group = if max_ne0 <= PACKED_WARP_ROW_MAX { 32 } else { 256 };
+            let v4 = max_ne0 / (4 * group);
+            let kernels = [
+                names::soft_max_packed(DType::F32, max_ne0),
+                names::soft_max_packed(DType::F16, max_ne0),
+                names::norm_packed(max_ne0),
+            ];
+            for name in kernels.map(Option::unwrap) {
+                assert!(source.contains(&format!("({name}, {group}, {v4}")), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn packed_binary_ops_take_same_shapes_and_one_repeated_row() {
+        let a = f32s([64, 5, 4, 3]);
+        assert!(binary_packed(a, a, a));
+        assert!(binary_packed(a, f32s([64, 1, 1, 1]), a));
+        // Any other repetition, rows not a multiple of 4 values, other types, gaps, misaligned
+        // starts and transposed operands take the generic kernel.
+        assert!(!binary_packed(a, f32s([64, 5, 1, 1]), a));
+        assert!(!binary_packed(a, f32s([1, 1, 1, 1]), a));
+        let odd = f32s([66, 5, 1, 1]);
+        assert!(!binary_packed(odd, odd, odd));
+        let half = (a.0, DType::F16);
+        assert!(!binary_packed(a, half, a));
+        let mut gapped = a;
+        gapped.0.nb[1] = 272;
+        assert!(!binary_packed(gapped, a, a));
+        assert!(!binary_packed(a, a, at(a, 0x1008)));
+        assert!(!binary_packed(a, at(f32s([64, 1, 1, 1]), 0x1004), a));
+        let t = swapped(f32s([64, 64, 1, 1]), 0, 1);
+        assert!(!binary_packed(t, f32s([64, 64, 1, 1]), f32s([64, 64, 1, 1])));
+        // Dimensions of one value may have any stride.
+        let mut one = f32s([64, 1, 5, 1]);
+        one.0.nb[1] = 12;
+        assert!(binary_packed(one, one, one));
+    }
+
+    #[test]
+    fn packed_binary_blocks_cover_4_float4s_per_thread() {
+        let c = binary_packed_config(5000);
+        assert_eq!((c.block_dim, c.grid_dim), ((256, 1, 1), (5, 1, 1)));
+        let c = binary_packed_config(1 << 40);
+        assert_eq!((c.block_dim, c.grid_dim), ((256, 1, 1), (65536, 1, 1)));
+        let source = include_str!("../../kernels/elementwise.cu");
+        assert!(source.contains(&format!("#define BINARY_PACKED_UNROLL {BINARY_PACKED_UNROLL}\n")));
     }
 
     #[test]

@@ -29,9 +29,14 @@
 //!
 //! What runs where:
 //! - element-wise ops, CPY/CONT/GET_ROWS/CONCAT, ROPE, IM2COL, POOL_2D, DIAG_MASK_INF: 2-D blocks
-//!   of 256 threads (x along dimension 0, y along rows), grid-strided over rows;
+//!   of 256 threads (x along dimension 0, y along rows), grid-strided over rows; ADD, SUB, MUL
+//!   and DIV of packed, 16-byte aligned f32 operands (b of a's shape or one row of it, rows of a
+//!   multiple of 4 values) by 16-byte loads, grid-strided over the values;
 //! - SUM_ROWS, MEAN, ARGMAX, SOFT_MAX, NORM, RMS_NORM: one block per row (32 to 512 threads),
-//!   warp and block reductions, sums in f64;
+//!   warp and block reductions, sums in f64; except SOFT_MAX, NORM and RMS_NORM of f32 rows
+//!   that are packed, of a multiple of 4 values, at most 8192, each starting on a 16-byte
+//!   boundary: each row loaded once into registers by 16-byte loads, a warp per row up to 1024
+//!   values, a block per row beyond, sums in f32;
 //! - MUL_MAT: up to 8 columns by matrix-vector kernels that read the weights once for all
 //!   columns (float weights times f32 activations in place; q8_0/q4_0 weights with dp4a against
 //!   activations quantized once to 8 bits); more columns by cuBLAS (`cublasGemmEx` and its

@@ -25,7 +25,7 @@ use cudarc::driver::{CudaStream, PushKernelArg};
 use tessera_core::{DType, Result};
 
 use super::arg::TensorArg;
-use super::launch::{copy, div_ceil, elementwise_config, launch_kernel};
+use super::launch::{copy, div_ceil, elementwise_config, launch_kernel, rows_16_byte_aligned};
 use super::{backend_error, names, Kernels, Operand, Scratch};
 
 /// Largest `N` the matrix-vector kernels take.
@@ -137,12 +137,6 @@ fn batch_stride(t: &TensorArg, es: i64) -> Option<i64> {
         Some(bytes) if bytes % es == 0 => Some(bytes / es),
         Some(_) => None,
     }
-}
-
-/// Whether every row of `t` (dimension 0, values of `es` bytes) is packed and starts on a
-/// 16-byte boundary, as the float matrix-vector kernels load them.
-fn rows_16_byte_aligned(t: &TensorArg, es: i64) -> bool {
-    (t.ne[0] <= 1 || t.nb[0] == es) && t.data % 16 == 0 && (1..4).all(|d| t.ne[d] <= 1 || t.nb[d] % 16 == 0)
 }
 
 fn packed(dtype: DType, ne: [i64; 4]) -> Result<TensorArg> {

@@ -101,6 +101,54 @@ pub(crate) fn norm(t: DType) -> Option<&'static str> {
     by_float(t, ["norm_f32", "norm_f16", "norm_bf16"])
 }
 
+/// The index of a packed-row kernel (rows_packed.cu) among its variants for rows of up to
+/// 128, 256, ..., 8192 values.
+fn packed_row_variant(max_ne0: i64) -> Option<usize> {
+    [128, 256, 512, 1024, 2048, 4096, 8192].iter().position(|&n| n == max_ne0)
+}
+
+/// SOFT_MAX of packed f32 rows of up to `max_ne0` values (a power of two from 128 to 8192)
+/// with a mask of type `mask` (F32 when there is none).
+pub(crate) fn soft_max_packed(mask: DType, max_ne0: i64) -> Option<&'static str> {
+    let names = match mask {
+        F32 => [
+            "soft_max_f32_f32_row128",
+            "soft_max_f32_f32_row256",
+            "soft_max_f32_f32_row512",
+            "soft_max_f32_f32_row1024",
+            "soft_max_f32_f32_row2048",
+            "soft_max_f32_f32_row4096",
+            "soft_max_f32_f32_row8192",
+        ],
+        F16 => [
+            "soft_max_f32_f16_row128",
+            "soft_max_f32_f16_row256",
+            "soft_max_f32_f16_row512",
+            "soft_max_f32_f16_row1024",
+            "soft_max_f32_f16_row2048",
+            "soft_max_f32_f16_row4096",
+            "soft_max_f32_f16_row8192",
+        ],
+        _ => return None,
+    };
+    Some(names[packed_row_variant(max_ne0)?])
+}
+
+/// NORM and RMS_NORM of packed f32 rows of up to `max_ne0` values (a power of two from 128 to
+/// 8192).
+pub(crate) fn norm_packed(max_ne0: i64) -> Option<&'static str> {
+    let names = [
+        "norm_f32_row128",
+        "norm_f32_row256",
+        "norm_f32_row512",
+        "norm_f32_row1024",
+        "norm_f32_row2048",
+        "norm_f32_row4096",
+        "norm_f32_row8192",
+    ];
+    Some(names[packed_row_variant(max_ne0)?])
+}
+
 pub(crate) fn diag_mask_inf(t: DType) -> Option<&'static str> {
     by_float(t, ["diag_mask_inf_f32", "diag_mask_inf_f16", "diag_mask_inf_bf16"])
 }
@@ -178,6 +226,9 @@ pub(crate) fn mul_mat_vec(a: DType, ncols: usize) -> Option<&'static str> {
 /// Quantizes the columns of a matrix-vector product's b for quantized weights.
 pub(crate) const QUANTIZE_Q8_1: &str = "quantize_q8_1";
 
+/// ADD, SUB, MUL, DIV of packed, 16-byte aligned f32 operands.
+pub(crate) const BINARY_F32_PACKED: &str = "binary_f32_packed";
+
 pub(crate) const MUL_MAT_PTRS: &str = "mul_mat_ptrs";
 pub(crate) const FILL_F32: &str = "fill_f32";
 
@@ -199,6 +250,10 @@ mod tests {
             for ncols in 0..=9 {
                 chosen.extend(mul_mat_vec(a, ncols));
             }
+            for max_ne0 in (0..16).map(|p| 1i64 << p) {
+                chosen.extend(soft_max_packed(a, max_ne0));
+                chosen.extend(norm_packed(max_ne0));
+            }
             for b in DType::ALL {
                 for f in [cpy, binary, sum_rows, soft_max, im2col] {
                     chosen.extend(f(a, b));
@@ -208,6 +263,7 @@ mod tests {
         chosen.insert(MUL_MAT_PTRS);
         chosen.insert(QUANTIZE_Q8_1);
         chosen.insert(FILL_F32);
+        chosen.insert(BINARY_F32_PACKED);
         for name in &chosen {
             assert!(known.contains(name), "{name} is chosen but no module defines it");
         }

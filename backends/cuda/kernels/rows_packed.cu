@@ -1,0 +1,266 @@
+// Row kernels on packed f32 rows: SOFT_MAX, NORM and RMS_NORM at memory bandwidth. Each row
+// is read once into registers with 16-byte loads, reduced there, and written once with 16-byte
+// stores (the generic kernels of rows.cu read it two or three times, value by value).
+//
+// The launcher takes these for f32 source and destination whose rows are packed (nb[0] = 4),
+// hold a multiple of 4 values, at most 8192, and all start on 16-byte boundaries (data and
+// nb[1..3] multiples of 16); the mask of SOFT_MAX may have any strides (read value by value).
+//
+// Launch: a group of GROUP threads owns a row and the groups grid-stride over rows:
+// - GROUP = 32, a warp per row (rows of up to 1024 values): blocks of 128 threads, 4 rows each;
+// - GROUP = 256, a block per row (rows of 1025 to 8192 values): blocks of 256 threads.
+// Thread t of a group holds float4 number t + GROUP * j (j < V4) of its row, so each of the
+// V4 loads of a group is one contiguous run. Slots past the row's end hold neutral values and
+// are neither counted nor stored. Every thread reads its values before writing them, so a
+// destination may alias its source.
+//
+// Sums are f32 (per thread, then a shuffle tree and, across warps, shared memory): for rows of
+// these lengths far more accurate than the 1e-7 normalised error that the conformance suite
+// allows against the reference's f64 sums.
+#include "common.cuh"
+
+// Threads per block for a row group of GROUP threads, and the blocks each SM must be able to
+// hold: at least 1024 threads (at most 64 registers each), so that enough rows are in flight
+// to cover the memory's latency.
+template <int GROUP> struct PackedBlock {
+    static constexpr int value = GROUP == 32 ? 128 : GROUP;
+    static constexpr int min_blocks = 1024 / value;
+};
+
+struct SumOp {
+    __device__ __forceinline__ float operator()(float a, float b) const {
+        return a + b;
+    }
+};
+
+struct MaxOp {
+    __device__ __forceinline__ float operator()(float a, float b) const {
+        return fmaxf(a, b);
+    }
+};
+
+// Combines one value per thread of a row group with `op`; every thread of the group gets the
+// result. Groups larger than a warp combine the warps' results through `partial` (shared,
+// 2 x GROUP / 32 values). Consecutive reductions alternate between its two halves (`parity`),
+// so one barrier each suffices: a thread writes a half again only after passing the barrier of
+// the reduction in between, which every thread reaches only after reading that half.
+template <int GROUP, typename Op>
+__device__ __forceinline__ float group_reduce(float v, Op op, float (*partial)[GROUP / 32], int &parity) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    }
+    if constexpr (GROUP > 32) {
+        float *half = partial[parity];
+        parity ^= 1;
+        if (threadIdx.x % 32 == 0) {
+            half[threadIdx.x / 32] = v;
+        }
+        __syncthreads();
+        v = half[0];
+#pragma unroll
+        for (int w = 1; w < GROUP / 32; w++) {
+            v = op(v, half[w]);
+        }
+    }
+    return v;
+}
+
+// The rows a group visits: row numbers of the source, grid-strided.
+#define FOR_EACH_GROUP_ROW(row, nrows, GROUP)                                                                    \
+    for (long long row = (long long)blockIdx.x * (PackedBlock<GROUP>::value / GROUP) + threadIdx.x / GROUP;      \
+         row < (nrows); row += (long long)gridDim.x * (PackedBlock<GROUP>::value / GROUP))
+
+// Loads float4 number t + GROUP * j of a row into x[j] for each slot j inside the row (n4
+// float4s); slots past the end get `pad`.
+template <int GROUP, int V4>
+__device__ __forceinline__ void load_row(const char *row, int t, int n4, float pad, float (&x)[V4][4]) {
+#pragma unroll
+    for (int j = 0; j < V4; j++) {
+        const int c = t + GROUP * j;
+        float4 v = make_float4(pad, pad, pad, pad);
+        if (c < n4) {
+            v = ((const float4 *)row)[c];
+        }
+        x[j][0] = v.x;
+        x[j][1] = v.y;
+        x[j][2] = v.z;
+        x[j][3] = v.w;
+    }
+}
+
+// Stores the slots of x inside the row.
+template <int GROUP, int V4>
+__device__ __forceinline__ void store_row(char *row, int t, int n4, const float (&x)[V4][4]) {
+#pragma unroll
+    for (int j = 0; j < V4; j++) {
+        const int c = t + GROUP * j;
+        if (c < n4) {
+            ((float4 *)row)[c] = make_float4(x[j][0], x[j][1], x[j][2], x[j][3]);
+        }
+    }
+}
+
+// y = exp(x - max) / sum exp(x - max) along rows of x = src * scale + mask, each step rounded
+// as the reference does; the mask row of source row (i1, i2, i3) is (i1, i2 % m2, i3 % m3).
+// A row of only -inf becomes zeros; a NaN makes its row NaN. Each exponential is computed once
+// and kept in x.
+template <int GROUP, int V4, typename M>
+__device__ void soft_max_packed(const TensorArg &src, const TensorArg &mask, const TensorArg &dst, float scale,
+                                int has_mask) {
+    __shared__ float partial[2][GROUP / 32];
+    int parity = 0;
+    const int t = threadIdx.x % GROUP;
+    const int n4 = (int)(src.ne[0] / 4);
+    FOR_EACH_GROUP_ROW(row, nrows_of(src), GROUP) {
+        long long i1, i2, i3;
+        unravel_row(row, src.ne[1], src.ne[2], i1, i2, i3);
+        const char *mrow =
+            has_mask ? row_ptr(mask, i1, mod64(i2, mask.ne[2]), mod64(i3, mask.ne[3])) : (const char *)nullptr;
+        char *drow = row_ptr(dst, i1, i2, i3);
+        float x[V4][4];
+        load_row<GROUP, V4>(row_ptr(src, i1, i2, i3), t, n4, -INFINITY, x);
+
+        // A NaN counts as +inf here: its row then takes the general path below, where the NaN
+        // in the sum makes every value NaN. The maximum is -inf only for rows of only -inf.
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < V4; j++) {
+            const int c = t + GROUP * j;
+            if (c < n4) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float v = __fmul_rn(x[j][k], scale);
+                    if (mrow != nullptr) {
+                        v = __fadd_rn(v, M::load(mrow, 4 * c + k, mask.nb[0]));
+                    }
+                    x[j][k] = v;
+                    mx = fmaxf(mx, v != v ? INFINITY : v);
+                }
+            }
+        }
+        mx = group_reduce<GROUP>(mx, MaxOp(), partial, parity);
+
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < V4; j++) {
+            if (t + GROUP * j < n4) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    x[j][k] = expf(x[j][k] - mx);
+                    sum += x[j][k];
+                }
+            }
+        }
+        sum = group_reduce<GROUP>(sum, SumOp(), partial, parity);
+
+        // x / sum, the IEEE quotient: the reciprocal once per row, then per value the product
+        // and one correction (Markstein: correctly rounded for a correctly rounded reciprocal
+        // unless the quotient is subnormal). This is the fast path of IEEE division, whose
+        // slow-path call would otherwise spill the registers holding the row.
+        const bool all_inf = mx == -INFINITY;
+        const float inv = 1.0f / sum;
+#pragma unroll
+        for (int j = 0; j < V4; j++) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float q = x[j][k] * inv;
+                x[j][k] = all_inf ? 0.0f : fmaf(fmaf(-q, sum, x[j][k]), inv, q);
+            }
+        }
+        store_row<GROUP, V4>(drow, t, n4, x);
+    }
+}
+
+// NORM: (x - mean) / sqrt(var + eps) with var = mean((x - mean)^2) taken from the registers;
+// RMS_NORM (`rms`): x / sqrt(mean(x^2) + eps). Both multiply by the inverse square root, as
+// the reference does.
+template <int GROUP, int V4>
+__device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float eps, int rms) {
+    __shared__ float partial[2][GROUP / 32];
+    int parity = 0;
+    const int t = threadIdx.x % GROUP;
+    const int n4 = (int)(src.ne[0] / 4);
+    const float n = (float)src.ne[0]; // exact: at most 8192
+    FOR_EACH_GROUP_ROW(row, nrows_of(src), GROUP) {
+        long long i1, i2, i3;
+        unravel_row(row, src.ne[1], src.ne[2], i1, i2, i3);
+        char *drow = row_ptr(dst, i1, i2, i3);
+        float x[V4][4];
+        load_row<GROUP, V4>(row_ptr(src, i1, i2, i3), t, n4, 0.0f, x);
+
+        // RMS_NORM centres nothing; NORM subtracts the mean before squaring (the padding,
+        // which would then count, is left out).
+        float mean = 0.0f;
+        if (!rms) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < V4; j++) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    sum += x[j][k];
+                }
+            }
+            mean = group_reduce<GROUP>(sum, SumOp(), partial, parity) / n;
+        }
+        float sq = 0.0f;
+#pragma unroll
+        for (int j = 0; j < V4; j++) {
+            if (t + GROUP * j < n4) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const float d = x[j][k] - mean;
+                    sq += d * d;
+                }
+            }
+        }
+        const float var = group_reduce<GROUP>(sq, SumOp(), partial, parity) / n;
+        const float inv = 1.0f / sqrtf(var + eps);
+#pragma unroll
+        for (int j = 0; j < V4; j++) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                x[j][k] = (x[j][k] - mean) * inv;
+            }
+        }
+        store_row<GROUP, V4>(drow, t, n4, x);
+    }
+}
+
+#define PACKED_BOUNDS(GROUP) __launch_bounds__(PackedBlock<GROUP>::value, PackedBlock<GROUP>::min_blocks)
+#define SOFT_MAX_PACKED_KERNEL(name, GROUP, V4, M)                                                               \
+    extern "C" __global__ void PACKED_BOUNDS(GROUP)                                                              \
+        name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg mask,                      \
+             const __grid_constant__ TensorArg dst, float scale, int has_mask) {                                 \
+        soft_max_packed<GROUP, V4, M>(src, mask, dst, scale, has_mask);                                          \
+    }
+#define NORM_PACKED_KERNEL(name, GROUP, V4)                                                                      \
+    extern "C" __global__ void PACKED_BOUNDS(GROUP)                                                              \
+        name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, float eps, int rms) { \
+        norm_packed<GROUP, V4>(src, dst, eps, rms);                                                              \
+    }
+
+// Named by the longest row each takes: rows of up to 128 * V4 values on a warp, of up to
+// 1024 * V4 values on a block.
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f32_row128, 32, 1, F32)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f32_row256, 32, 2, F32)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f32_row512, 32, 4, F32)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f32_row1024, 32, 8, F32)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f32_row2048, 256, 2, F32)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f32_row4096, 256, 4, F32)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f32_row8192, 256, 8, F32)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f16_row128, 32, 1, F16)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f16_row256, 32, 2, F16)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f16_row512, 32, 4, F16)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f16_row1024, 32, 8, F16)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f16_row2048, 256, 2, F16)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f16_row4096, 256, 4, F16)
+SOFT_MAX_PACKED_KERNEL(soft_max_f32_f16_row8192, 256, 8, F16)
+
+NORM_PACKED_KERNEL(norm_f32_row128, 32, 1)
+NORM_PACKED_KERNEL(norm_f32_row256, 32, 2)
+NORM_PACKED_KERNEL(norm_f32_row512, 32, 4)
+NORM_PACKED_KERNEL(norm_f32_row1024, 32, 8)
+NORM_PACKED_KERNEL(norm_f32_row2048, 256, 2)
+NORM_PACKED_KERNEL(norm_f32_row4096, 256, 4)
+NORM_PACKED_KERNEL(norm_f32_row8192, 256, 8)
