@@ -43,7 +43,17 @@ impl Layout {
         Layout { tokens, rows: batch, seqs_per_row: 1, longest: 0 }
     }
 
-    fn is_packed(&self) -> bool {
+    /// The layout for one batch of sequences of lengths `lens`: padded rows when every
+    /// sequence has the same length (no padding then, and no gathering into attention blocks),
+    /// else packed.
+    pub fn for_lengths(lens: &[usize]) -> Layout {
+        match lens.split_first() {
+            Some((&first, rest)) if first > 0 && rest.iter().all(|&l| l == first) => Layout::padded(first, lens.len()),
+            _ => Layout::packed(lens),
+        }
+    }
+
+    pub(crate) fn is_packed(&self) -> bool {
         self.longest > 0
     }
 }
@@ -297,6 +307,13 @@ mod tests {
         assert_eq!(ne(&g, m.embeddings), [TINY.hidden, 3, 1, 1]);
         assert!(m.attention_gather.is_none() && m.attention_scatter.is_none());
         assert_eq!(g.tensor(m.embeddings).unwrap().dtype(), DType::F32);
+    }
+
+    #[test]
+    fn equal_lengths_take_the_padded_layout() {
+        assert_eq!(Layout::for_lengths(&[4, 4, 4]), Layout::padded(4, 3));
+        assert_eq!(Layout::for_lengths(&[4, 3]), Layout::packed(&[4, 3]));
+        assert_eq!(Layout::for_lengths(&[5]), Layout::padded(5, 1));
     }
 
     #[test]

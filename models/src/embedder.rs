@@ -12,7 +12,7 @@ use tessera_std::placement::Placement;
 use crate::bert::{self, BertGraph, Layout};
 use crate::config::BertConfig;
 use crate::error::{Error, Result};
-use crate::inputs::packed_inputs;
+use crate::inputs::inputs_for;
 use crate::module::Module;
 use crate::tokenize::{Tokenizer, MAX_TOKENS};
 
@@ -199,7 +199,8 @@ impl Embedder {
     }
 
     /// Embeddings of token-id sequences (1 to `max_positions` ids each), computed in one
-    /// packed batch; [`timing`](Self::timing) then says where the time went.
+    /// batch (packed, or padded rows when all have the same length); [`timing`](Self::timing)
+    /// then says where the time went.
     pub fn embed_tokens<S: AsRef<[u32]>>(&mut self, sequences: &[S]) -> Result<Vec<Vec<f32>>> {
         if sequences.is_empty() {
             return Ok(Vec::new());
@@ -212,7 +213,7 @@ impl Embedder {
         let start = Instant::now();
         let (g, model) = self.graph(&lens)?;
         self.sched.alloc_graph(&g)?;
-        let inputs = packed_inputs(&lens);
+        let inputs = inputs_for(&Layout::for_lengths(&lens), &lens);
         let ids: Vec<i32> = sequences.iter().flat_map(|s| s.as_ref()).map(|&t| t as i32).collect();
         let sg = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?;
         sg.set_i32(model.token_ids, &ids)?;
@@ -241,13 +242,13 @@ impl Embedder {
         &self.sched
     }
 
-    /// Builds the graph for sequences of `lens` tokens packed in one row, weights bound and
+    /// Builds the graph for sequences of `lens` tokens (`Layout::for_lengths`), weights bound and
     /// every node pinned to its module's device.
     fn graph(&mut self, lens: &[usize]) -> Result<(Graph, BertGraph)> {
         let mut g = Graph::new();
         let file = &self.file;
         let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
-        let model = bert::build(&mut g, &self.config, &dtype_of, Layout::packed(lens))?;
+        let model = bert::build(&mut g, &self.config, &dtype_of, Layout::for_lengths(lens))?;
         for (name, module, id) in &model.weights {
             let data = self.stores[module.index()].get(name).ok_or_else(|| tessera_core::Error::File {
                 path: self.file.path().display().to_string(),

@@ -1,5 +1,7 @@
 //! The values of a BERT graph's positional, attention and pooling inputs for a batch of
-//! sequences, in the layouts of [`Layout`](crate::Layout).
+//! sequences, in the layouts of [`Layout`].
+
+use crate::bert::Layout;
 
 /// The values of the inputs for sequences of the given lengths.
 pub struct PackedInputs {
@@ -10,6 +12,15 @@ pub struct PackedInputs {
     pub attention_gather: Vec<i32>,
     /// Packed layout only (empty otherwise): see [`BertGraph::attention_scatter`](crate::BertGraph::attention_scatter).
     pub attention_scatter: Vec<i32>,
+}
+
+/// The input values of a graph built for `layout` ([`Layout::for_lengths`] of `lens`).
+pub fn inputs_for(layout: &Layout, lens: &[usize]) -> PackedInputs {
+    if layout.is_packed() {
+        packed_inputs(lens)
+    } else {
+        padded_inputs(lens, layout.tokens)
+    }
 }
 
 /// Positions, the attention blocks' gather and scatter indices and key masks, and the pooling

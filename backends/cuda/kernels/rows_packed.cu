@@ -102,7 +102,7 @@ __device__ __forceinline__ void store_row(char *row, int t, int n4, const float 
 }
 
 // y = exp(x - max) / sum exp(x - max) along rows of x = src * scale + mask, each step rounded
-// as the reference does; the mask row of source row (i1, i2, i3) is (i1, i2 % m2, i3 % m3).
+// as the reference does; the mask row of source row (i1, i2, i3) is (i1 % m1, i2 % m2, i3 % m3).
 // A row of only -inf becomes zeros; a NaN makes its row NaN. Each exponential is computed once
 // and kept in x.
 template <int GROUP, int V4, typename M>
@@ -116,7 +116,8 @@ __device__ void soft_max_packed(const TensorArg &src, const TensorArg &mask, con
         long long i1, i2, i3;
         unravel_row(row, src.ne[1], src.ne[2], i1, i2, i3);
         const char *mrow =
-            has_mask ? row_ptr(mask, i1, mod64(i2, mask.ne[2]), mod64(i3, mask.ne[3])) : (const char *)nullptr;
+            has_mask ? row_ptr(mask, mod64(i1, mask.ne[1]), mod64(i2, mask.ne[2]), mod64(i3, mask.ne[3]))
+                     : (const char *)nullptr;
         char *drow = row_ptr(dst, i1, i2, i3);
         float x[V4][4];
         load_row<GROUP, V4>(row_ptr(src, i1, i2, i3), t, n4, -INFINITY, x);
