@@ -29,6 +29,9 @@ pub struct Embedder {
     sched: Scheduler,
     tokenizer: Option<Tokenizer>,
     timing: Timing,
+    /// The sequence lengths the scheduler's graph was built and allocated for: a batch of the
+    /// same lengths runs it again with new inputs.
+    built_for: Option<(Vec<usize>, BertGraph)>,
 }
 
 /// Where the time of the last embedding call went.
@@ -146,7 +149,17 @@ impl Embedder {
             backends.push(b);
         }
         let sched = tessera_std::sched_debug::scheduler(backends, &[], SchedulerOptions::default())?;
-        Ok(Embedder { config, file, placement, devices, stores, sched, tokenizer, timing: Timing::default() })
+        Ok(Embedder {
+            config,
+            file,
+            placement,
+            devices,
+            stores,
+            sched,
+            tokenizer,
+            timing: Timing::default(),
+            built_for: None,
+        })
     }
 
     /// The model's shape.
@@ -211,8 +224,14 @@ impl Embedder {
             return Err(Error::SequenceLength { index, tokens, max });
         }
         let start = Instant::now();
-        let (g, model) = self.graph(&lens)?;
-        self.sched.alloc_graph(&g)?;
+        let model = match self.built_for.take() {
+            Some((built, model)) if built == lens && self.sched.graph().is_some() => model,
+            _ => {
+                let (g, model) = self.graph(&lens)?;
+                self.sched.alloc_graph(&g)?;
+                model
+            }
+        };
         let inputs = inputs_for(&Layout::for_lengths(&lens), &lens);
         let ids: Vec<i32> = sequences.iter().flat_map(|s| s.as_ref()).map(|&t| t as i32).collect();
         let sg = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?;
@@ -227,6 +246,7 @@ impl Embedder {
         let prepared = Instant::now();
         self.sched.compute()?;
         let out = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_f32(model.embeddings)?;
+        self.built_for = Some((lens, model));
         self.timing = Timing { prepare: prepared - start, compute: prepared.elapsed() };
         Ok(out.chunks(self.config.hidden).map(<[f32]>::to_vec).collect())
     }
@@ -326,6 +346,20 @@ mod tests {
             assert!(diff < 1e-6, "{ids:?}: packed and alone differ by {diff}");
         }
         assert!(e.embed_tokens::<&[u32]>(&[]).unwrap().is_empty());
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn batches_of_the_lengths_of_the_last_reuse_its_graph_with_their_own_tokens() {
+        let path = tiny_gguf(DType::F32);
+        let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+        let (first, second): ([&[u32]; 2], [&[u32]; 2]) = ([&[2, 17, 5, 3], &[2, 9]], [&[2, 30, 31, 3], &[2, 3]]);
+        e.embed_tokens(&first).unwrap();
+        let prepared = e.scheduler().program_stats();
+        let again = e.embed_tokens(&second).unwrap();
+        assert_eq!(e.scheduler().program_stats(), prepared, "nothing prepared anew");
+        let fresh = Embedder::load(&path, on(&cpu(), "", "")).unwrap().embed_tokens(&second).unwrap();
+        assert_eq!(again, fresh);
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
     }
 
