@@ -118,3 +118,42 @@ fn pinned_host_memory_is_host_memory_the_cpu_computes_on() {
     assert!(b.host_ptr_mut().is_some());
     assert!(tessera::cpu::CPU_DEVICE.supports_buffer_type(pinned));
 }
+
+/// A layer norm (NORM, MUL by a weight row, ADD of a bias row) captured into a program runs
+/// as one fused kernel; its bits are those of the three nodes run one by one.
+#[test]
+fn a_fused_layer_norm_gives_the_bits_of_its_nodes() {
+    let Some(gpu) = gpu() else { return };
+    for (hidden, with_bias, rms) in [(384, true, false), (4096, true, false), (128, false, true), (1028, true, true)] {
+        let mut g = Graph::new();
+        let x = g.new_tensor(DType::F32, &[hidden, 7, 2]).unwrap();
+        let w = g.new_tensor(DType::F32, &[hidden]).unwrap();
+        let b = g.new_tensor(DType::F32, &[hidden]).unwrap();
+        let n = if rms { g.rms_norm(x, 1e-6).unwrap() } else { g.norm(x, 1e-12).unwrap() };
+        let m = g.mul(n, w).unwrap();
+        let out = if with_bias { g.add(m, b).unwrap() } else { m };
+        g.set_output(out).unwrap();
+        g.build_forward(out).unwrap();
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        for (i, leaf) in [x, w, b].into_iter().enumerate() {
+            let n = g.tensor(leaf).unwrap().nelements();
+            let values: Vec<f32> = (0..n).map(|k| ((k * 7 + i * 13) % 101) as f32 / 17.0 - 2.5).collect();
+            g.set_f32(leaf, &values).unwrap();
+        }
+        let mut backend = gpu.init_backend().unwrap();
+        backend.compute_graph(&g).unwrap();
+        let one_by_one: Vec<u32> = g.get_f32(out).unwrap().iter().map(|v| v.to_bits()).collect();
+        g.set_f32(out, &vec![0.0; g.tensor(out).unwrap().nelements()]).unwrap();
+        let consumers: Vec<u32> = (0..g.tensors().len())
+            .map(|i| {
+                g.nodes().iter().filter(|&&id| g.tensor(id).unwrap().srcs().any(|(_, s)| s.index() == i)).count() as u32
+            })
+            .collect();
+        let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
+        let mut program = backend.prepare(&split).unwrap();
+        backend.run(&mut *program, &g).unwrap();
+        backend.synchronize().unwrap();
+        let fused: Vec<u32> = g.get_f32(out).unwrap().iter().map(|v| v.to_bits()).collect();
+        assert_eq!(fused, one_by_one, "hidden {hidden}, bias {with_bias}, rms {rms}");
+    }
+}

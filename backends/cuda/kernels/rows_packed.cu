@@ -175,9 +175,12 @@ __device__ void soft_max_packed(const TensorArg &src, const TensorArg &mask, con
 
 // NORM: (x - mean) / sqrt(var + eps) with var = mean((x - mean)^2) taken from the registers;
 // RMS_NORM (`rms`): x / sqrt(mean(x^2) + eps). Both multiply by the inverse square root, as
-// the reference does.
+// the reference does. With `affine` 1 or 2 the result is then multiplied by the packed row `w`
+// and (2) `b` is added, each rounded as the MUL and ADD it replaces (a layer norm's weight and
+// bias fused into the norm: the same bits as the three ops one after another).
 template <int GROUP, int V4>
-__device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float eps, int rms) {
+__device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float eps, int rms, const TensorArg &w,
+                            const TensorArg &b, int affine) {
     __shared__ float partial[2][GROUP / 32];
     int parity = 0;
     const int t = threadIdx.x % GROUP;
@@ -224,6 +227,29 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
                 x[j][k] = (x[j][k] - mean) * inv;
             }
         }
+        if (affine > 0) {
+            // One float4 of the weight (and bias) at a time, so that no second row is held.
+#pragma unroll
+            for (int j = 0; j < V4; j++) {
+                const int c = t + GROUP * j;
+                if (c < n4) {
+                    const float4 wv = ((const float4 *)w.data)[c];
+                    const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        x[j][k] = __fmul_rn(x[j][k], wk[k]);
+                    }
+                    if (affine > 1) {
+                        const float4 bv = ((const float4 *)b.data)[c];
+                        const float bk[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            x[j][k] = __fadd_rn(x[j][k], bk[k]);
+                        }
+                    }
+                }
+            }
+        }
         store_row<GROUP, V4>(drow, t, n4, x);
     }
 }
@@ -235,10 +261,14 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
              const __grid_constant__ TensorArg dst, float scale, int has_mask) {                                 \
         soft_max_packed<GROUP, V4, M>(src, mask, dst, scale, has_mask);                                          \
     }
+// The norms hold a weight and bias pointer more: 768 threads per SM (at most 80 registers)
+// keep their longest rows out of local memory.
+#define NORM_BOUNDS(GROUP) __launch_bounds__(PackedBlock<GROUP>::value, 768 / PackedBlock<GROUP>::value)
 #define NORM_PACKED_KERNEL(name, GROUP, V4)                                                                      \
-    extern "C" __global__ void PACKED_BOUNDS(GROUP)                                                              \
-        name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, float eps, int rms) { \
-        norm_packed<GROUP, V4>(src, dst, eps, rms);                                                              \
+    extern "C" __global__ void NORM_BOUNDS(GROUP)                                                                \
+        name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, float eps, int rms,    \
+             const __grid_constant__ TensorArg w, const __grid_constant__ TensorArg b, int affine) {              \
+        norm_packed<GROUP, V4>(src, dst, eps, rms, w, b, affine);                                                \
     }
 
 // Named by the longest row each takes: rows of up to 128 * V4 values on a warp, of up to

@@ -14,6 +14,7 @@ use tessera_core::{
 use crate::device::CudaDevice;
 use crate::driver;
 use crate::event::CudaEvent;
+use crate::fusion::{self, Fusion};
 use crate::kernels::{self, Kernels, Operand, Scratch, TensorArg};
 use crate::profile::{self, Profile};
 
@@ -118,6 +119,19 @@ impl Program for CapturedSplit {
     }
 }
 
+/// A split launched node by node with its fusions, uncaptured, so that a profile
+/// (`TESSERA_CUDA_PROFILE`) sees every kernel the captured split would run.
+struct ProfiledSplit {
+    nodes: Range<usize>,
+    consumers: Vec<u32>,
+}
+
+impl Program for ProfiledSplit {
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
 /// Whether splits are captured as CUDA graphs (`TESSERA_CUDA_GRAPHS=0` turns it off, to run
 /// node by node).
 fn graphs_enabled() -> bool {
@@ -125,6 +139,61 @@ fn graphs_enabled() -> bool {
 }
 
 impl CudaBackend {
+    /// Queues the kernels of `graph.nodes()[nodes]`; with the graph's consumer counts, runs of
+    /// nodes whose intermediate results nothing else reads are fused ([`fusion`]).
+    fn launch_nodes(&mut self, graph: &Graph, nodes: Range<usize>, consumers: Option<&[u32]>) -> Result<()> {
+        let ids = graph.nodes().get(nodes.clone()).ok_or_else(|| Error::InvalidParam {
+            op: "COMPUTE",
+            message: format!("node range {nodes:?} is outside the graph's {} nodes", graph.nodes().len()),
+        })?;
+        self.bind()?;
+        let mut i = 0;
+        while i < ids.len() {
+            if let Some(f) = consumers.and_then(|c| fusion::find(graph, &ids[i..], c)) {
+                let ctx = self.device.context();
+                let start = self.profile.is_some().then(|| Profile::start(ctx, &self.stream)).transpose()?;
+                if self.launch_fusion(graph, f)? {
+                    if let (Some(profile), Some(start)) = (self.profile.as_mut(), start) {
+                        let ne = graph.tensor(ids[i])?.ne();
+                        profile.end(ctx, &self.stream, format!("{} {ne:?}", f.name()), start)?;
+                    }
+                    i += f.len();
+                    continue;
+                }
+            }
+            if let Some((op, dst, srcs)) = self.operands(graph, ids[i])? {
+                let ctx = self.device.context();
+                let start = self.profile.is_some().then(|| Profile::start(ctx, &self.stream)).transpose()?;
+                kernels::launch(&self.kernels, &self.stream, &mut self.scratch, op, dst, &srcs)?;
+                if let (Some(profile), Some(start)) = (self.profile.as_mut(), start) {
+                    profile.end(ctx, &self.stream, profile::label(op, dst, &srcs), start)?;
+                }
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// Queues fusion `f` as one kernel; `false` (nothing queued) when its kernel does not take
+    /// the operands.
+    fn launch_fusion(&mut self, graph: &Graph, f: Fusion) -> Result<bool> {
+        let Fusion::NormAffine { norm, weight, bias, last, eps, rms } = f;
+        // Every node must run here, as it would one by one.
+        for id in [Some(norm), Some(last)].into_iter().flatten() {
+            if !self.device.supports_op(graph, id) {
+                return Ok(false);
+            }
+        }
+        let operand = |id: TensorId| -> Result<Operand> {
+            let view = graph.node_view(id)?.dst;
+            Ok((self.arg(&view)?, view.dtype))
+        };
+        let Some(src) = graph.tensor(norm)?.src(0) else { return Ok(false) };
+        let (src, dst, w) = (operand(src)?, operand(last)?, operand(weight)?);
+        let b = bias.map(operand).transpose()?;
+        kernels::launch_norm_affine(&self.kernels, &self.stream, src, dst, eps, rms, w, b)
+    }
+
     /// Records the split's kernels into a CUDA graph. Scratch memory and the cuBLAS handle are
     /// made ready first, since nothing may be allocated while capturing. Nothing runs here: a
     /// split may overwrite its own inputs (memory reused after their last reader), so running
@@ -147,7 +216,7 @@ impl CudaBackend {
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| self.err("starting a capture", e))?;
-        let launched = self.compute(split.graph, split.nodes.clone());
+        let launched = self.launch_nodes(split.graph, split.nodes.clone(), Some(split.consumers));
         // The capture ends whatever happened, so that the stream is usable again.
         let captured = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
         launched?;
@@ -211,22 +280,7 @@ impl Backend for CudaBackend {
         self.profile.as_mut().map_or(Ok(()), Profile::collect)
     }
     fn compute(&mut self, graph: &Graph, nodes: Range<usize>) -> Result<()> {
-        let ids = graph.nodes().get(nodes.clone()).ok_or_else(|| Error::InvalidParam {
-            op: "COMPUTE",
-            message: format!("node range {nodes:?} is outside the graph's {} nodes", graph.nodes().len()),
-        })?;
-        self.bind()?;
-        for &id in ids {
-            if let Some((op, dst, srcs)) = self.operands(graph, id)? {
-                let ctx = self.device.context();
-                let start = self.profile.is_some().then(|| Profile::start(ctx, &self.stream)).transpose()?;
-                kernels::launch(&self.kernels, &self.stream, &mut self.scratch, op, dst, &srcs)?;
-                if let (Some(profile), Some(start)) = (self.profile.as_mut(), start) {
-                    profile.end(ctx, &self.stream, profile::label(op, dst, &srcs), start)?;
-                }
-            }
-        }
-        Ok(())
+        self.launch_nodes(graph, nodes, None)
     }
     /// Captures the split as a CUDA graph (empty splits and `TESSERA_CUDA_GRAPHS=0` run node by
     /// node).
@@ -234,6 +288,9 @@ impl Backend for CudaBackend {
         let has_kernels = split.graph.nodes().get(split.nodes.clone()).is_some_and(|ids| {
             ids.iter().any(|&id| split.graph.tensor(id).is_ok_and(|t| t.op() != Op::None && !t.op().is_view()))
         });
+        if has_kernels && self.profile.is_some() {
+            return Ok(Box::new(ProfiledSplit { nodes: split.nodes.clone(), consumers: split.consumers.to_vec() }));
+        }
         if !has_kernels || !graphs_enabled() {
             return Ok(Box::new(NodeByNode { nodes: split.nodes.clone() }));
         }
@@ -243,6 +300,11 @@ impl Backend for CudaBackend {
         if let Some(p) = program.as_any_mut().downcast_mut::<NodeByNode>() {
             let nodes = p.nodes.clone();
             return self.compute(graph, nodes);
+        }
+        if let Some(p) = program.as_any_mut().downcast_mut::<ProfiledSplit>() {
+            // Profiling only: a copy of the counts costs nothing next to the events.
+            let (nodes, consumers) = (p.nodes.clone(), p.consumers.clone());
+            return self.launch_nodes(graph, nodes, Some(&consumers));
         }
         let Some(p) = program.as_any_mut().downcast_mut::<CapturedSplit>() else {
             return Err(Error::Backend {

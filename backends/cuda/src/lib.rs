@@ -15,6 +15,7 @@ mod buffer;
 mod device;
 mod driver;
 mod event;
+mod fusion;
 pub mod kernels;
 mod pinned;
 mod profile;

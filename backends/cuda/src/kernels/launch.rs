@@ -237,12 +237,28 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
         Op::Norm { eps } | Op::RmsNorm { eps } => {
             let (a, at) = src(0)?;
             let rms = i32::from(matches!(node.op, Op::RmsNorm { .. }));
-            let (name, cfg) = match packed_rows((a, at), node.dst) {
-                Some(max_ne0) => (names::norm_packed(max_ne0), packed_rows_config(max_ne0, a.nrows())),
-                None => (names::norm(at), row_config(a.ne[0], a.nrows())),
-            };
+            if let Some(max_ne0) = packed_rows((a, at), node.dst) {
+                let cfg = packed_rows_config(max_ne0, a.nrows());
+                // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w,
+                //               TensorArg b, int affine): no weight and bias (never read).
+                let affine = 0i32;
+                return launch_kernel!(
+                    kernels,
+                    stream,
+                    kernel(names::norm_packed(max_ne0))?,
+                    cfg,
+                    &a,
+                    &dst,
+                    &eps,
+                    &rms,
+                    &a,
+                    &a,
+                    &affine
+                );
+            }
+            let cfg = row_config(a.ne[0], a.nrows());
             // norm_*(TensorArg src, TensorArg dst, float eps, int rms)
-            launch_kernel!(kernels, stream, kernel(name)?, cfg, &a, &dst, &eps, &rms)
+            launch_kernel!(kernels, stream, kernel(names::norm(at))?, cfg, &a, &dst, &eps, &rms)
         }
         Op::DiagMaskInf { n_past } => {
             let (a, at) = src(0)?;
@@ -378,6 +394,36 @@ pub(crate) fn copy(
     let cfg = elementwise_config(per_row, d.nrows());
     // cpy_*(TensorArg src, TensorArg dst)
     launch_kernel!(kernels, stream, kernel(names::cpy(at, dt))?, cfg, &a, &d)
+}
+
+/// A layer norm fused into one kernel: NORM or RMS_NORM (`rms`) of `src`, times the row `w`,
+/// plus the row `b` if given, into `dst`, the same bits as the two or three ops one after
+/// another. `Ok(false)` (nothing queued) unless the packed-row kernel takes `src` and `dst` and
+/// `w` and `b` are packed f32 rows of `src`'s length on 16-byte boundaries.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn norm_affine(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    src: Operand,
+    dst: Operand,
+    eps: f32,
+    rms: bool,
+    w: Operand,
+    b: Option<Operand>,
+) -> Result<bool> {
+    let Some(max_ne0) = packed_rows(src, dst) else { return Ok(false) };
+    let row = |(t, dt): Operand| dt == DType::F32 && t.ne == [src.0.ne[0], 1, 1, 1] && packed_f32_16_byte_aligned(&t);
+    if !row(w) || !b.is_none_or(row) {
+        return Ok(false);
+    }
+    let (a, d) = (src.0, dst.0);
+    let (wt, bt) = (w.0, b.map_or(w.0, |b| b.0));
+    let (rms, affine) = (i32::from(rms), if b.is_some() { 2i32 } else { 1 });
+    let cfg = packed_rows_config(max_ne0, a.nrows());
+    // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w, TensorArg b,
+    //               int affine)
+    launch_kernel!(kernels, stream, kernel(names::norm_packed(max_ne0))?, cfg, &a, &d, &eps, &rms, &wt, &bt, &affine)?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -133,6 +133,27 @@ pub fn scratch_bytes(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> usize {
     }
 }
 
+/// Queues a layer norm as one kernel: NORM (or RMS_NORM when `rms`) of `src` times the row
+/// `w`, plus the row `b` if given, into `dst`, the bits of the nodes one after another.
+/// `Ok(false)` (nothing queued) when the fused kernel does not take these operands; the nodes
+/// then run one by one. The addresses are as for [`launch`].
+#[allow(clippy::too_many_arguments)]
+pub fn launch_norm_affine(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    src: Operand,
+    dst: Operand,
+    eps: f32,
+    rms: bool,
+    w: Operand,
+    b: Option<Operand>,
+) -> Result<bool> {
+    if src.0.nelements() == 0 || src.0.ne != dst.0.ne {
+        return Ok(false);
+    }
+    launch::norm_affine(kernels, stream, src, dst, eps, rms, w, b)
+}
+
 /// Queues the kernel(s) of one node on `stream`.
 ///
 /// `dst` and `srcs` are the node's destination and sources (slot `i` = source `i`), each with

@@ -1,0 +1,115 @@
+//! Nodes fused when a split is captured: runs of consecutive nodes whose intermediate results
+//! nothing else reads (the split's consumer counts say so) become one kernel. Every fusion
+//! gives the bits of the nodes one after another; where the kernel does not take the operands,
+//! the nodes run one by one.
+
+use tessera_core::{BinaryOp, Graph, Op, TensorId};
+
+/// A fusable run of nodes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Fusion {
+    /// NORM or RMS_NORM, then MUL by a weight row, then (optionally) ADD of a bias row: a
+    /// layer norm. `last` is the node whose result the fused kernel writes.
+    NormAffine { norm: TensorId, weight: TensorId, bias: Option<TensorId>, last: TensorId, eps: f32, rms: bool },
+}
+
+impl Fusion {
+    /// How profiles name it.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Fusion::NormAffine { rms: false, bias: Some(_), .. } => "NORM+MUL+ADD (fused)",
+            Fusion::NormAffine { rms: false, bias: None, .. } => "NORM+MUL (fused)",
+            Fusion::NormAffine { rms: true, bias: Some(_), .. } => "RMS_NORM+MUL+ADD (fused)",
+            Fusion::NormAffine { rms: true, bias: None, .. } => "RMS_NORM+MUL (fused)",
+        }
+    }
+
+    /// How many nodes it covers.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Fusion::NormAffine { bias, .. } => 2 + usize::from(bias.is_some()),
+        }
+    }
+}
+
+/// The fusion starting at node `ids[0]`, if any. `consumers` counts each tensor's readers in
+/// the whole graph (outputs once more).
+pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option<Fusion> {
+    let &[first, second, ..] = ids else { return None };
+    let (eps, rms) = match graph.tensor(first).ok()?.op() {
+        Op::Norm { eps } => (eps, false),
+        Op::RmsNorm { eps } => (eps, true),
+        _ => return None,
+    };
+    let read_once = |id: TensorId| consumers.get(id.index()) == Some(&1);
+    let mul = graph.tensor(second).ok()?;
+    if mul.op() != Op::Binary(BinaryOp::Mul) || mul.src(0) != Some(first) || !read_once(first) {
+        return None;
+    }
+    let weight = mul.src(1)?;
+    let bias = ids.get(2).and_then(|&third| {
+        let add = graph.tensor(third).ok()?;
+        let adds_to_mul = add.op() == Op::Binary(BinaryOp::Add) && add.src(0) == Some(second);
+        (adds_to_mul && read_once(second)).then(|| add.src(1)).flatten().map(|b| (third, b))
+    });
+    let last = bias.map_or(second, |(third, _)| third);
+    Some(Fusion::NormAffine { norm: first, weight, bias: bias.map(|(_, b)| b), last, eps, rms })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use tessera_core::DType;
+
+    use super::*;
+
+    /// A layer norm as the models build it, its result read by `readers` more nodes.
+    fn layer_norm(with_bias: bool) -> (Graph, Vec<TensorId>) {
+        let mut g = Graph::new();
+        let x = g.new_tensor(DType::F32, &[8, 3]).unwrap();
+        let w = g.new_tensor(DType::F32, &[8]).unwrap();
+        let b = g.new_tensor(DType::F32, &[8]).unwrap();
+        let n = g.norm(x, 1e-5).unwrap();
+        let m = g.mul(n, w).unwrap();
+        let out = if with_bias { g.add(m, b).unwrap() } else { m };
+        let s = g.scale(out, 2.0).unwrap();
+        g.build_forward(s).unwrap();
+        let ids = g.nodes().to_vec();
+        (g, ids)
+    }
+
+    fn counts(g: &Graph) -> Vec<u32> {
+        let mut c = vec![0u32; g.tensors().len()];
+        for &id in g.nodes() {
+            for (_, s) in g.tensor(id).unwrap().srcs() {
+                c[s.index()] += 1;
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn a_layer_norm_fuses_with_its_weight_and_bias() {
+        let (g, ids) = layer_norm(true);
+        let f = find(&g, &ids, &counts(&g)).unwrap();
+        let Fusion::NormAffine { norm, bias, last, rms, .. } = f;
+        assert_eq!((norm, last, bias.is_some(), rms, f.len()), (ids[0], ids[2], true, false, 3));
+        // Without a bias: the norm and the product.
+        let (g, ids) = layer_norm(false);
+        let f = find(&g, &ids, &counts(&g)).unwrap();
+        assert_eq!((f.len(), matches!(f, Fusion::NormAffine { bias: None, .. })), (2, true));
+        // Nothing starts elsewhere.
+        assert_eq!(find(&g, &ids[1..], &counts(&g)), None);
+    }
+
+    #[test]
+    fn results_read_elsewhere_are_not_fused_away() {
+        let (g, ids) = layer_norm(true);
+        let mut c = counts(&g);
+        c[ids[1].index()] += 1; // the product is read by another node too: stop before the ADD
+        assert_eq!(find(&g, &ids, &c).map(|f| f.len()), Some(2));
+        c[ids[0].index()] += 1; // the norm too: nothing
+        assert_eq!(find(&g, &ids, &c), None);
+    }
+}
