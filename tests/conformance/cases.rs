@@ -397,21 +397,17 @@ fn soft_max(v: &mut Vec<Case>) {
     for ne in PACKED_ROWS {
         list.push(Sm { t: F32, ne, mask: None, scale: 1.0, perm: None });
     }
-    let packed_masked: [([usize; 4], DType, [usize; 4], Init, f32); 10] = [
-        ([128, 9, 4, 1], F16, [128, 9, 1, 1], Init::DEFAULT, 0.125),
-        ([128, 9, 4, 1], F32, [128, 9, 1, 1], Init::DEFAULT, 0.125),
-        ([384, 5, 2, 3], F32, [384, 5, 1, 3], Init::DEFAULT, 0.5),
-        ([1000, 3, 2, 1], F16, [1000, 4, 1, 1], Init::DEFAULT, 1.0),
-        ([1028, 3, 2, 1], F16, [1028, 3, 1, 1], Init::DEFAULT, 0.5),
-        ([4096, 2, 2, 1], F32, [4096, 2, 1, 1], Init::DEFAULT, 0.25),
-        ([128, 6, 2, 1], F32, [128, 6, 1, 1], Init::MaskInf, 1.0),
-        ([4, 6, 2, 1], F32, [4, 6, 1, 1], Init::MaskInfRows, 1.0),
-        ([128, 6, 2, 1], F16, [128, 6, 1, 1], Init::MaskInfRows, 1.0),
-        ([2048, 3, 2, 1], F32, [2048, 3, 1, 1], Init::MaskInfRows, 2.0),
-    ];
-    for (ne, mt, mne, init, scale) in packed_masked {
-        list.push(Sm { t: F32, ne, mask: Some((mt, mne, init)), scale, perm: None });
-    }
+    let masked = |ne, mt, mne, init, scale| Sm { t: F32, ne, mask: Some((mt, mne, init)), scale, perm: None };
+    list.push(masked([128, 9, 4, 1], F16, [128, 9, 1, 1], Init::DEFAULT, 0.125));
+    list.push(masked([128, 9, 4, 1], F32, [128, 9, 1, 1], Init::DEFAULT, 0.125));
+    list.push(masked([384, 5, 2, 3], F32, [384, 5, 1, 3], Init::DEFAULT, 0.5));
+    list.push(masked([1000, 3, 2, 1], F16, [1000, 4, 1, 1], Init::DEFAULT, 1.0));
+    list.push(masked([1028, 3, 2, 1], F16, [1028, 3, 1, 1], Init::DEFAULT, 0.5));
+    list.push(masked([4096, 2, 2, 1], F32, [4096, 2, 1, 1], Init::DEFAULT, 0.25));
+    list.push(masked([128, 6, 2, 1], F32, [128, 6, 1, 1], Init::MaskInf, 1.0));
+    list.push(masked([4, 6, 2, 1], F32, [4, 6, 1, 1], Init::MaskInfRows, 1.0));
+    list.push(masked([128, 6, 2, 1], F16, [128, 6, 1, 1], Init::MaskInfRows, 1.0));
+    list.push(masked([2048, 3, 2, 1], F32, [2048, 3, 1, 1], Init::MaskInfRows, 2.0));
     list.push(Sm { t: F32, ne: [16, 5, 4, 3], mask: None, scale: 1.0, perm: Some(SWAP12) });
     list.push(Sm {
         t: F32,
