@@ -177,21 +177,31 @@ impl CudaBackend {
     /// Queues fusion `f` as one kernel; `false` (nothing queued) when its kernel does not take
     /// the operands.
     fn launch_fusion(&mut self, graph: &Graph, f: Fusion) -> Result<bool> {
-        let Fusion::NormAffine { norm, weight, bias, last, eps, rms } = f;
+        let (first, last) = match f {
+            Fusion::NormAffine { norm, last, .. } => (norm, last),
+            Fusion::MulMatBias { mul_mat, last, .. } => (mul_mat, last),
+        };
         // Every node must run here, as it would one by one.
-        for id in [Some(norm), Some(last)].into_iter().flatten() {
-            if !self.device.supports_op(graph, id) {
-                return Ok(false);
-            }
+        if !self.device.supports_op(graph, first) || !self.device.supports_op(graph, last) {
+            return Ok(false);
         }
         let operand = |id: TensorId| -> Result<Operand> {
             let view = graph.node_view(id)?.dst;
             Ok((self.arg(&view)?, view.dtype))
         };
-        let Some(src) = graph.tensor(norm)?.src(0) else { return Ok(false) };
-        let (src, dst, w) = (operand(src)?, operand(last)?, operand(weight)?);
-        let b = bias.map(operand).transpose()?;
-        kernels::launch_norm_affine(&self.kernels, &self.stream, src, dst, eps, rms, w, b)
+        let t = graph.tensor(first)?;
+        let (Some(src0), dst) = (t.src(0), operand(last)?) else { return Ok(false) };
+        match f {
+            Fusion::NormAffine { weight, bias, eps, rms, .. } => {
+                let (src, w, b) = (operand(src0)?, operand(weight)?, bias.map(operand).transpose()?);
+                kernels::launch_norm_affine(&self.kernels, &self.stream, src, dst, eps, rms, w, b)
+            }
+            Fusion::MulMatBias { bias, .. } => {
+                let Some(src1) = t.src(1) else { return Ok(false) };
+                let (a, b, bias) = (operand(src0)?, operand(src1)?, operand(bias)?);
+                kernels::launch_mul_mat_bias(&self.kernels, &self.stream, &mut self.scratch, a, b, dst, bias)
+            }
+        }
     }
 
     /// Records the split's kernels into a CUDA graph. Scratch memory and the cuBLAS handle are
@@ -211,7 +221,7 @@ impl CudaBackend {
             self.scratch.reserve(scratch)?;
         }
         if gemm {
-            self.scratch.blas()?;
+            self.scratch.blas_lt()?; // cuBLAS's handle and work memory, and cuBLASLt's
         }
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)

@@ -11,6 +11,8 @@ pub(crate) enum Fusion {
     /// NORM or RMS_NORM, then MUL by a weight row, then (optionally) ADD of a bias row: a
     /// layer norm. `last` is the node whose result the fused kernel writes.
     NormAffine { norm: TensorId, weight: TensorId, bias: Option<TensorId>, last: TensorId, eps: f32, rms: bool },
+    /// MUL_MAT, then ADD of a bias row to its result: a linear layer. `last` is the ADD.
+    MulMatBias { mul_mat: TensorId, bias: TensorId, last: TensorId },
 }
 
 impl Fusion {
@@ -21,6 +23,7 @@ impl Fusion {
             Fusion::NormAffine { rms: false, bias: None, .. } => "NORM+MUL (fused)",
             Fusion::NormAffine { rms: true, bias: Some(_), .. } => "RMS_NORM+MUL+ADD (fused)",
             Fusion::NormAffine { rms: true, bias: None, .. } => "RMS_NORM+MUL (fused)",
+            Fusion::MulMatBias { .. } => "MUL_MAT+ADD (fused)",
         }
     }
 
@@ -28,6 +31,7 @@ impl Fusion {
     pub(crate) fn len(&self) -> usize {
         match self {
             Fusion::NormAffine { bias, .. } => 2 + usize::from(bias.is_some()),
+            Fusion::MulMatBias { .. } => 2,
         }
     }
 }
@@ -36,12 +40,19 @@ impl Fusion {
 /// the whole graph (outputs once more).
 pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option<Fusion> {
     let &[first, second, ..] = ids else { return None };
+    let read_once = |id: TensorId| consumers.get(id.index()) == Some(&1);
     let (eps, rms) = match graph.tensor(first).ok()?.op() {
         Op::Norm { eps } => (eps, false),
         Op::RmsNorm { eps } => (eps, true),
+        Op::MulMat => {
+            let add = graph.tensor(second).ok()?;
+            let adds = add.op() == Op::Binary(BinaryOp::Add) && add.src(0) == Some(first) && read_once(first);
+            return adds
+                .then(|| Some(Fusion::MulMatBias { mul_mat: first, bias: add.src(1)?, last: second }))
+                .flatten();
+        }
         _ => return None,
     };
-    let read_once = |id: TensorId| consumers.get(id.index()) == Some(&1);
     let mul = graph.tensor(second).ok()?;
     if mul.op() != Op::Binary(BinaryOp::Mul) || mul.src(0) != Some(first) || !read_once(first) {
         return None;
@@ -93,7 +104,7 @@ mod tests {
     fn a_layer_norm_fuses_with_its_weight_and_bias() {
         let (g, ids) = layer_norm(true);
         let f = find(&g, &ids, &counts(&g)).unwrap();
-        let Fusion::NormAffine { norm, bias, last, rms, .. } = f;
+        let Fusion::NormAffine { norm, bias, last, rms, .. } = f else { panic!("{f:?}") };
         assert_eq!((norm, last, bias.is_some(), rms, f.len()), (ids[0], ids[2], true, false, 3));
         // Without a bias: the norm and the product.
         let (g, ids) = layer_norm(false);
@@ -101,6 +112,22 @@ mod tests {
         assert_eq!((f.len(), matches!(f, Fusion::NormAffine { bias: None, .. })), (2, true));
         // Nothing starts elsewhere.
         assert_eq!(find(&g, &ids[1..], &counts(&g)), None);
+    }
+
+    #[test]
+    fn a_product_fuses_with_the_bias_added_to_it() {
+        let mut g = Graph::new();
+        let w = g.new_tensor(DType::F32, &[8, 5]).unwrap();
+        let x = g.new_tensor(DType::F32, &[8, 3]).unwrap();
+        let b = g.new_tensor(DType::F32, &[5]).unwrap();
+        let y = g.mul_mat(w, x).unwrap();
+        let out = g.add(y, b).unwrap();
+        g.build_forward(out).unwrap();
+        let ids = g.nodes().to_vec();
+        let mut c = counts(&g);
+        assert_eq!(find(&g, &ids, &c), Some(Fusion::MulMatBias { mul_mat: ids[0], bias: b, last: ids[1] }));
+        c[ids[0].index()] += 1; // the product is read elsewhere too
+        assert_eq!(find(&g, &ids, &c), None);
     }
 
     #[test]

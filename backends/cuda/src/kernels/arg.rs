@@ -54,6 +54,27 @@ impl TensorArg {
         self.ne.iter().fold(1i64, |n, &d| n.saturating_mul(d))
     }
 
+    /// The bytes `[start, end)` its values of type `dtype` lie in (an empty range when it has
+    /// no values).
+    pub fn span(&self, dtype: DType) -> (u64, u64) {
+        if self.nelements() <= 0 {
+            return (self.data, self.data);
+        }
+        let counts = [self.ne[0] / dtype.block_len() as i64, self.ne[1], self.ne[2], self.ne[3]];
+        let last = counts
+            .iter()
+            .zip(self.nb)
+            .fold(0i64, |sum, (&n, nb)| sum.saturating_add((n - 1).max(0).saturating_mul(nb)));
+        let end = self.data.saturating_add(last as u64).saturating_add(dtype.block_bytes() as u64);
+        (self.data, end)
+    }
+
+    /// Whether any byte of `a`'s values is also one of `b`'s.
+    pub fn overlap((a, at): (TensorArg, DType), (b, bt): (TensorArg, DType)) -> bool {
+        let ((a0, a1), (b0, b1)) = (a.span(at), b.span(bt));
+        a0 < b1 && b0 < a1
+    }
+
     /// Number of rows (values along dimensions 1, 2 and 3).
     pub fn nrows(&self) -> i64 {
         self.ne[1].saturating_mul(self.ne[2]).saturating_mul(self.ne[3])
@@ -72,6 +93,18 @@ mod tests {
         let common = include_str!("../../kernels/common.cuh");
         assert!(common.contains("unsigned long long data;\n    long long ne[4];\n    long long nb[4];"));
         assert!(common.contains("sizeof(TensorArg) == 72"));
+    }
+
+    #[test]
+    fn spans_cover_the_values_and_overlaps_are_found() {
+        let t = TensorArg::contiguous(256, DType::Q8_0, [64, 3, 1, 1]).unwrap();
+        assert_eq!(t.span(DType::Q8_0), (256, 256 + 6 * 34));
+        let f = TensorArg::contiguous(1000, DType::F32, [4, 2, 1, 1]).unwrap();
+        assert_eq!(f.span(DType::F32), (1000, 1032));
+        let next = TensorArg::contiguous(1032, DType::F32, [4, 1, 1, 1]).unwrap();
+        assert!(!TensorArg::overlap((f, DType::F32), (next, DType::F32)));
+        let inside = TensorArg::contiguous(1028, DType::F32, [1, 1, 1, 1]).unwrap();
+        assert!(TensorArg::overlap((f, DType::F32), (inside, DType::F32)));
     }
 
     #[test]

@@ -45,6 +45,7 @@
 //!   scratch).
 
 mod arg;
+mod gemm_lt;
 mod launch;
 mod modules;
 mod mul_mat;
@@ -133,6 +134,33 @@ pub fn scratch_bytes(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> usize {
     }
 }
 
+/// Queues MUL_MAT of `a` and `b` followed by the ADD of the row `bias` (f32, one value per
+/// row of the result) as one product with a bias epilogue, into `dst`. `Ok(false)` (nothing
+/// queued) where the product is not one GEMM (the nodes then run one by one). The results
+/// differ from the two nodes' by the rounding of a different summation order at most. The
+/// addresses are as for [`launch`].
+pub fn launch_mul_mat_bias(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    a: Operand,
+    b: Operand,
+    dst: Operand,
+    bias: Operand,
+) -> Result<bool> {
+    let srcs = [Some(a), Some(b)];
+    if validate(&Node { op: Op::MulMat, dst, srcs: &srcs }).is_err() || dst.0.nelements() == 0 || a.0.ne[0] == 0 {
+        return Ok(false);
+    }
+    // The product writes while it reads: its result may not lie on its operands (one by one,
+    // the ADD's result may reuse the memory of the product's operands).
+    if TensorArg::overlap(dst, a) || TensorArg::overlap(dst, b) {
+        return Ok(false);
+    }
+    stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
+    mul_mat::launch_with_bias(kernels, stream, scratch, a, b, dst, bias)
+}
+
 /// Queues a layer norm as one kernel: NORM (or RMS_NORM when `rms`) of `src` times the row
 /// `w`, plus the row `b` if given, into `dst`, the bits of the nodes one after another.
 /// `Ok(false)` (nothing queued) when the fused kernel does not take these operands; the nodes
@@ -148,7 +176,9 @@ pub fn launch_norm_affine(
     w: Operand,
     b: Option<Operand>,
 ) -> Result<bool> {
-    if src.0.nelements() == 0 || src.0.ne != dst.0.ne {
+    // Each row is read before it is written: the result may lie exactly on the source, but not
+    // across other rows of it.
+    if src.0.nelements() == 0 || src.0.ne != dst.0.ne || (src != dst && TensorArg::overlap(src, dst)) {
         return Ok(false);
     }
     launch::norm_affine(kernels, stream, src, dst, eps, rms, w, b)

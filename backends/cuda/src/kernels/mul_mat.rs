@@ -25,7 +25,9 @@ use cudarc::driver::{CudaStream, PushKernelArg};
 use tessera_core::{DType, Result};
 
 use super::arg::TensorArg;
+use super::gemm_lt::{matmul_bias, BiasGemm};
 use super::launch::{copy, div_ceil, elementwise_config, launch_kernel, rows_16_byte_aligned};
+use super::scratch::tf32;
 use super::{backend_error, names, Kernels, Operand, Scratch};
 
 /// Largest `N` the matrix-vector kernels take.
@@ -272,23 +274,9 @@ pub(crate) fn launch(
             //                        long long r3)
             launch_kernel!(kernels, stream, name, cfg, &a, &bq, &d, &r2, &r3)
         }
-        Path::Gemm { gemm, convert_a, convert_b, batch } => {
-            let base = if p.scratch_bytes > 0 { scratch.reserve(p.scratch_bytes)? } else { 0 };
+        Path::Gemm { gemm, batch, .. } => {
+            let (ga, gb, base) = gemm_operands(kernels, stream, scratch, &p, (a, at), b)?;
             let es = gemm.block_bytes() as i64;
-            let ga = if convert_a {
-                let t = TensorArg::contiguous(base + p.a_offset as u64, gemm, a.ne)?;
-                copy(kernels, stream, (a, at), (t, gemm))?;
-                t
-            } else {
-                a
-            };
-            let gb = if convert_b {
-                let t = TensorArg::contiguous(base + p.b_offset as u64, gemm, b.ne)?;
-                copy(kernels, stream, (b, DType::F32), (t, gemm))?;
-                t
-            } else {
-                b
-            };
             let lda = leading_dim(&ga, es, k).ok_or_else(|| backend_error("a is not a cuBLAS matrix"))?;
             let ldb = leading_dim(&gb, es, k).ok_or_else(|| backend_error("b is not a cuBLAS matrix"))?;
             let ldc = leading_dim(&d, 4, m).ok_or_else(|| backend_error("dst is not a cuBLAS matrix"))?;
@@ -323,6 +311,94 @@ pub(crate) fn launch(
             }
         }
     }
+}
+
+/// The operands of plan `p`'s GEMM: `a` and `b` as they are, or converted (queued) into the
+/// plan's scratch; and the scratch's address.
+fn gemm_operands(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    p: &Plan,
+    (a, at): Operand,
+    b: TensorArg,
+) -> Result<(TensorArg, TensorArg, u64)> {
+    let Path::Gemm { gemm, convert_a, convert_b, .. } = p.path else {
+        return Err(backend_error("not a GEMM plan"));
+    };
+    let base = if p.scratch_bytes > 0 { scratch.reserve(p.scratch_bytes)? } else { 0 };
+    let ga = if convert_a {
+        let t = TensorArg::contiguous(base + p.a_offset as u64, gemm, a.ne)?;
+        copy(kernels, stream, (a, at), (t, gemm))?;
+        t
+    } else {
+        a
+    };
+    let gb = if convert_b {
+        let t = TensorArg::contiguous(base + p.b_offset as u64, gemm, b.ne)?;
+        copy(kernels, stream, (b, DType::F32), (t, gemm))?;
+        t
+    } else {
+        b
+    };
+    Ok((ga, gb, base))
+}
+
+/// Queues a validated MUL_MAT followed by the ADD of `bias` (f32, one value per row of the
+/// result, packed) as one cuBLASLt product with a bias epilogue, writing `dst`. `Ok(false)`
+/// (nothing queued) where the plan is not a single or folded GEMM.
+pub(crate) fn launch_with_bias(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    a: Operand,
+    b: Operand,
+    dst: Operand,
+    bias: Operand,
+) -> Result<bool> {
+    let p = plan(a, b, dst);
+    let Path::Gemm { gemm, batch, .. } = p.path else { return Ok(false) };
+    let (m, k) = (a.0.ne[1], a.0.ne[0]);
+    let bias_fits = bias.1 == DType::F32 && bias.0.ne == [m, 1, 1, 1] && bias.0.data % 16 == 0;
+    let cols = match batch {
+        Batch::Single => Some((b.0.ne[1], None)),
+        Batch::Folded { ldb, ldc } => Some((b.0.ne[1] * b.0.ne[2] * b.0.ne[3], Some((ldb, ldc)))),
+        _ => None,
+    };
+    let (Some((n, folded)), true) = (cols, bias_fits) else { return Ok(false) };
+    let (ga, gb, _) = gemm_operands(kernels, stream, scratch, &p, a, b.0)?;
+    let es = gemm.block_bytes() as i64;
+    let d = dst.0;
+    let (lda, ldb, ldc) = match folded {
+        Some((ldb, ldc)) => (leading_dim(&ga, es, k), Some(ldb), Some(ldc)),
+        None => (leading_dim(&ga, es, k), leading_dim(&gb, es, k), leading_dim(&d, 4, m)),
+    };
+    let (Some(lda), Some(ldb), Some(ldc)) = (lda, ldb, ldc) else {
+        return Err(backend_error("an operand is not a cuBLASLt matrix"));
+    };
+    let ty = match gemm {
+        DType::F16 => cudarc::cublaslt::sys::cudaDataType::CUDA_R_16F,
+        DType::BF16 => cudarc::cublaslt::sys::cudaDataType::CUDA_R_16BF,
+        _ => cudarc::cublaslt::sys::cudaDataType::CUDA_R_32F,
+    };
+    let dims = |v: i64| u64::try_from(v).map_err(|_| backend_error("a negative MUL_MAT size"));
+    let g = BiasGemm {
+        m: dims(m)?,
+        n: dims(n)?,
+        k: dims(k)?,
+        ty,
+        a: (ga.data, lda),
+        b: (gb.data, ldb),
+        c: (d.data, ldc),
+        bias: bias.0.data,
+        tf32: tf32(),
+    };
+    let (handle, workspace) = scratch.blas_lt()?;
+    // SAFETY: the operands are validated device matrices of `stream`'s context (converted ones
+    // in scratch reserved for them), the bias a packed f32 column of m values; the work memory
+    // is the scratch's, used only on this stream.
+    unsafe { matmul_bias(handle, workspace, stream.cu_stream() as _, &g) }?;
+    Ok(true)
 }
 
 /// One cuBLAS product `C (m x n) = A^T (m x k) B (k x n)` with A and B of type `ty`, C f32.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use cudarc::cublas::{sys as cublas_sys, CudaBlas};
+use cudarc::cublaslt::sys as lt_sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use tessera_core::{Error, Result};
 
@@ -31,14 +32,36 @@ pub struct Scratch {
     /// while a stream is captured into a CUDA graph, and its default workspace is reset by
     /// every `cublasSetStream`.
     blas_workspace: Option<(CudaSlice<u8>, u64)>,
+    /// The stream's cuBLASLt handle (products with epilogues), sharing cuBLAS's work memory:
+    /// both only run in this stream's order.
+    blas_lt: Option<LtHandle>,
 }
+
+/// A cuBLASLt handle, destroyed when dropped.
+struct LtHandle(lt_sys::cublasLtHandle_t);
+
+impl Drop for LtHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle was created by `create_handle` and is destroyed once, here.
+        let _ = unsafe { cudarc::cublaslt::result::destroy_handle(self.0) };
+    }
+}
+
+// SAFETY: a cuBLASLt handle may be used from any thread, one at a time; the scratch holding
+// it is reached only through `&mut`.
+unsafe impl Send for LtHandle {}
+// SAFETY: as above: no use through a shared reference.
+unsafe impl Sync for LtHandle {}
 
 /// cuBLAS's math mode: true f32 products by default; `TESSERA_CUDA_TF32=1` lets f32 products
 /// use TF32 tensor cores (about 6x faster on an H100, with 10-bit mantissas in the products).
-fn math_mode() -> cublas_sys::cublasMath_t {
+pub(crate) fn tf32() -> bool {
     static TF32: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let tf32 = *TF32.get_or_init(|| std::env::var("TESSERA_CUDA_TF32").is_ok_and(|v| v.trim() == "1"));
-    if tf32 {
+    *TF32.get_or_init(|| std::env::var("TESSERA_CUDA_TF32").is_ok_and(|v| v.trim() == "1"))
+}
+
+fn math_mode() -> cublas_sys::cublasMath_t {
+    if tf32() {
         cublas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
     } else {
         cublas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH
@@ -51,7 +74,14 @@ const BLAS_WORKSPACE: usize = 32 << 20;
 impl Scratch {
     /// Empty scratch for launches on `stream`; nothing is allocated yet.
     pub fn new(stream: &Arc<CudaStream>) -> Result<Scratch> {
-        Ok(Scratch { stream: Arc::clone(stream), buffer: None, address: 0, blas: None, blas_workspace: None })
+        Ok(Scratch {
+            stream: Arc::clone(stream),
+            buffer: None,
+            address: 0,
+            blas: None,
+            blas_workspace: None,
+            blas_lt: None,
+        })
     }
 
     /// The stream this scratch serves.
@@ -130,5 +160,26 @@ impl Scratch {
                 .map_err(|e| backend_error(&format!("giving cuBLAS its work memory failed: {e}")))?;
         }
         Ok(handle)
+    }
+
+    /// The cuBLASLt handle and the work memory it may use (device address, bytes), made on
+    /// first use; like [`Scratch::blas`], call it before a capture.
+    pub(crate) fn blas_lt(&mut self) -> Result<(lt_sys::cublasLtHandle_t, (u64, usize))> {
+        self.blas()?; // the work memory
+        if self.blas_lt.is_none() {
+            // SAFETY: only tries to open the library (a missing one would panic on first use).
+            if !unsafe { lt_sys::is_culib_present() } {
+                return Err(backend_error(
+                    "cuBLASLt (libcublasLt.so.13) was not found; add its directory to LD_LIBRARY_PATH",
+                ));
+            }
+            let handle = cudarc::cublaslt::result::create_handle()
+                .map_err(|e| backend_error(&format!("creating the cuBLASLt handle failed: {e}")))?;
+            self.blas_lt = Some(LtHandle(handle));
+        }
+        match (&self.blas_lt, &self.blas_workspace) {
+            (Some(h), Some((_, address))) => Ok((h.0, (*address, BLAS_WORKSPACE))),
+            _ => Err(backend_error("the cuBLASLt handle is missing")),
+        }
     }
 }
