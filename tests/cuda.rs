@@ -119,17 +119,27 @@ fn pinned_host_memory_is_host_memory_the_cpu_computes_on() {
     assert!(tessera::cpu::CPU_DEVICE.supports_buffer_type(pinned));
 }
 
-/// A layer norm (NORM, MUL by a weight row, ADD of a bias row) captured into a program runs
-/// as one fused kernel; its bits are those of the three nodes run one by one.
+/// A layer norm (NORM, MUL by a weight row, ADD of a bias row; with or without a residual ADD
+/// before it) captured into a program runs as one fused kernel; its bits are those of the
+/// nodes run one by one.
 #[test]
 fn a_fused_layer_norm_gives_the_bits_of_its_nodes() {
     let Some(gpu) = gpu() else { return };
-    for (hidden, with_bias, rms) in [(384, true, false), (4096, true, false), (128, false, true), (1028, true, true)] {
+    let cases =
+        [(384, true, false, true), (4096, true, false, false), (128, false, true, false), (1028, true, true, true)];
+    for (hidden, with_bias, rms, residual) in cases {
         let mut g = Graph::new();
         let x = g.new_tensor(DType::F32, &[hidden, 7, 2]).unwrap();
         let w = g.new_tensor(DType::F32, &[hidden]).unwrap();
         let b = g.new_tensor(DType::F32, &[hidden]).unwrap();
-        let n = if rms { g.rms_norm(x, 1e-6).unwrap() } else { g.norm(x, 1e-12).unwrap() };
+        // With a residual connection: the norm of x + (x * w), an ADD of one shape before it.
+        let src = if residual {
+            let xw = g.mul(x, w).unwrap();
+            g.add(x, xw).unwrap()
+        } else {
+            x
+        };
+        let n = if rms { g.rms_norm(src, 1e-6).unwrap() } else { g.norm(src, 1e-12).unwrap() };
         let m = g.mul(n, w).unwrap();
         let out = if with_bias { g.add(m, b).unwrap() } else { m };
         g.set_output(out).unwrap();
@@ -154,7 +164,7 @@ fn a_fused_layer_norm_gives_the_bits_of_its_nodes() {
         backend.run(&mut *program, &g).unwrap();
         backend.synchronize().unwrap();
         let fused: Vec<u32> = g.get_f32(out).unwrap().iter().map(|v| v.to_bits()).collect();
-        assert_eq!(fused, one_by_one, "hidden {hidden}, bias {with_bias}, rms {rms}");
+        assert_eq!(fused, one_by_one, "hidden {hidden}, bias {with_bias}, rms {rms}, residual {residual}");
     }
 }
 

@@ -177,10 +177,12 @@ __device__ void soft_max_packed(const TensorArg &src, const TensorArg &mask, con
 // RMS_NORM (`rms`): x / sqrt(mean(x^2) + eps). Both multiply by the inverse square root, as
 // the reference does. With `affine` 1 or 2 the result is then multiplied by the packed row `w`
 // and (2) `b` is added, each rounded as the MUL and ADD it replaces (a layer norm's weight and
-// bias fused into the norm: the same bits as the three ops one after another).
+// bias fused into the norm: the same bits as the three ops one after another). With `residual`
+// the row of `r` (the source's shape, packed rows) is added to the source's first, as the ADD
+// of a residual connection before it.
 template <int GROUP, int V4>
 __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float eps, int rms, const TensorArg &w,
-                            const TensorArg &b, int affine) {
+                            const TensorArg &b, int affine, const TensorArg &r, int residual) {
     __shared__ float partial[2][GROUP / 32];
     int parity = 0;
     const int t = threadIdx.x % GROUP;
@@ -192,6 +194,17 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
         char *drow = row_ptr(dst, i1, i2, i3);
         float x[V4][4];
         load_row<GROUP, V4>(row_ptr(src, i1, i2, i3), t, n4, 0.0f, x);
+        if (residual) {
+            float y[V4][4];
+            load_row<GROUP, V4>(row_ptr(r, i1, i2, i3), t, n4, 0.0f, y);
+#pragma unroll
+            for (int j = 0; j < V4; j++) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    x[j][k] = __fadd_rn(x[j][k], y[j][k]);
+                }
+            }
+        }
 
         // RMS_NORM centres nothing; NORM subtracts the mean before squaring (the padding,
         // which would then count, is left out).
@@ -267,8 +280,9 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
 #define NORM_PACKED_KERNEL(name, GROUP, V4)                                                                      \
     extern "C" __global__ void NORM_BOUNDS(GROUP)                                                                \
         name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, float eps, int rms,    \
-             const __grid_constant__ TensorArg w, const __grid_constant__ TensorArg b, int affine) {              \
-        norm_packed<GROUP, V4>(src, dst, eps, rms, w, b, affine);                                                \
+             const __grid_constant__ TensorArg w, const __grid_constant__ TensorArg b, int affine,                \
+             const __grid_constant__ TensorArg r, int residual) {                                                 \
+        norm_packed<GROUP, V4>(src, dst, eps, rms, w, b, affine, r, residual);                                   \
     }
 
 // Named by the longest row each takes: rows of up to 128 * V4 values on a warp, of up to

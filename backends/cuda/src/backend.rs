@@ -178,7 +178,7 @@ impl CudaBackend {
     /// the operands.
     fn launch_fusion(&mut self, graph: &Graph, f: Fusion) -> Result<bool> {
         let (first, last) = match f {
-            Fusion::NormAffine { norm, last, .. } => (norm, last),
+            Fusion::NormAffine { residual, norm, last, .. } => (residual.unwrap_or(norm), last),
             Fusion::MulMatBias { mul_mat, last, .. } => (mul_mat, last),
         };
         // Every node must run here, as it would one by one.
@@ -192,9 +192,15 @@ impl CudaBackend {
         let t = graph.tensor(first)?;
         let (Some(src0), dst) = (t.src(0), operand(last)?) else { return Ok(false) };
         match f {
-            Fusion::NormAffine { weight, bias, eps, rms, .. } => {
+            Fusion::NormAffine { residual, weight, bias, eps, rms, .. } => {
                 let (src, w, b) = (operand(src0)?, operand(weight)?, bias.map(operand).transpose()?);
-                kernels::launch_norm_affine(&self.kernels, &self.stream, src, dst, eps, rms, w, b)
+                // With a residual ADD first, its two sources; else the norm's.
+                let r = match (residual, t.src(1)) {
+                    (Some(_), Some(src1)) => Some(operand(src1)?),
+                    (Some(_), None) => return Ok(false),
+                    (None, _) => None,
+                };
+                kernels::launch_norm_affine(&self.kernels, &self.stream, src, r, dst, eps, rms, w, b)
             }
             Fusion::MulMatBias { bias, .. } => {
                 let Some(src1) = t.src(1) else { return Ok(false) };

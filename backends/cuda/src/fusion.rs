@@ -9,8 +9,18 @@ use tessera_core::{BinaryOp, Graph, Op, TensorId};
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Fusion {
     /// NORM or RMS_NORM, then MUL by a weight row, then (optionally) ADD of a bias row: a
-    /// layer norm. `last` is the node whose result the fused kernel writes.
-    NormAffine { norm: TensorId, weight: TensorId, bias: Option<TensorId>, last: TensorId, eps: f32, rms: bool },
+    /// layer norm. `last` is the node whose result the fused kernel writes. With `residual`,
+    /// the norm's source is the ADD node `residual` of two tensors of one shape (a residual
+    /// connection), fused too.
+    NormAffine {
+        residual: Option<TensorId>,
+        norm: TensorId,
+        weight: TensorId,
+        bias: Option<TensorId>,
+        last: TensorId,
+        eps: f32,
+        rms: bool,
+    },
     /// MUL_MAT, then ADD of a bias row to its result: a linear layer. `last` is the ADD.
     MulMatBias { mul_mat: TensorId, bias: TensorId, last: TensorId },
 }
@@ -19,10 +29,10 @@ impl Fusion {
     /// How profiles name it.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Fusion::NormAffine { rms: false, bias: Some(_), .. } => "NORM+MUL+ADD (fused)",
-            Fusion::NormAffine { rms: false, bias: None, .. } => "NORM+MUL (fused)",
-            Fusion::NormAffine { rms: true, bias: Some(_), .. } => "RMS_NORM+MUL+ADD (fused)",
-            Fusion::NormAffine { rms: true, bias: None, .. } => "RMS_NORM+MUL (fused)",
+            Fusion::NormAffine { residual: Some(_), rms: false, .. } => "ADD+NORM+MUL(+ADD) (fused)",
+            Fusion::NormAffine { residual: None, rms: false, .. } => "NORM+MUL(+ADD) (fused)",
+            Fusion::NormAffine { residual: Some(_), rms: true, .. } => "ADD+RMS_NORM+MUL(+ADD) (fused)",
+            Fusion::NormAffine { residual: None, rms: true, .. } => "RMS_NORM+MUL(+ADD) (fused)",
             Fusion::MulMatBias { .. } => "MUL_MAT+ADD (fused)",
         }
     }
@@ -30,7 +40,9 @@ impl Fusion {
     /// How many nodes it covers.
     pub(crate) fn len(&self) -> usize {
         match self {
-            Fusion::NormAffine { bias, .. } => 2 + usize::from(bias.is_some()),
+            Fusion::NormAffine { residual, bias, .. } => {
+                2 + usize::from(bias.is_some()) + usize::from(residual.is_some())
+            }
             Fusion::MulMatBias { .. } => 2,
         }
     }
@@ -41,6 +53,22 @@ impl Fusion {
 pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option<Fusion> {
     let &[first, second, ..] = ids else { return None };
     let read_once = |id: TensorId| consumers.get(id.index()) == Some(&1);
+    // A residual ADD of two tensors of one shape that only the norm after it reads.
+    let t = graph.tensor(first).ok()?;
+    if t.op() == Op::Binary(BinaryOp::Add) && read_once(first) {
+        let same_shape = t.srcs().all(|(_, s)| graph.tensor(s).is_ok_and(|s| s.ne() == t.ne()));
+        let normed = graph
+            .tensor(second)
+            .is_ok_and(|n| matches!(n.op(), Op::Norm { .. } | Op::RmsNorm { .. }) && n.src(0) == Some(first));
+        if same_shape && normed {
+            return match find(graph, &ids[1..], consumers)? {
+                Fusion::NormAffine { residual: None, norm, weight, bias, last, eps, rms } => {
+                    Some(Fusion::NormAffine { residual: Some(first), norm, weight, bias, last, eps, rms })
+                }
+                _ => None,
+            };
+        }
+    }
     let (eps, rms) = match graph.tensor(first).ok()?.op() {
         Op::Norm { eps } => (eps, false),
         Op::RmsNorm { eps } => (eps, true),
@@ -64,7 +92,7 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
         (adds_to_mul && read_once(second)).then(|| add.src(1)).flatten().map(|b| (third, b))
     });
     let last = bias.map_or(second, |(third, _)| third);
-    Some(Fusion::NormAffine { norm: first, weight, bias: bias.map(|(_, b)| b), last, eps, rms })
+    Some(Fusion::NormAffine { residual: None, norm: first, weight, bias: bias.map(|(_, b)| b), last, eps, rms })
 }
 
 #[cfg(test)]
@@ -104,7 +132,7 @@ mod tests {
     fn a_layer_norm_fuses_with_its_weight_and_bias() {
         let (g, ids) = layer_norm(true);
         let f = find(&g, &ids, &counts(&g)).unwrap();
-        let Fusion::NormAffine { norm, bias, last, rms, .. } = f else { panic!("{f:?}") };
+        let Fusion::NormAffine { residual: None, norm, bias, last, rms, .. } = f else { panic!("{f:?}") };
         assert_eq!((norm, last, bias.is_some(), rms, f.len()), (ids[0], ids[2], true, false, 3));
         // Without a bias: the norm and the product.
         let (g, ids) = layer_norm(false);
@@ -112,6 +140,33 @@ mod tests {
         assert_eq!((f.len(), matches!(f, Fusion::NormAffine { bias: None, .. })), (2, true));
         // Nothing starts elsewhere.
         assert_eq!(find(&g, &ids[1..], &counts(&g)), None);
+    }
+
+    #[test]
+    fn a_residual_add_before_a_layer_norm_fuses_with_it() {
+        let mut g = Graph::new();
+        let x = g.new_tensor(DType::F32, &[8, 3]).unwrap();
+        let y = g.new_tensor(DType::F32, &[8, 3]).unwrap();
+        let w = g.new_tensor(DType::F32, &[8]).unwrap();
+        let b = g.new_tensor(DType::F32, &[8]).unwrap();
+        let sum = g.add(x, y).unwrap();
+        let n = g.norm(sum, 1e-5).unwrap();
+        let m = g.mul(n, w).unwrap();
+        let out = g.add(m, b).unwrap();
+        g.build_forward(out).unwrap();
+        let ids = g.nodes().to_vec();
+        let f = find(&g, &ids, &counts(&g)).unwrap();
+        assert_eq!((f.len(), matches!(f, Fusion::NormAffine { residual: Some(r), .. } if r == ids[0])), (4, true));
+        // A broadcast ADD is not a residual connection.
+        let mut g = Graph::new();
+        let x = g.new_tensor(DType::F32, &[8, 3]).unwrap();
+        let row = g.new_tensor(DType::F32, &[8]).unwrap();
+        let sum = g.add(x, row).unwrap();
+        let n = g.norm(sum, 1e-5).unwrap();
+        let m = g.mul(n, row).unwrap();
+        g.build_forward(m).unwrap();
+        let ids = g.nodes().to_vec();
+        assert_eq!(find(&g, &ids, &counts(&g)), None);
     }
 
     #[test]

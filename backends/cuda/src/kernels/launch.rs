@@ -240,8 +240,9 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             if let Some(max_ne0) = packed_rows((a, at), node.dst) {
                 let cfg = packed_rows_config(max_ne0, a.nrows());
                 // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w,
-                //               TensorArg b, int affine): no weight and bias (never read).
-                let affine = 0i32;
+                //               TensorArg b, int affine, TensorArg r, int residual): no weight,
+                //               bias or residual (never read).
+                let (affine, residual) = (0i32, 0i32);
                 return launch_kernel!(
                     kernels,
                     stream,
@@ -253,7 +254,9 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
                     &rms,
                     &a,
                     &a,
-                    &affine
+                    &affine,
+                    &a,
+                    &residual
                 );
             }
             let cfg = row_config(a.ne[0], a.nrows());
@@ -396,15 +399,17 @@ pub(crate) fn copy(
     launch_kernel!(kernels, stream, kernel(names::cpy(at, dt))?, cfg, &a, &d)
 }
 
-/// A layer norm fused into one kernel: NORM or RMS_NORM (`rms`) of `src`, times the row `w`,
-/// plus the row `b` if given, into `dst`, the same bits as the two or three ops one after
-/// another. `Ok(false)` (nothing queued) unless the packed-row kernel takes `src` and `dst` and
-/// `w` and `b` are packed f32 rows of `src`'s length on 16-byte boundaries.
+/// A layer norm fused into one kernel: NORM or RMS_NORM (`rms`) of `src` (plus `residual`, of
+/// its shape, if given), times the row `w`, plus the row `b` if given, into `dst`, the same bits
+/// as the ops one after another. `Ok(false)` (nothing queued) unless the packed-row kernel
+/// takes `src`, `residual` and `dst` and `w` and `b` are packed f32 rows of `src`'s length on
+/// 16-byte boundaries.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn norm_affine(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
     src: Operand,
+    residual: Option<Operand>,
     dst: Operand,
     eps: f32,
     rms: bool,
@@ -412,6 +417,9 @@ pub(crate) fn norm_affine(
     b: Option<Operand>,
 ) -> Result<bool> {
     let Some(max_ne0) = packed_rows(src, dst) else { return Ok(false) };
+    if residual.is_some_and(|r| r.0.ne != src.0.ne || packed_rows(r, dst).is_none()) {
+        return Ok(false);
+    }
     let row = |(t, dt): Operand| dt == DType::F32 && t.ne == [src.0.ne[0], 1, 1, 1] && packed_f32_16_byte_aligned(&t);
     if !row(w) || !b.is_none_or(row) {
         return Ok(false);
@@ -419,10 +427,12 @@ pub(crate) fn norm_affine(
     let (a, d) = (src.0, dst.0);
     let (wt, bt) = (w.0, b.map_or(w.0, |b| b.0));
     let (rms, affine) = (i32::from(rms), if b.is_some() { 2i32 } else { 1 });
+    let (r, has_r) = (residual.map_or(a, |r| r.0), i32::from(residual.is_some()));
     let cfg = packed_rows_config(max_ne0, a.nrows());
     // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w, TensorArg b,
-    //               int affine)
-    launch_kernel!(kernels, stream, kernel(names::norm_packed(max_ne0))?, cfg, &a, &d, &eps, &rms, &wt, &bt, &affine)?;
+    //               int affine, TensorArg r, int residual)
+    let name = kernel(names::norm_packed(max_ne0))?;
+    launch_kernel!(kernels, stream, name, cfg, &a, &d, &eps, &rms, &wt, &bt, &affine, &r, &has_r)?;
     Ok(true)
 }
 

@@ -161,8 +161,9 @@ pub fn launch_mul_mat_bias(
     mul_mat::launch_with_bias(kernels, stream, scratch, a, b, dst, bias)
 }
 
-/// Queues a layer norm as one kernel: NORM (or RMS_NORM when `rms`) of `src` times the row
-/// `w`, plus the row `b` if given, into `dst`, the bits of the nodes one after another.
+/// Queues a layer norm as one kernel: NORM (or RMS_NORM when `rms`) of `src` (plus
+/// `residual`, of its shape, if given: the ADD of a residual connection before the norm) times
+/// the row `w`, plus the row `b` if given, into `dst`, the bits of the nodes one after another.
 /// `Ok(false)` (nothing queued) when the fused kernel does not take these operands; the nodes
 /// then run one by one. The addresses are as for [`launch`].
 #[allow(clippy::too_many_arguments)]
@@ -170,18 +171,20 @@ pub fn launch_norm_affine(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
     src: Operand,
+    residual: Option<Operand>,
     dst: Operand,
     eps: f32,
     rms: bool,
     w: Operand,
     b: Option<Operand>,
 ) -> Result<bool> {
-    // Each row is read before it is written: the result may lie exactly on the source, but not
+    // Each row is read before it is written: the result may lie exactly on a source, but not
     // across other rows of it.
-    if src.0.nelements() == 0 || src.0.ne != dst.0.ne || (src != dst && TensorArg::overlap(src, dst)) {
+    let apart = |s: Operand| s == dst || !TensorArg::overlap(s, dst);
+    if src.0.nelements() == 0 || src.0.ne != dst.0.ne || !apart(src) || !residual.is_none_or(apart) {
         return Ok(false);
     }
-    launch::norm_affine(kernels, stream, src, dst, eps, rms, w, b)
+    launch::norm_affine(kernels, stream, src, residual, dst, eps, rms, w, b)
 }
 
 /// Queues the kernel(s) of one node on `stream`.
