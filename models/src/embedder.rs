@@ -212,7 +212,7 @@ impl Embedder {
         let start = Instant::now();
         let (g, model) = self.graph(&lens)?;
         self.sched.alloc_graph(&g)?;
-        let inputs = packed_inputs(&lens);
+        let inputs = packed_inputs(&lens)?;
         let ids: Vec<i32> = sequences.iter().flat_map(|s| s.as_ref()).map(|&t| t as i32).collect();
         let sg = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?;
         sg.set_i32(model.token_ids, &ids)?;
