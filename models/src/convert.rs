@@ -57,7 +57,7 @@ pub fn convert(model: &Path, out: &Path, matrix_type: DType) -> Result<usize> {
         let t = file
             .tensor(name)
             .ok_or_else(|| Error::NotBert { path: model.display().to_string(), tensor: name.clone() })?;
-        let values = tessera_core::convert::to_f32_vec(t.dtype, file.data(t));
+        let values = tessera_core::convert::to_f32_vec(t.dtype, file.data(t)?);
         let target = match converted_type(name, matrix_type) {
             q if t.ne[0] % q.block_len() != 0 => DType::F32,
             q => q,
