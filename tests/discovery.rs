@@ -218,3 +218,20 @@ fn hello_graph_runs_where_the_environment_says_and_says_where() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains(&format!("{}: disabled by TESSERA_DISABLE_CPU=1", plugin.display())));
 }
+
+#[test]
+fn a_plugin_in_the_current_directory_is_loaded_only_when_asked_for() {
+    let exe = built_example("hello_graph");
+    let cwd = PluginDir::new("untrusted-cwd");
+    let plugin = cwd.install(built().cpu_baseline(), "cpu", None);
+    // Run in a directory holding a plugin: it is not loaded (no CPU is left without it).
+    let out = run(&exe, &cwd.path, &[("TESSERA_DISABLE_CPU", "builtin")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("no device found for 'auto'"), "{}", text(&out.stderr));
+    // Named as `.`, it is, and the program says where it came from.
+    let out = run(&exe, &cwd.path, &[("TESSERA_DISABLE_CPU", "builtin"), ("TESSERA_BACKEND_DIR", ".")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let name = plugin.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(text(&out.stdout).contains(&format!("\nfrom: plugin ./{name} (score 1)\n")), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains(&format!("loaded plugin CPU from ./{name} (score 1)")), "{}", text(&out.stderr));
+}
