@@ -79,6 +79,18 @@ impl BertConfig {
         from_tensors(&model, &shape, &unsupported, (&declared.0, &declared.1))
     }
 
+    /// The shape of the BERT model in a parsed GGUF file: the sizes from its tensors, the head
+    /// count and epsilon from its `bert.*` metadata (required here: no `config.json` is
+    /// consulted). `path` names the file in errors.
+    pub fn from_gguf(gguf: &Gguf<'_>, path: &str) -> Result<BertConfig> {
+        let declared = HfConfig::from_gguf(gguf, path)?.ok_or_else(|| Error::Config {
+            path: path.into(),
+            message: "no attention head count: metadata 'bert.attention.head_count' is missing".into(),
+        })?;
+        let shape = |name: &str| gguf.tensors().iter().find(|t| t.name() == name).map(|t| t.ne());
+        from_tensors(path, &shape, &|_| None, (&declared, &Source::Gguf(path.into())))
+    }
+
     /// Largest sizes a config may have: far beyond any BERT, small enough that every size
     /// computed from them (tables of `vocab * hidden` values, a layer's buffers) fits.
     pub const LIMITS: BertConfig = BertConfig {
@@ -515,6 +527,7 @@ mod tests {
         assert_eq!(c.hidden_size, Some(TINY.hidden));
         assert_eq!(c.num_hidden_layers, Some(TINY.layers));
         assert_eq!(c.layer_norm_eps, Some(TINY.eps));
+        assert_eq!(BertConfig::from_gguf(&gguf, "tiny.gguf").unwrap(), TINY);
     }
 
     #[test]
