@@ -51,8 +51,6 @@ fn model() -> PathBuf {
     p
 }
 
-
-
 fn cosine(a: &[f32], b: &[f64]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * y).sum();
     let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();

@@ -120,7 +120,10 @@ fn embed_run_elsewhere_finds_the_default_model_or_says_where_it_looked() {
     if repo_model.exists() {
         assert!(stderr.contains("/nonexistent-dir/out.gguf"), "the output path is named: {stderr}");
     } else {
-        assert!(stderr.contains("model not found; looked for weights/all-MiniLM-L6-v2/model.safetensors in"), "{stderr}");
+        assert!(
+            stderr.contains("model not found; looked for weights/all-MiniLM-L6-v2/model.safetensors in"),
+            "{stderr}"
+        );
         assert!(stderr.contains(&repo_model.display().to_string()), "{stderr}");
     }
 }

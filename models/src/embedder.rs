@@ -68,10 +68,17 @@ fn backend_devices(placement: &Placement) -> Vec<&'static dyn Device> {
     placement.devices(&named)
 }
 
-/// The weights the graph of `config` declares, as (module, name, type, shape), with the
-/// types the file holds them in: an error if the file lacks one, holds it in another shape, or
-/// in a type its op cannot take.
-fn weight_specs(file: &ModelFile, config: &BertConfig) -> Result<Vec<(Module, String, DType, [usize; 4])>> {
+/// One weight the graph declares: its module, checkpoint name, type (as the file holds it) and shape.
+struct ModelWeight {
+    module: Module,
+    name: String,
+    dtype: DType,
+    ne: [usize; 4],
+}
+
+/// The weights the graph of `config` declares, with the types the file holds them in: an error
+/// if the file lacks one, holds it in another shape, or in a type its op cannot take.
+fn weight_specs(file: &ModelFile, config: &BertConfig) -> Result<Vec<ModelWeight>> {
     let mut probe = Graph::new();
     let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
     let shapes = bert::build(&mut probe, config, &dtype_of, Layout::packed(&[1]))?;
@@ -95,7 +102,7 @@ fn weight_specs(file: &ModelFile, config: &BertConfig) -> Result<Vec<(Module, St
                 return Err(tessera_core::Error::File { path, message }.into());
             }
         }
-        specs.push((module, name, dtype, ne));
+        specs.push(ModelWeight { module, name, dtype, ne });
     }
     Ok(specs)
 }
@@ -159,8 +166,8 @@ impl Embedder {
         for m in Module::ALL {
             let module_specs: Vec<WeightSpec> = specs
                 .iter()
-                .filter(|(module, _, _, _)| *module == m)
-                .map(|(_, name, dtype, ne)| WeightSpec { name, dtype: *dtype, ne: *ne })
+                .filter(|w| w.module == m)
+                .map(|w| WeightSpec { name: &w.name, dtype: w.dtype, ne: w.ne })
                 .collect();
             let device = placement.params[m.index()];
             let mut report = |done: usize, total: usize| {

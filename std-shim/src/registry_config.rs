@@ -216,7 +216,7 @@ mod tests {
         let dirs = config.search_dirs();
         assert_eq!(dirs[..3], [c, b, a], "the program's directories, then TESSERA_BACKEND_DIR's, each once");
         let exe_dir = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-        assert_eq!(dirs[3..], [exe_dir.clone()]);
+        assert_eq!(dirs[3..], *std::slice::from_ref(&exe_dir));
         assert_eq!(RegistryConfig::from_vars(&[]).search_dirs(), [exe_dir]);
     }
 
