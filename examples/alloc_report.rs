@@ -3,6 +3,10 @@
 //!
 //! `cargo run --release --example alloc_report`
 
+#[macro_use]
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -26,7 +30,7 @@ fn encoder(config: &BertConfig, tokens: usize, batch: usize) -> Result<Graph> {
 fn report(name: &str, g: &Graph) -> Result<()> {
     let mut galloc: GraphAllocator = GraphAllocator::new(&[&HOST_BUFFER_TYPE]);
     let r = &galloc.reserve(g, None)?.buffer_types[0];
-    println!(
+    outln!(
         "alloc {name}: planned {} B, lower bound {} B, ratio {:.3}, {} in-place ({} nodes, {} tensors placed)",
         r.planned,
         r.lower_bound,
@@ -62,7 +66,7 @@ fn run() -> Result<()> {
         let config = BertConfig { layers: target / per_layer, vocab: 64, max_positions: 16, ..minilm };
         let g = encoder(&config, 8, 1)?;
         let seconds = time_planning(&g)?;
-        println!(
+        outln!(
             "plan {} nodes: {:.3} ms, {:.0} ns/node",
             g.nodes().len(),
             seconds * 1e3,

@@ -22,6 +22,10 @@
 //!
 //! Adding an op: write a function returning its [`Case`]s and add it to [`OPS`].
 
+#[macro_use]
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -414,7 +418,7 @@ fn print_line(case: &Case, t: &Timing) {
             format!("{:8} kB/run - {:7.2} GB/s", (b / 1024.0) as u64, b / t.median.as_secs_f64() / (1u64 << 30) as f64)
         }
     };
-    println!("{head:<90} {:8} runs - {us:10.2} us/run - {rate}", t.runs);
+    outln!("{head:<90} {:8} runs - {us:10.2} us/run - {rate}", t.runs);
 }
 
 struct Args {
@@ -426,7 +430,11 @@ struct Args {
     budget: Duration,
 }
 
-fn parse_args() -> std::result::Result<Args, String> {
+const USAGE: &str =
+    "usage: bench [-o OP] [-p FILTER] [--device|--backend NAME] [--threads N] [--kernels SET] [--time SECONDS]";
+
+/// The arguments, or `None` for `--help`.
+fn parse_args() -> std::result::Result<Option<Args>, String> {
     let mut args = Args {
         op: None,
         filter: None,
@@ -442,7 +450,13 @@ fn parse_args() -> std::result::Result<Args, String> {
             "-o" => args.op = Some(value()?),
             "-p" => args.filter = Some(value()?),
             "--device" | "-d" | "--backend" => args.device = value()?,
-            "--threads" | "-t" => args.threads = Some(value()?.parse().map_err(|e| format!("--threads: {e}"))?),
+            "--threads" | "-t" => {
+                let count = tessera::runtime::threads::parse_threads(&value()?)?;
+                if let Some(notice) = count.notice {
+                    eprintln!("bench: {notice}");
+                }
+                args.threads = Some(count.threads);
+            }
             "--kernels" => args.kernels = Some(value()?),
             "--time" => {
                 let s: f64 = value()?.parse().map_err(|e| format!("--time: {e}"))?;
@@ -451,16 +465,11 @@ fn parse_args() -> std::result::Result<Args, String> {
                 }
                 args.budget = Duration::from_secs_f64(s);
             }
-            "-h" | "--help" => {
-                return Err(
-                    "usage: bench [-o OP] [-p FILTER] [--device|--backend NAME] [--threads N] [--kernels SET] [--time SECONDS]"
-                        .into(),
-                )
-            }
+            "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument '{other}' (try --help)")),
         }
     }
-    Ok(args)
+    Ok(Some(args))
 }
 
 /// The backend under test on the device `--device` names, and a line that says what it is.
@@ -469,6 +478,7 @@ fn parse_args() -> std::result::Result<Args, String> {
 fn backend(args: &Args) -> std::result::Result<(Box<dyn Backend>, String), String> {
     let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let registry = tessera::discover();
+    common::report_plugins(registry);
     let device = registry.select(Some(&args.device)).map_err(|e| e.to_string())?;
     let origin = registry.entry_of(device).map_or_else(String::new, |e| e.origin().to_string());
     let head = format!("Backend {}: {} ({origin}", device.name(), device.description());
@@ -499,9 +509,13 @@ fn backend(args: &Args) -> std::result::Result<(Box<dyn Backend>, String), Strin
 
 fn main() -> ExitCode {
     let args = match parse_args() {
-        Ok(a) => a,
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            outln!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("bench: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -523,7 +537,7 @@ fn main() -> ExitCode {
         Ok(Some(_)) => "timed by the device's events",
         _ => "timed by the host clock",
     };
-    println!("{header}, {clock}");
+    outln!("{header}, {clock}");
     for (name, cases) in OPS {
         if args.op.as_ref().is_some_and(|op| !op.eq_ignore_ascii_case(name)) {
             continue;
@@ -534,7 +548,7 @@ fn main() -> ExitCode {
             }
             match run_case(&case, &mut *backend, args.budget) {
                 Ok(t) => print_line(&case, &t),
-                Err(e) => println!("  {}({}): failed: {e}", case.op, case.params),
+                Err(e) => outln!("  {}({}): failed: {e}", case.op, case.params),
             }
         }
     }

@@ -4,14 +4,19 @@
 //!
 //! `cargo run --release --example devices [-- PLUGIN_DIR]`
 //!
-//! Plugins are searched in `PLUGIN_DIR` first, then where every program looks
-//! (`TESSERA_BACKEND_DIR`, the executable's directory, the current directory), and
+//! Plugins are searched in `PLUGIN_DIR` first (it must be a directory), then where every
+//! program looks (`TESSERA_BACKEND_DIR`, the executable's directory), and
 //! `TESSERA_BACKEND_PATH` is loaded too; `scripts/build-cpu-plugins.sh` builds the CPU
 //! plugins into `target/plugins`. `TESSERA_DISABLE_<FAMILY>=1` (`=builtin`: only the
 //! compiled-in family, so that its plugin is used) and `TESSERA_<FAMILY>_VISIBLE_DEVICES=0,2`
 //! apply.
 
+#[macro_use]
+#[path = "common/mod.rs"]
+mod common;
+
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use tessera::runtime::RegistryConfig;
 use tessera::{Device, DeviceCaps};
@@ -46,56 +51,70 @@ fn caps(c: DeviceCaps) -> String {
     }
 }
 
-fn main() {
+fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
     let mut config = RegistryConfig::from_env();
-    if let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) {
-        config = config.with_backend_dir(dir);
+    if let Some(dir) = args.next().map(PathBuf::from) {
+        match std::fs::metadata(&dir) {
+            Ok(m) if m.is_dir() => config = config.with_backend_dir(dir),
+            Ok(_) => return fail(&format!("{} is not a directory; expected a directory of plugins", dir.display())),
+            Err(e) => return fail(&format!("plugin directory {}: {e}", dir.display())),
+        }
+    }
+    if let Some(extra) = args.next() {
+        return fail(&format!("unexpected argument '{}'; usage: devices [PLUGIN_DIR]", extra.to_string_lossy()));
     }
     let dirs: Vec<String> = config.search_dirs().iter().map(|d| d.display().to_string()).collect();
-    println!("plugins searched in: {}", dirs.join(", "));
+    outln!("plugins searched in: {}", dirs.join(", "));
     let registry = tessera::discover_with(config);
     let n_plugins = registry.regs().filter(|e| e.plugin().is_some()).count();
-    println!(
+    outln!(
         "{} backend families, {} devices ({n_plugins} from plugins)\n",
         registry.regs().count(),
         registry.devices().count()
     );
     for entry in registry.regs() {
-        println!("{}  [{}]", entry.name(), entry.origin());
+        outln!("{}  [{}]", entry.name(), entry.origin());
         for s in registry.skipped_of(entry.name()) {
-            println!("  not used: {s}");
+            outln!("  not used: {s}");
         }
         let features: Vec<String> = entry.features().iter().map(|(n, v)| format!("{n}={v}")).collect();
         if !features.is_empty() {
-            println!("  features: {}", features.join(" "));
+            outln!("  features: {}", features.join(" "));
         }
         if entry.devices().is_empty() {
-            println!("  (no devices)");
+            outln!("  (no devices)");
         }
         for d in entry.devices() {
-            println!("  {}: {}", d.name(), d.description());
-            println!("      type {}, memory {}", d.device_type().name(), memory(*d));
-            println!("      caps: {}", caps(d.caps()));
-            println!(
+            outln!("  {}: {}", d.name(), d.description());
+            outln!("      type {}, memory {}", d.device_type().name(), memory(*d));
+            outln!("      caps: {}", caps(d.caps()));
+            outln!(
                 "      buffer type {}{}",
                 d.buffer_type().name(),
                 if d.buffer_type().is_host() { " (host)" } else { "" }
             );
             if let Some(pci) = d.pci_bus_id() {
-                println!("      PCI {pci}");
+                outln!("      PCI {pci}");
             }
         }
-        println!();
+        outln!();
     }
     for h in registry.hidden() {
-        println!("hidden: {}: {}", h.device.name(), h.reason);
+        outln!("hidden: {}: {}", h.device.name(), h.reason);
     }
     let listed = |family: &str| registry.reg_by_name(family).is_some();
     for s in registry.skipped().iter().filter(|s| !s.family.as_deref().is_some_and(listed)) {
-        println!("skipped: {s}");
+        outln!("skipped: {s}");
     }
     match registry.select(None) {
-        Ok(d) => println!("best device: {}", d.name()),
-        Err(e) => println!("best device: none ({e})"),
+        Ok(d) => outln!("best device: {}", d.name()),
+        Err(e) => outln!("best device: none ({e})"),
     }
+    ExitCode::SUCCESS
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("devices: {message}");
+    ExitCode::FAILURE
 }

@@ -12,6 +12,10 @@
 //! `digits: accuracy <a> on <n> images, peak heap <bytes> B, <us> us/image, device <name>`,
 //! and fails if the two accuracies differ by more than half a point.
 
+#[macro_use]
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -50,14 +54,14 @@ fn run(name: &str, file: &'static [u8], budget: usize) -> Result<bool, edge_digi
     let peak = stats.peak - baseline;
     let us_per_image = (elapsed.as_micros() / evaluation.total.max(1) as u128) as u64;
     let device = tessera::cpu::CPU_DEVICE.name();
-    println!(
+    outln!(
         "edge-digits: {name} weights ({} B, used in place), compute buffer {compute_bytes} B, heap budget {budget} B, {}/{} predictions as the script's, python accuracy {:.4}",
         file.len(),
         evaluation.agree_with_python,
         evaluation.total,
         evaluation.python_accuracy()
     );
-    println!("{}", Report { evaluation: &evaluation, peak_heap: peak, us_per_image, device });
+    outln!("{}", Report { evaluation: &evaluation, peak_heap: peak, us_per_image, device });
     let diff = (evaluation.accuracy() - evaluation.python_accuracy()).abs();
     let ok = diff <= 0.005;
     if !ok {

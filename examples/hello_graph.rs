@@ -5,6 +5,10 @@
 //!
 //! `cargo run --release --example hello_graph`
 
+#[macro_use]
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::ExitCode;
 
 use tessera::allocator::alloc_tensors;
@@ -17,6 +21,7 @@ fn pattern(n: usize, seed: f32) -> Vec<f32> {
 
 fn run() -> Result<()> {
     let registry = tessera::discover();
+    common::report_plugins(registry);
     let device = registry.select(None)?;
     let origin = registry.entry_of(device).map_or_else(|| "unknown".into(), |e| e.origin().to_string());
     let mut backends: Vec<Box<dyn Backend>> = vec![device.init_backend()?];
@@ -62,16 +67,16 @@ fn run() -> Result<()> {
     scheduled.set_f32(x, &[1.0, 0.5, -0.5, 2.0, -1.0, 0.0, 0.25, 1.5])?;
     sched.compute()?;
     let probs = sched.graph().ok_or(tessera::Error::Cancelled)?.get_f32(y)?;
-    println!("device: {}", tessera::runtime::describe_device(device));
-    println!("from: {origin}");
-    println!("graph: {} nodes, {} leafs", g.nodes().len(), g.leafs().len());
+    outln!("device: {}", tessera::runtime::describe_device(device));
+    outln!("from: {origin}");
+    outln!("graph: {} nodes, {} leafs", g.nodes().len(), g.leafs().len());
     for (i, name) in plan.backends.iter().enumerate() {
         let nodes = plan.assignments.iter().filter(|a| a.backend == i).count();
-        println!("ran on {name}: {nodes} node(s)");
+        outln!("ran on {name}: {nodes} node(s)");
     }
     for (i, row) in probs.chunks(n_out).enumerate() {
         let formatted: Vec<String> = row.iter().map(|p| format!("{p:.4}")).collect();
-        println!("sample {i}: class probabilities [{}]", formatted.join(", "));
+        outln!("sample {i}: class probabilities [{}]", formatted.join(", "));
     }
     Ok(())
 }

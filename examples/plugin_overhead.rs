@@ -18,6 +18,10 @@
 //! Columns follow ggml's `test-backend-ops perf`: backend, graph, memory, calls, runs, us/run,
 //! and the ratio to the built-in backend.
 
+#[macro_use]
+#[path = "common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -160,7 +164,7 @@ fn find_plugin() -> (RuntimeRegistry, Option<&'static dyn Device>) {
     match loaded {
         Ok(device) => (registry, device),
         Err(e) => {
-            println!("(no CPU plugin library: {e}; build one with scripts/build-cpu-plugins.sh)\n");
+            outln!("(no CPU plugin library: {e}; build one with scripts/build-cpu-plugins.sh)\n");
             (registry, None)
         }
     }
@@ -172,17 +176,27 @@ fn main() -> Result<()> {
     };
     let (registry, plugin) = find_plugin();
     if let Some(entry) = registry.regs().next() {
-        println!("plugin: {}\n", entry.origin());
+        outln!("plugin: {}\n", entry.origin());
     }
-    println!(
+    outln!(
         "{:<12} {:<32} {:<14} {:<8} {:>9} {:>10} {:>7}",
-        "backend", "graph", "memory", "calls", "runs", "us/run", "ratio"
+        "backend",
+        "graph",
+        "memory",
+        "calls",
+        "runs",
+        "us/run",
+        "ratio"
     );
     for bench in [tiny()?, small()?, mlp()?] {
         let (runs, base) = time(&bench, &mut CpuBackend::new(), &HOST_BUFFER_TYPE, false)?;
-        println!(
+        outln!(
             "{:<12} {:<32} {:<14} {:<8} {runs:>9} {base:>10.3} {:>7.2}",
-            "built-in", bench.name, "host", "compute", 1.0
+            "built-in",
+            bench.name,
+            "host",
+            "compute",
+            1.0
         );
         let mut rows: Vec<(&str, &'static dyn Device, &'static dyn BufferType, &str)> = vec![
             ("tables", tables, tables.buffer_type(), "plugin buffer"),
@@ -196,14 +210,14 @@ fn main() -> Result<()> {
             for (calls, programs) in [("compute", false), ("program", true)] {
                 let mut backend = device.init_backend()?;
                 let (runs, us) = time(&bench, &mut *backend, buffer_type, programs)?;
-                println!(
+                outln!(
                     "{label:<12} {:<32} {memory:<14} {calls:<8} {runs:>9} {us:>10.3} {:>7.2}",
                     bench.name,
                     us / base
                 );
             }
         }
-        println!();
+        outln!();
     }
     Ok(())
 }

@@ -4,6 +4,10 @@
 //!
 //! `cargo run --release --example sched_bench`
 
+#[macro_use]
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -25,9 +29,14 @@ fn run() -> Result<()> {
     let mut config = SimConfig::new("SIM1");
     config.unsupported_ops.push("SOFT_MAX");
     let gpu1: &'static SimDevice = SimDevice::create(config);
-    println!(
+    outln!(
         "{:>8} {:>6} {:>12} {:>10} {:>16} {:>10}",
-        "nodes", "splits", "plan us", "ns/node", "plan+alloc us", "ns/node"
+        "nodes",
+        "splits",
+        "plan us",
+        "ns/node",
+        "plan+alloc us",
+        "ns/node"
     );
     for target in [1_000usize, 10_000, 100_000] {
         let layers = target / 35;
@@ -77,7 +86,7 @@ fn run() -> Result<()> {
         }
         let n = g.nodes().len() as f64;
         let (p, a) = (median(plan_t), median(alloc_t));
-        println!(
+        outln!(
             "{:>8} {:>6} {:>12.1} {:>10.0} {:>16.1} {:>10.0}",
             n,
             splits,

@@ -5,6 +5,10 @@
 //! `cargo run --release --example split_plan` (`TESSERA_SCHED_DEBUG=2` also lists every
 //! node's backend and the pass that chose it).
 
+#[macro_use]
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::ExitCode;
 
 use tessera::allocator::alloc_tensors;
@@ -102,19 +106,20 @@ fn run() -> Result<()> {
     fill_weights(&g, &b)?; // the input is set below, on the scheduled graph
 
     let registry = tessera::discover();
+    common::report_plugins(registry);
     let cpu = registry.select(Some("cpu"))?;
     let origin = registry.entry_of(cpu).map_or_else(String::new, |e| e.origin().to_string());
-    println!("CPU side: {} ({origin})", cpu.name());
+    outln!("CPU side: {} ({origin})", cpu.name());
     let backends: Vec<Box<dyn Backend>> = vec![sim.init_backend()?, cpu.init_backend()?];
     let mut sched: Scheduler = tessera::runtime::sched_debug::scheduler(backends, &[], SchedulerOptions::default())?;
     let plan = sched.alloc_graph(&g)?.clone();
-    print!("{plan}");
+    out!("{plan}");
     let scheduled = sched.graph().ok_or(tessera::Error::Cancelled)?;
     scheduled.set_f32(b.x, &values(D * T, 99.0))?;
     sched.compute()?;
     let out = sched.graph().ok_or(tessera::Error::Cancelled)?.get_f32(b.out)?;
     let max_diff = out.iter().zip(&reference).map(|(a, r)| (a - r).abs()).fold(0.0f32, f32::max);
-    println!(
+    outln!(
         "split_plan: {} splits, {} input copies, max abs diff vs CPU {max_diff}",
         plan.splits.len(),
         plan.n_input_copies()

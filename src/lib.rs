@@ -35,7 +35,7 @@ pub fn registry() -> Registry<'static> {
 /// Every family and device this process can use, found once and shared: the compiled-in
 /// families (filtered by `TESSERA_DISABLE_<FAMILY>` and `TESSERA_<FAMILY>_VISIBLE_DEVICES`)
 /// plus the best variant of each plugin family found in `TESSERA_BACKEND_DIR`, the
-/// executable's directory and the current directory, and `TESSERA_BACKEND_PATH`. A family
+/// executable's directory (the current directory only when named), and `TESSERA_BACKEND_PATH`. A family
 /// is listed once (the built-in one wins over a plugin of it), a GPU seen through two APIs
 /// once. Plugins that cannot be used are listed in [`runtime::RuntimeRegistry::skipped`]
 /// with the reason. Find devices with its `select` (a user's request: `auto`, `gpu`, `cuda`,

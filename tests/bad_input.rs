@@ -146,3 +146,24 @@ fn unknown_devices_list_the_devices_that_exist() {
     assert_eq!(err.to_string(), "unknown device 'cuda9'; devices: CPU");
     assert_eq!(tessera::registry().device_by_name("cpu").unwrap().name(), "CPU");
 }
+
+/// Sizes computed from parameters (padding, strides, view extents) never wrap: a padding so
+/// large that `2 * pad` overflows is an error, not a small wrong shape.
+#[test]
+fn shape_arithmetic_that_overflows_is_an_error_not_a_wrapped_shape() {
+    use tessera::{Im2ColParams, Pool2dParams, PoolKind};
+    let mut g = Graph::new();
+    let input = named(&mut g, DType::F32, &[8, 8, 2, 1], "input");
+    let kernel = named(&mut g, DType::F32, &[3, 3, 2, 4], "kernel");
+    let huge = usize::MAX / 2 + 1;
+    let p = Im2ColParams { s0: 1, s1: 1, p0: huge, p1: 0, d0: 1, d1: 1, is_2d: true };
+    let err = g.im2col(kernel, input, p, DType::F32).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { op: "IM2COL", .. }), "{err:?}");
+    let pool = Pool2dParams { kind: PoolKind::Max, k0: usize::MAX, k1: 2, s0: 1, s1: 1, p0: huge, p1: 0 };
+    let err = g.pool_2d(input, pool).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { op: "POOL_2D", .. }), "{err:?}");
+    let err = g.view_2d(input, 1, usize::MAX / 2, 4, 0).unwrap_err();
+    assert!(matches!(err, Error::Overflow { .. }), "{err:?}");
+    let err = g.new_tensor(DType::F32, &[usize::MAX / 2, 3]).unwrap_err();
+    assert!(matches!(err, Error::Overflow { .. }), "{err:?}");
+}

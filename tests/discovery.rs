@@ -34,8 +34,9 @@ fn skipped_of(registry: &RuntimeRegistry, family: &str) -> Vec<String> {
     registry.skipped_of(family).map(|s| s.to_string()).collect()
 }
 
-/// `silu(a · b)` on `device` equals the built-in CPU's result.
-fn assert_computes(device: &'static dyn Device) {
+/// `silu(a · b)` on `device` equals the built-in CPU's result with the kernel set `kernels`
+/// (the set the plugin reports it runs).
+fn assert_computes(device: &'static dyn Device, kernels: &str) {
     let mut g = Graph::new();
     let a = g.new_tensor(DType::F32, &[32, 8]).unwrap();
     let b = g.new_tensor(DType::F32, &[32, 4]).unwrap();
@@ -51,7 +52,7 @@ fn assert_computes(device: &'static dyn Device) {
         graph.set_f32(b, &values(128, 1.5)).unwrap();
     }
     device.init_backend().unwrap().compute_graph(&g).unwrap();
-    CpuBackend::new().compute_graph(&reference).unwrap();
+    CpuBackend::with_kernels(kernels, 1).unwrap().compute_graph(&reference).unwrap();
     assert_eq!(g.get_f32(y).unwrap(), reference.get_f32(y).unwrap());
 }
 
@@ -97,7 +98,11 @@ fn a_family_built_in_and_found_as_a_plugin_is_listed_once() {
     assert_eq!(origin(&registry, device), Origin::Plugin { path: path.clone(), score: 1 });
     assert!(!std::ptr::addr_eq(device, &tessera::cpu::CPU_DEVICE as &dyn Device));
     assert_eq!(skipped_of(&registry, "cpu"), ["built-in CPU: disabled by TESSERA_DISABLE_CPU=builtin"]);
-    assert_computes(device);
+    let entry = registry.entry_of(device).unwrap();
+    let kernels = entry.features().into_iter().find(|(name, _)| name == "KERNELS").map(|(_, set)| set);
+    // The baseline build runs the baseline kernels, whatever this processor has.
+    assert_eq!(kernels.as_deref(), Some(if cfg!(target_arch = "aarch64") { "neon" } else { "scalar" }));
+    assert_computes(device, kernels.as_deref().unwrap());
 
     // `=plugin` keeps the plugins out, `=1` both.
     let registry = discover(&[("TESSERA_DISABLE_CPU", "plugin"), in_dir]);
@@ -217,4 +222,21 @@ fn hello_graph_runs_where_the_environment_says_and_says_where() {
     let out = run(&exe, cwd, &[("TESSERA_DISABLE_CPU", "1"), ("TESSERA_BACKEND_DIR", dir_var(&dir))]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains(&format!("{}: disabled by TESSERA_DISABLE_CPU=1", plugin.display())));
+}
+
+#[test]
+fn a_plugin_in_the_current_directory_is_loaded_only_when_asked_for() {
+    let exe = built_example("hello_graph");
+    let cwd = PluginDir::new("untrusted-cwd");
+    let plugin = cwd.install(built().cpu_baseline(), "cpu", None);
+    // Run in a directory holding a plugin: it is not loaded (no CPU is left without it).
+    let out = run(&exe, &cwd.path, &[("TESSERA_DISABLE_CPU", "builtin")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("no device found for 'auto'"), "{}", text(&out.stderr));
+    // Named as `.`, it is, and the program says where it came from.
+    let out = run(&exe, &cwd.path, &[("TESSERA_DISABLE_CPU", "builtin"), ("TESSERA_BACKEND_DIR", ".")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let name = plugin.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(text(&out.stdout).contains(&format!("\nfrom: plugin ./{name} (score 1)\n")), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains(&format!("loaded plugin CPU from ./{name} (score 1)")), "{}", text(&out.stderr));
 }

@@ -1,7 +1,7 @@
 //! Choosing among CPU plugin variants at run time: the baseline x86-64 build, x86-64-v3
 //! (AVX2/FMA) and x86-64-v4 (AVX-512) each score themselves by the processor features they
 //! find; the highest score that can run wins. With `TESSERA_CPU_DISABLE_AVX512=1` the
-//! AVX-512 build scores 0 and the AVX2 one wins. The variable is read by the plugins
+//! AVX-512 build scores 0 and the AVX2 one wins, running AVX2 kernels. The variable is read by the plugins
 //! themselves, so this is the only test in its process.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(target_arch = "x86_64")]
@@ -41,6 +41,18 @@ fn choose(dir: &PluginDir, vars: &[(&str, Option<&str>)]) -> (LoadReport, String
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let features: Vec<String> = entry.features().iter().map(|(n, _)| n.clone()).collect();
         println!("chosen: {name} (score {score}), features {features:?}");
+        // Each variant runs (and reports) the kernels it was built and scored for, not the
+        // best this processor has.
+        let kernels = entry.features().into_iter().find(|(n, _)| n == "KERNELS").map(|(_, v)| v);
+        let expected: &[&str] = match score {
+            V4 => &["avx512"],
+            V3 => &["avx2"],
+            _ => &["scalar"],
+        };
+        assert!(
+            kernels.as_deref().is_some_and(|k| expected.contains(&k)),
+            "{name}: KERNELS={kernels:?}, expected {expected:?}"
+        );
         for s in &report.skipped {
             println!("  skipped {s}");
         }

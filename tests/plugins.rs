@@ -253,8 +253,12 @@ fn a_device_with_its_own_memory_and_events_works_through_the_tables() {
     reg.shutdown().unwrap();
 }
 
-/// A small graph computed on `device` equals the built-in CPU's result.
-fn assert_computes(device: &'static dyn Device) {
+/// A small graph computed on `device` equals the built-in CPU's result with the kernel set the
+/// device's family reports it runs (a plugin variant runs the set it was built for).
+fn assert_computes(registry: &RuntimeRegistry, device: &'static dyn Device) {
+    let entry = registry.entry_of(device).expect("a listed device");
+    let kernels = entry.features().into_iter().find(|(name, _)| name == "KERNELS").map(|(_, set)| set);
+    let kernels = kernels.expect("the CPU family reports its KERNELS");
     let mut g = Graph::new();
     let a = g.new_tensor(DType::F32, &[32, 8]).unwrap();
     let b = g.new_tensor(DType::F32, &[32, 4]).unwrap();
@@ -269,7 +273,7 @@ fn assert_computes(device: &'static dyn Device) {
         graph.set_f32(b, &values(128, 1.5)).unwrap();
     }
     device.init_backend().unwrap().compute_graph(&g).unwrap();
-    CpuBackend::new().compute_graph(&reference).unwrap();
+    CpuBackend::with_kernels(&kernels, 1).unwrap().compute_graph(&reference).unwrap();
     assert_eq!(g.get_f32(y).unwrap(), reference.get_f32(y).unwrap());
 }
 
@@ -303,7 +307,7 @@ fn the_cpu_plugin_library_passes_the_conformance_suite_and_unloads() {
     assert!(std::ptr::addr_eq(device, registry.device_by_name("cpu").unwrap()));
 
     assert_suite_passes("the CPU plugin", &conformance::run_suite(&[device]));
-    assert_computes(device);
+    assert_computes(&registry, device);
 
     // Loading the same file again is refused; unloading waits for its objects.
     let e = registry.load(&path).err().unwrap().to_string();
@@ -322,8 +326,8 @@ fn the_cpu_plugin_library_passes_the_conformance_suite_and_unloads() {
     assert_eq!(device.memory().total, 0);
     assert!(device.init_backend().err().unwrap().to_string().contains("has been unloaded"));
     // And the file loads again.
-    let entry = with_env(&[], || registry.load(&path)).unwrap();
-    assert_computes(entry.devices()[0]);
+    let device = with_env(&[], || registry.load(&path)).unwrap().devices()[0];
+    assert_computes(&registry, device);
 }
 
 /// A directory with the baseline CPU plugin and `bad` (installed by `setup`), loaded with
@@ -344,7 +348,7 @@ fn assert_skipped(tag: &str, mode: Option<&str>, setup: impl FnOnce(&PluginDir) 
     assert_eq!(report.loaded.len(), 1, "{tag}: {report:?}");
     assert_eq!(report.loaded[0].0, "CPU");
     assert_eq!(registry.device_names(), "CPU");
-    assert_computes(registry.device_by_name("CPU").unwrap());
+    assert_computes(&registry, registry.device_by_name("CPU").unwrap());
     assert_eq!(registry.skipped(), &report.skipped[..]);
 }
 
@@ -487,7 +491,7 @@ fn a_family_through_the_tables_registers_like_a_plugin_and_unloads() {
     assert_eq!(entry.plugin().map(|p| p.name()), Some("CPU"));
     assert!(entry.features().iter().any(|(n, _)| n == "REFERENCE_KERNELS"));
     assert_eq!(registry.select(None).map(|d| d.name()), Ok("CPU"));
-    assert_computes(registry.best_device().unwrap());
+    assert_computes(&registry, registry.best_device().unwrap());
     registry.unload("cpu").unwrap();
     assert!(!reg.is_loaded());
     assert_eq!(registry.device_names(), "none");

@@ -1,5 +1,14 @@
 //! Sentence embeddings with all-MiniLM-L6-v2: a command line over `tessera-models`.
 //! `cargo run --release --example embed -- --help` lists the options.
+//!
+//! Sentences are embedded in batches of `--batch-size` and each batch's results are written
+//! before the next is read, so memory stays bounded whatever the size of `--file`.
+
+#[macro_use]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod input;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -7,10 +16,15 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use tessera::runtime::placement::Placement;
+use tessera::runtime::threads::parse_threads;
 use tessera::DType;
 use tessera_models::{Embedder, LoadOptions, Module, Tokenizer, MAX_TOKENS, MODULES};
 
+use input::Input;
+
+/// Where `scripts/fetch_minilm.sh` puts the model, relative to the repository.
 const MODEL_DIR: &str = "weights/all-MiniLM-L6-v2";
+const DEFAULT_BATCH: usize = 64;
 
 const HELP: &str = "\
 Sentence embeddings with all-MiniLM-L6-v2 (fetch it once with scripts/fetch_minilm.sh).
@@ -19,45 +33,56 @@ usage: embed [OPTIONS] SENTENCE...
        embed --convert OUT.gguf [--type f32|f16|q8_0] [--model FILE]
 
 options:
-  --model FILE           weights, safetensors or GGUF [weights/all-MiniLM-L6-v2/model.safetensors]
-  --tokenizer FILE       the tokenizer.json to use [weights/all-MiniLM-L6-v2/tokenizer.json]
+  --model FILE           weights, safetensors or GGUF [weights/all-MiniLM-L6-v2/model.safetensors,
+                         looked for in the current directory, then in the repository this
+                         program was built from]
+  --tokenizer FILE       the tokenizer.json to use [tokenizer.json beside the default model]
   --backend SPEC         where modules run: DEVICE, or MODULE=DEVICE,... (embed, encoder, pool) [auto]
   --params-backend SPEC  where modules keep their weights, same syntax [where they run]
-  --threads N            threads of the CPU backend [all cores]
-  --file FILE            embed the lines of FILE too (blank lines skipped)
+  --threads N            threads of the CPU backend, at most the machine's processors [all]
+  --file FILE            embed the lines of FILE too (blank lines skipped; may be repeated)
+  --batch-size N         sentences embedded together; memory grows with it [64]
   --json FILE            write the embeddings to FILE as {\"embeddings\": [[...], ...]}
-  --repeat N             time N embedding calls after a warm-up and report the median [1]
+  --repeat N             time N embedding calls of each batch after a warm-up and report the
+                         median call [1]
   --convert OUT.gguf     write the model as GGUF instead of embedding
   --type TYPE            matrix type for --convert: f32, f16 or q8_0 [f32]
   -h, --help             print this help
+
+environment: TESSERA_SCHED_DEBUG=1|2 prints the scheduler's plans; the registry's variables
+(TESSERA_BACKEND_DIR, TESSERA_DISABLE_<FAMILY>, ...) choose the devices.
 ";
 
 type BoxError = Box<dyn std::error::Error>;
 
 struct Args {
-    model: PathBuf,
-    tokenizer: PathBuf,
+    model: Option<PathBuf>,
+    tokenizer: Option<PathBuf>,
     backend: String,
     params_backend: String,
     threads: Option<usize>,
     json: Option<PathBuf>,
     sentences: Vec<String>,
+    files: Vec<PathBuf>,
+    batch_size: usize,
     convert: Option<PathBuf>,
     matrix_type: Option<DType>,
-    repeat: usize, // timed calls after one warm-up: the median is reported
+    repeat: usize, // timed calls of each batch after one warm-up: the median is reported
 }
 
 /// The arguments, or `None` after printing the help.
 fn parse_args() -> Result<Option<Args>, BoxError> {
     use lexopt::prelude::*;
     let mut a = Args {
-        model: Path::new(MODEL_DIR).join("model.safetensors"),
-        tokenizer: Path::new(MODEL_DIR).join("tokenizer.json"),
+        model: None,
+        tokenizer: None,
         backend: String::new(),
         params_backend: String::new(),
         threads: None,
         json: None,
         sentences: Vec::new(),
+        files: Vec::new(),
+        batch_size: DEFAULT_BATCH,
         convert: None,
         matrix_type: None,
         repeat: 1,
@@ -69,18 +94,21 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
     };
     while let Some(arg) = parser.next()? {
         match arg {
-            Long("model") => a.model = parser.value()?.into(),
-            Long("tokenizer") => a.tokenizer = parser.value()?.into(),
+            Long("model") => a.model = Some(parser.value()?.into()),
+            Long("tokenizer") => a.tokenizer = Some(parser.value()?.into()),
             Long("backend") => a.backend = parser.value()?.string()?,
             Long("params-backend") => a.params_backend = parser.value()?.string()?,
-            Long("threads") => a.threads = Some(count("--threads", parser.value()?.string()?, 1)?),
+            Long("threads") => {
+                let threads = parse_threads(&parser.value()?.string()?)?;
+                if let Some(notice) = threads.notice {
+                    eprintln!("embed: {notice}");
+                }
+                a.threads = Some(threads.threads);
+            }
             Long("json") => a.json = Some(parser.value()?.into()),
             Long("repeat") => a.repeat = count("--repeat", parser.value()?.string()?, 1)?,
-            Long("file") => {
-                let path = PathBuf::from(parser.value()?);
-                let text = std::fs::read_to_string(&path).map_err(|e| format!("--file {}: {e}", path.display()))?;
-                a.sentences.extend(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from));
-            }
+            Long("batch-size") => a.batch_size = count("--batch-size", parser.value()?.string()?, 1)?,
+            Long("file") => a.files.push(parser.value()?.into()),
             Long("convert") => a.convert = Some(parser.value()?.into()),
             Long("type") => {
                 a.matrix_type = Some(match parser.value()?.string()?.to_lowercase().as_str() {
@@ -91,7 +119,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
                 })
             }
             Short('h') | Long("help") => {
-                print!("{HELP}");
+                out!("{HELP}");
                 return Ok(None);
             }
             Value(sentence) => a.sentences.push(sentence.string()?),
@@ -104,87 +132,180 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
     Ok(Some(a))
 }
 
-fn progress_bar(module: Module, done: usize, total: usize) {
+/// The model to load: `--model`, else the default path in the current directory, else in
+/// the repository this program was built from. The error says where it looked.
+fn model_path(args: &Args) -> Result<PathBuf, BoxError> {
+    let hint = "fetch all-MiniLM-L6-v2 with `scripts/fetch_minilm.sh` (or pass --model FILE)";
+    if let Some(model) = &args.model {
+        if !model.exists() {
+            return Err(format!("--model {}: no such file; {hint}", model.display()).into());
+        }
+        return Ok(model.clone());
+    }
+    let file = Path::new(MODEL_DIR).join("model.safetensors");
+    let places = [file.clone(), Path::new(env!("CARGO_MANIFEST_DIR")).join(&file)];
+    if let Some(found) = places.iter().find(|p| p.exists()) {
+        return Ok(found.clone());
+    }
+    let cwd = std::env::current_dir().map_or_else(|_| "the current directory".into(), |d| d.display().to_string());
+    Err(format!("model not found; looked for {} in {cwd} and at {}; {hint}", file.display(), places[1].display())
+        .into())
+}
+
+fn progress_bar(what: &str, done: usize, total: usize, unit: &str) {
     if total == 0 {
         return;
     }
-    let (filled, mb) = (done * 30 / total, |b: usize| b as f64 / 1e6);
+    let filled = done.min(total) * 30 / total;
     let bar = format!("{}{}", "#".repeat(filled), " ".repeat(30 - filled));
-    eprint!("\rloading {:<8} [{bar}] {:6.1}/{:.1} MB", module.name(), mb(done), mb(total));
-    if done == total {
+    eprint!("\r{what:<16} [{bar}] {done}/{total} {unit}");
+    if done >= total {
         eprintln!();
     }
     let _ = std::io::stderr().flush();
 }
 
-fn run(args: Args) -> Result<(), BoxError> {
-    if !args.model.exists() {
-        let hint = "fetch all-MiniLM-L6-v2 with `scripts/fetch_minilm.sh` (or pass --model FILE)";
-        return Err(format!("model not found at {}; {hint}", args.model.display()).into());
+fn loading_bar(module: Module, done: usize, total: usize) {
+    let kb = |b: usize| b / 1000;
+    progress_bar(&format!("loading {}", module.name()), kb(done), kb(total), "kB");
+}
+
+/// The embeddings file, written as batches come.
+struct JsonOut {
+    path: PathBuf,
+    file: std::io::BufWriter<std::fs::File>,
+    rows: usize,
+}
+
+impl JsonOut {
+    fn create(path: &Path) -> Result<JsonOut, BoxError> {
+        let file = std::fs::File::create(path).map_err(|e| format!("--json {}: {e}", path.display()))?;
+        let mut out = JsonOut { path: path.to_path_buf(), file: std::io::BufWriter::new(file), rows: 0 };
+        out.write(b"{\"embeddings\": [")?;
+        Ok(out)
     }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), BoxError> {
+        self.file.write_all(bytes).map_err(|e| format!("--json {}: {e}", self.path.display()).into())
+    }
+
+    fn row(&mut self, e: &[f32]) -> Result<(), BoxError> {
+        let values: Vec<String> = e.iter().map(|v| format!("{v:e}")).collect();
+        let sep = if self.rows == 0 { "" } else { "," };
+        self.rows += 1;
+        self.write(format!("{sep}[{}]", values.join(",")).as_bytes())
+    }
+
+    fn finish(mut self) -> Result<(), BoxError> {
+        self.write(b"]}\n")?;
+        self.file.flush().map_err(|e| format!("--json {}: {e}", self.path.display()))?;
+        eprintln!("wrote {}", self.path.display());
+        Ok(())
+    }
+}
+
+/// Times of the timed calls (after the warm-up), and the tokens they embedded.
+#[derive(Default)]
+struct Timings {
+    total: Vec<f64>,
+    prepare: Vec<f64>,
+    compute: Vec<f64>,
+    tokens: usize,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn run(args: Args) -> Result<(), BoxError> {
+    let model = model_path(&args)?;
     if let Some(out) = &args.convert {
         let dtype = args.matrix_type.unwrap_or(DType::F32);
-        let n = tessera_models::convert(&args.model, out, dtype)?;
+        let n = tessera_models::convert(&model, out, dtype)?;
         let mix = if dtype.is_quantized() { " (attention q/k/v and FFN up in f16)" } else { "" };
         let mb = std::fs::metadata(out).map_or(0.0, |m| m.len() as f64 / 1e6);
-        println!("wrote {} ({n} tensors, matrices as {dtype}{mix}, {mb:.1} MB)", out.display());
+        outln!("wrote {} ({n} tensors, matrices as {dtype}{mix}, {mb:.1} MB)", out.display());
         return Ok(());
     }
-    if args.sentences.is_empty() {
+    let input = Input::open(&args.sentences, &args.files)?;
+    if input.len() == 0 {
         return Err("no sentences: pass them as arguments or with --file FILE".into());
     }
-    let placement = Placement::resolve_in(tessera::discover(), &args.backend, &args.params_backend, &MODULES)?;
-    let tokenizer = Tokenizer::from_file(&args.tokenizer, MAX_TOKENS)?;
+    let registry = tessera::discover();
+    common::report_plugins(registry);
+    let placement = Placement::resolve_in(registry, &args.backend, &args.params_backend, &MODULES)?;
+    let tokenizer_path = args.tokenizer.clone().unwrap_or_else(|| model.with_file_name("tokenizer.json"));
+    let tokenizer = Tokenizer::from_file(&tokenizer_path, MAX_TOKENS)?;
     let start = Instant::now();
-    let options = LoadOptions { threads: args.threads, tokenizer: Some(tokenizer), progress: Some(&mut progress_bar) };
-    let mut embedder = Embedder::load_with(&args.model, placement, options)?;
+    let options = LoadOptions { threads: args.threads, tokenizer: Some(tokenizer), progress: Some(&mut loading_bar) };
+    let mut embedder = Embedder::load_with(&model, placement, options)?;
     let ms = start.elapsed().as_secs_f64() * 1e3;
     let encoder = embedder.placement().compute[Module::Encoder.index()];
-    let from = tessera::discover().entry_of(encoder).map_or_else(String::new, |e| e.origin().to_string());
-    eprintln!("loaded {} in {ms:.0} ms; {}; {} {from}", args.model.display(), embedder.describe(), encoder.name());
-    let texts: Vec<&str> = args.sentences.iter().map(String::as_str).collect();
-    let tokens = embedder.tokenize(&texts)?;
-    let n_tokens: usize = tokens.iter().map(Vec::len).sum();
-    let mut embeddings = embedder.embed_tokens(&tokens)?;
-    // Per run: the whole call, its graph building and allocation, its compute.
-    let (mut total, mut prepare, mut compute) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..args.repeat {
-        let start = Instant::now();
-        embeddings = embedder.embed_tokens(&tokens)?;
-        total.push(start.elapsed().as_secs_f64());
-        prepare.push(embedder.timing().prepare.as_secs_f64());
-        compute.push(embedder.timing().compute.as_secs_f64());
+    let from = registry.entry_of(encoder).map_or_else(String::new, |e| e.origin().to_string());
+    eprintln!("loaded {} in {ms:.0} ms; {}; {} {from}", model.display(), embedder.describe(), encoder.name());
+
+    let mut json = args.json.as_deref().map(JsonOut::create).transpose()?;
+    let (total, mut done, mut truncated, mut warm) = (input.len(), 0, 0, false);
+    let mut timings = Timings::default();
+    let started = Instant::now();
+    let mut batches = input.batches(args.batch_size);
+    while let Some(batch) = batches.next_batch()? {
+        let texts: Vec<&str> = batch.iter().map(|s| s.text.as_str()).collect();
+        let encoded = embedder.tokenizer().ok_or("the model has no tokenizer")?.encode_each(&texts)?;
+        for (s, _) in batch.iter().zip(&encoded).filter(|(_, e)| e.truncated) {
+            truncated += 1;
+            if truncated <= 3 {
+                eprintln!(
+                    "\rembed: {} has more than {MAX_TOKENS} word pieces; only the first {MAX_TOKENS} are embedded",
+                    s.origin
+                );
+            }
+        }
+        let tokens: Vec<&[u32]> = encoded.iter().map(|e| e.ids.as_slice()).collect();
+        let n_tokens: usize = tokens.iter().map(|t| t.len()).sum();
+        if !warm {
+            embedder.embed_tokens(&tokens)?; // warm-up: work memory, threads, page faults
+            warm = true;
+        }
+        let mut embeddings = Vec::new();
+        for _ in 0..args.repeat {
+            let call = Instant::now();
+            embeddings = embedder.embed_tokens(&tokens)?;
+            timings.total.push(call.elapsed().as_secs_f64());
+            timings.prepare.push(embedder.timing().prepare.as_secs_f64());
+            timings.compute.push(embedder.timing().compute.as_secs_f64());
+            timings.tokens += n_tokens;
+        }
+        for (s, e) in batch.iter().zip(&embeddings) {
+            let head: Vec<String> = e.iter().take(6).map(|v| format!("{v:+.5}")).collect();
+            outln!("[{} ...] ({} dims) {}", head.join(" "), e.len(), s.text);
+            if let Some(json) = json.as_mut() {
+                json.row(e)?;
+            }
+        }
+        common::out::flush();
+        done += batch.len();
+        progress_bar("embedding", done, total, "sentences");
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let runs = total.len();
-    let (total, prepare, compute) = (median(&mut total), median(&mut prepare), median(&mut compute));
+    if truncated > 3 {
+        eprintln!("embed: {truncated} sentences in all were truncated to {MAX_TOKENS} word pieces");
+    }
+    let seconds: f64 = timings.total.iter().sum();
+    let runs = timings.total.len();
     let splits = embedder.scheduler().plan().map_or(0, |p| p.splits.len());
     eprintln!(
-        "embedded {} sentences ({n_tokens} tokens, {splits} split(s)) in {:.1} ms (median of {runs} after a warm-up; \
-         graph and allocation {:.1} ms, compute {:.1} ms), {:.0} tokens/s",
-        embeddings.len(),
-        total * 1e3,
-        prepare * 1e3,
-        compute * 1e3,
-        n_tokens as f64 / total
+        "embedded {total} sentences in {:.1} s ({} batch(es) of up to {}, {splits} split(s)); a call: median {:.1} ms of \
+         {runs} after a warm-up (graph and allocation {:.1} ms, compute {:.1} ms); {:.0} tokens/s",
+        started.elapsed().as_secs_f64(),
+        total.div_ceil(args.batch_size),
+        args.batch_size,
+        median(&mut timings.total) * 1e3,
+        median(&mut timings.prepare) * 1e3,
+        median(&mut timings.compute) * 1e3,
+        timings.tokens as f64 / seconds.max(f64::MIN_POSITIVE)
     );
-    for (s, e) in args.sentences.iter().zip(&embeddings) {
-        let head: Vec<String> = e.iter().take(6).map(|v| format!("{v:+.5}")).collect();
-        println!("[{} ...] ({} dims) {s}", head.join(" "), e.len());
-    }
-    if let Some(path) = &args.json {
-        let rows: Vec<String> = embeddings
-            .iter()
-            .map(|e| format!("[{}]", e.iter().map(|v| format!("{v:e}")).collect::<Vec<_>>().join(",")))
-            .collect();
-        std::fs::write(path, format!("{{\"embeddings\": [{}]}}\n", rows.join(",")))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        eprintln!("wrote {}", path.display());
-    }
-    Ok(())
+    json.map_or(Ok(()), JsonOut::finish)
 }
 
 fn main() -> ExitCode {

@@ -35,7 +35,7 @@ impl Layout {
     /// Sequences of lengths `lens` packed into one row.
     pub fn packed(lens: &[usize]) -> Layout {
         let longest = lens.iter().copied().max().unwrap_or(0);
-        Layout { tokens: lens.iter().sum(), rows: 1, seqs_per_row: lens.len(), longest }
+        Layout { tokens: lens.iter().fold(0, |a, &b| a.saturating_add(b)), rows: 1, seqs_per_row: lens.len(), longest }
     }
 
     /// `batch` sequences of (at most) `tokens` tokens, one per row.
@@ -145,17 +145,14 @@ pub fn uniform_weight_type(matrix_type: DType) -> impl Fn(&str) -> DType {
 /// Builds the encoder for `layout` into `g` and expands the graph to its output.
 /// `weight_type` gives each weight's type by name.
 pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType, layout: Layout) -> Result<BertGraph> {
+    c.validate().map_err(|e| Error::InvalidConfig { message: e.message })?;
     let (h, heads) = (c.hidden, c.heads);
-    if heads == 0 || h % heads != 0 {
-        return Err(Error::InvalidConfig {
-            message: format!("{heads} attention heads do not divide the hidden size {h}; expected a divisor of {h}"),
-        });
-    }
     let head_dim = h / heads;
     let (t, rows) = (layout.tokens, layout.rows);
     let inputs_start = g.tensors().len() as u32;
-    let token_ids = g.new_tensor(DType::I32, &[t * rows])?;
-    let positions = g.new_tensor(DType::I32, &[t * rows])?;
+    let product = |a: usize, b: usize| a.checked_mul(b).ok_or(tessera_core::Error::Overflow { what: "BERT layout" });
+    let token_ids = g.new_tensor(DType::I32, &[product(t, rows)?])?;
+    let positions = g.new_tensor(DType::I32, &[product(t, rows)?])?;
     // Attention blocks: `a` keys and queries each, `blocks` of them.
     let (a, blocks) = if layout.is_packed() { (layout.longest, layout.seqs_per_row) } else { (t, rows) };
     let attention_mask = g.new_tensor(DType::F32, &[a, 1, 1, blocks])?;
@@ -167,7 +164,7 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
         (pooling, "pooling"),
     ];
     let (attention_gather, attention_scatter) = if layout.is_packed() {
-        let gather = g.new_tensor(DType::I32, &[a * blocks])?;
+        let gather = g.new_tensor(DType::I32, &[product(a, blocks)?])?;
         let scatter = g.new_tensor(DType::I32, &[t])?;
         inputs.extend([(gather, "attention_gather"), (scatter, "attention_scatter")]);
         (Some(gather), Some(scatter))
@@ -230,7 +227,7 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
         let ctx = b.g.cont(ctx)?;
         let ctx = match attention_scatter {
             Some(scatter) => {
-                let flat = b.g.reshape(ctx, &[h, a * blocks])?;
+                let flat = b.g.reshape(ctx, &[h, product(a, blocks)?])?;
                 b.g.get_rows(flat, scatter)? // [h, t]
             }
             None => ctx,
@@ -365,14 +362,21 @@ mod tests {
     }
 
     #[test]
+    fn layouts_whose_sizes_overflow_are_errors() {
+        let layout = Layout { tokens: usize::MAX / 2, rows: 3, seqs_per_row: 1, longest: 0 };
+        let err = build(&mut Graph::new(), &TINY, &uniform_weight_type(DType::F32), layout).err().unwrap();
+        assert!(matches!(err, Error::Engine(tessera_core::Error::Overflow { .. })), "{err:?}");
+    }
+
+    #[test]
     fn heads_that_do_not_divide_the_hidden_size_are_an_error() {
-        for heads in [0, 5] {
+        for heads in [0, 5, usize::MAX] {
             let c = BertConfig { heads, ..TINY };
             let err =
                 build(&mut Graph::new(), &c, &uniform_weight_type(DType::F32), Layout::packed(&[1])).err().unwrap();
             assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
             assert!(
-                err.to_string().contains(&format!("{heads} attention heads do not divide the hidden size 32")),
+                err.to_string().starts_with(&format!("invalid BERT config: num_attention_heads is {heads}")),
                 "{err}"
             );
         }

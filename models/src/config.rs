@@ -43,24 +43,159 @@ impl BertConfig {
 
     /// The shape of the model in `file`: the sizes from its tensors; the head count and the
     /// layer-norm epsilon from its GGUF metadata (`bert.attention.head_count`, ...), else
-    /// from the `config.json` beside it, else `hidden / 32` heads and
-    /// [`DEFAULT_EPS`](Self::DEFAULT_EPS). Sizes the declared config also gives must agree
-    /// with the tensors.
+    /// from the `config.json` beside it (epsilon [`DEFAULT_EPS`](Self::DEFAULT_EPS) if neither
+    /// gives one). The head count is never guessed: a model with neither is an error that says
+    /// where it looked. Sizes the declared config also gives must agree with the tensors, and
+    /// every size is checked ([`validate`](Self::validate)).
     pub fn of_file(file: &ModelFile) -> Result<BertConfig> {
         let model = file.path().display().to_string();
         let from_gguf = match file.gguf() {
             Some(gguf) => HfConfig::from_gguf(&gguf, &model)?,
             None => None,
         };
+        let config_json = file.path().with_file_name("config.json");
         let declared = match from_gguf {
-            Some(c) => Some((c, model.clone())),
-            None => {
-                let path = file.path().with_file_name("config.json");
-                HfConfig::read(&path)?.map(|c| (c, path.display().to_string()))
-            }
+            Some(c) => (c, Source::Gguf(model.clone())),
+            None => match HfConfig::read(&config_json)? {
+                Some(c) => (c, Source::Json(config_json.display().to_string())),
+                None => {
+                    return Err(Error::Config {
+                        path: model,
+                        message: format!(
+                            "no attention head count: the file has no 'bert.attention.head_count' metadata \
+                             and there is no {} beside it (give the model its config.json with \
+                             \"num_attention_heads\")",
+                            config_json.display()
+                        ),
+                    })
+                }
+            },
         };
         let shape = |name: &str| file.tensor(name).map(|t| t.ne);
-        from_tensors(&model, &shape, declared.as_ref().map(|(c, p)| (c, p.as_str())))
+        let unsupported = |name: &str| {
+            let prefix = format!("{name}: ");
+            file.skipped().iter().find(|s| s.starts_with(&prefix)).map(|s| s[prefix.len()..].to_string())
+        };
+        from_tensors(&model, &shape, &unsupported, (&declared.0, &declared.1))
+    }
+
+    /// The shape of the BERT model in a parsed GGUF file: the sizes from its tensors, the head
+    /// count and epsilon from its `bert.*` metadata (required here: no `config.json` is
+    /// consulted). `path` names the file in errors.
+    pub fn from_gguf(gguf: &Gguf<'_>, path: &str) -> Result<BertConfig> {
+        let declared = HfConfig::from_gguf(gguf, path)?.ok_or_else(|| Error::Config {
+            path: path.into(),
+            message: "no attention head count: metadata 'bert.attention.head_count' is missing".into(),
+        })?;
+        let shape = |name: &str| gguf.tensors().iter().find(|t| t.name() == name).map(|t| t.ne());
+        from_tensors(path, &shape, &|_| None, (&declared, &Source::Gguf(path.into())))
+    }
+
+    /// Largest sizes a config may have: far beyond any BERT, small enough that every size
+    /// computed from them (tables of `vocab * hidden` values, a layer's buffers) fits.
+    pub const LIMITS: BertConfig = BertConfig {
+        vocab: 1 << 24,
+        max_positions: 1 << 16,
+        type_vocab: 1 << 16,
+        hidden: 1 << 16,
+        heads: 1 << 12,
+        layers: 1 << 10,
+        intermediate: 1 << 18,
+        eps: 1.0,
+    };
+
+    /// Checks every hyper-parameter: sizes positive and within [`LIMITS`](Self::LIMITS), the
+    /// heads dividing the hidden size, the weight tables' byte sizes representable, the
+    /// epsilon a small positive number. The error names the field (its `config.json` name).
+    pub fn validate(&self) -> Result<(), InvalidField> {
+        let l = &BertConfig::LIMITS;
+        let sizes = [
+            ("vocab_size", self.vocab, l.vocab),
+            ("max_position_embeddings", self.max_positions, l.max_positions),
+            ("type_vocab_size", self.type_vocab, l.type_vocab),
+            ("hidden_size", self.hidden, l.hidden),
+            ("num_attention_heads", self.heads, l.heads),
+            ("num_hidden_layers", self.layers, l.layers),
+            ("intermediate_size", self.intermediate, l.intermediate),
+        ];
+        for (field, value, limit) in sizes {
+            if value == 0 || value > limit {
+                return Err(InvalidField { field, message: format!("{field} is {value}; expected 1 to {limit}") });
+            }
+        }
+        let (h, heads) = (self.hidden, self.heads);
+        if h % heads != 0 {
+            return Err(InvalidField {
+                field: "num_attention_heads",
+                message: format!(
+                    "num_attention_heads is {heads}, which does not divide the hidden size {h}; expected a divisor of {h}"
+                ),
+            });
+        }
+        // The largest tables, in f32 bytes.
+        let tables = [("vocab_size", self.vocab), ("intermediate_size", self.intermediate)];
+        for (field, rows) in tables {
+            if rows.checked_mul(h).and_then(|n| n.checked_mul(4)).is_none() {
+                return Err(InvalidField {
+                    field,
+                    message: format!("{field} {rows} times hidden_size {h} overflows a size in bytes"),
+                });
+            }
+        }
+        let eps = self.eps;
+        if !(eps.is_finite() && eps > 0.0 && eps < 1.0) {
+            return Err(InvalidField {
+                field: "layer_norm_eps",
+                message: format!("layer_norm_eps is {eps}; expected a small positive number such as 1e-12"),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A hyper-parameter that [`BertConfig::validate`] rejects: its `config.json` name and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InvalidField {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl InvalidField {
+    /// The GGUF metadata key of the field, where a GGUF file gives it.
+    fn gguf_key(&self) -> Option<&'static str> {
+        match self.field {
+            "num_attention_heads" => Some("bert.attention.head_count"),
+            "hidden_size" => Some("bert.embedding_length"),
+            "num_hidden_layers" => Some("bert.block_count"),
+            "intermediate_size" => Some("bert.feed_forward_length"),
+            "layer_norm_eps" => Some("bert.attention.layer_norm_epsilon"),
+            _ => None,
+        }
+    }
+}
+
+/// Where the declared hyper-parameters came from, for naming them in errors.
+#[derive(Clone, Debug)]
+enum Source {
+    /// A GGUF file's `bert.*` metadata (the path of the file).
+    Gguf(String),
+    /// A `config.json` (its path).
+    Json(String),
+}
+
+impl Source {
+    fn path(&self) -> &str {
+        match self {
+            Source::Gguf(p) | Source::Json(p) => p,
+        }
+    }
+
+    /// The field's name as this source spells it.
+    fn field_name(&self, e: &InvalidField) -> String {
+        match (self, e.gguf_key()) {
+            (Source::Gguf(_), Some(key)) => format!("metadata '{key}'"),
+            _ => e.field.to_string(),
+        }
     }
 }
 
@@ -141,59 +276,78 @@ fn metadata_type_error(path: &str, key: &str, value: Value<'_>, expected: &str) 
     }
 }
 
-/// The config of a model whose tensor shapes `shape` gives (`None`: no such tensor), with
-/// `declared` = (config, where it came from) if there is one. `model` names the model file.
+/// The config of a model whose tensor shapes `shape` gives (`None`: no such tensor) and whose
+/// declared hyper-parameters are `declared` (with where they came from). `unsupported(name)`
+/// is the type of a tensor the file holds in a type tessera does not read. `model` names the
+/// model file.
 fn from_tensors(
     model: &str,
     shape: &dyn Fn(&str) -> Option<[usize; 4]>,
-    declared: Option<(&HfConfig, &str)>,
+    unsupported: &dyn Fn(&str) -> Option<String>,
+    declared: (&HfConfig, &Source),
 ) -> Result<BertConfig> {
-    let required = |name: &str| shape(name).ok_or_else(|| Error::NotBert { path: model.into(), tensor: name.into() });
+    let required = |name: &str| {
+        shape(name).ok_or_else(|| match unsupported(name) {
+            Some(dtype) => Error::Config {
+                path: model.into(),
+                message: format!(
+                    "tensor '{name}' is stored as {dtype}, a type tessera does not read (f32, f16, bf16 or i32)"
+                ),
+            },
+            None => Error::NotBert { path: model.into(), tensor: name.into() },
+        })
+    };
     let word = required("embeddings.word_embeddings.weight")?;
+    let (c, source) = declared;
     let hidden = word[0];
     let tensors = BertConfig {
         vocab: word[1],
         max_positions: required("embeddings.position_embeddings.weight")?[1],
         type_vocab: required("embeddings.token_type_embeddings.weight")?[1],
         hidden,
-        heads: (hidden / 32).max(1),
-        layers: (0..).take_while(|l| shape(&format!("encoder.layer.{l}.output.dense.weight")).is_some()).count(),
+        heads: c.num_attention_heads,
+        layers: (0..=BertConfig::LIMITS.layers)
+            .take_while(|l| shape(&format!("encoder.layer.{l}.output.dense.weight")).is_some())
+            .count(),
         intermediate: required("encoder.layer.0.intermediate.dense.weight")?[1],
-        eps: BertConfig::DEFAULT_EPS,
+        eps: c.layer_norm_eps.unwrap_or(BertConfig::DEFAULT_EPS),
     };
-    let Some((c, source)) = declared else { return Ok(tensors) };
-    let error = |message: String| Error::Config { path: source.into(), message };
+    let error = |message: String| Error::Config { path: source.path().into(), message };
     let sizes = [
-        ("hidden_size", c.hidden_size, tensors.hidden),
-        ("num_hidden_layers", c.num_hidden_layers, tensors.layers),
-        ("intermediate_size", c.intermediate_size, tensors.intermediate),
-        ("vocab_size", c.vocab_size, tensors.vocab),
-        ("max_position_embeddings", c.max_position_embeddings, tensors.max_positions),
-        ("type_vocab_size", c.type_vocab_size, tensors.type_vocab),
+        ("hidden_size", "bert.embedding_length", c.hidden_size, tensors.hidden),
+        ("num_hidden_layers", "bert.block_count", c.num_hidden_layers, tensors.layers),
+        ("intermediate_size", "bert.feed_forward_length", c.intermediate_size, tensors.intermediate),
+        ("vocab_size", "", c.vocab_size, tensors.vocab),
+        ("max_position_embeddings", "", c.max_position_embeddings, tensors.max_positions),
+        ("type_vocab_size", "", c.type_vocab_size, tensors.type_vocab),
     ];
-    for (key, declared, actual) in sizes {
+    for (key, gguf_key, declared, actual) in sizes {
         if let Some(d) = declared.filter(|d| *d != actual) {
+            let key = match source {
+                Source::Gguf(_) => format!("metadata '{gguf_key}'"),
+                Source::Json(_) => key.to_string(),
+            };
             return Err(error(format!(
                 "{key} is {d} but the weights in {model} have {actual}: the config does not describe these weights"
             )));
         }
-    }
-    let heads = c.num_attention_heads;
-    if heads == 0 || hidden % heads != 0 {
-        return Err(error(format!(
-            "num_attention_heads is {heads}, which does not divide the hidden size {hidden}; expected a divisor of {hidden}"
-        )));
-    }
-    let eps = c.layer_norm_eps.unwrap_or(BertConfig::DEFAULT_EPS);
-    if !(eps.is_finite() && eps > 0.0) {
-        return Err(error(format!("layer_norm_eps is {eps}; expected a small positive number such as 1e-12")));
     }
     if let Some(act) = c.hidden_act.as_deref().filter(|a| *a != "gelu") {
         return Err(error(format!(
             "hidden_act is \"{act}\"; this BERT graph computes \"gelu\" (the exact, erf-based GELU)"
         )));
     }
-    Ok(BertConfig { heads, eps, ..tensors })
+    tensors.validate().map_err(|e| {
+        // Sizes read from tensors are the model file's; the rest the declared config's.
+        let from_tensors = !matches!(e.field, "num_attention_heads" | "layer_norm_eps");
+        let (path, field) = if from_tensors {
+            (model.to_string(), e.field.to_string())
+        } else {
+            (source.path().into(), source.field_name(&e))
+        };
+        Error::Config { path, message: e.message.replacen(e.field, &field, 1) }
+    })?;
+    Ok(tensors)
 }
 
 #[cfg(test)]
@@ -251,14 +405,16 @@ mod tests {
         let json = HfConfig::from_json(MINILM_JSON, "config.json").unwrap();
         assert_eq!(json.num_attention_heads, 12);
         assert_eq!(json.hidden_act.as_deref(), Some("gelu"));
-        let c = from_tensors("model.safetensors", &minilm_shapes, Some((&json, "config.json"))).unwrap();
+        let c = from_tensors("model.safetensors", &minilm_shapes, &none, (&json, &json_source())).unwrap();
         assert_eq!(c, BertConfig::MINILM_L6);
     }
 
-    #[test]
-    fn without_a_config_the_heads_are_a_32nd_of_the_hidden_size() {
-        let c = from_tensors("model.safetensors", &minilm_shapes, None).unwrap();
-        assert_eq!(c, BertConfig::MINILM_L6);
+    fn none(_: &str) -> Option<String> {
+        None
+    }
+
+    fn json_source() -> Source {
+        Source::Json("config.json".into())
     }
 
     #[test]
@@ -279,7 +435,7 @@ mod tests {
         let check = |patch: &dyn Fn(&mut HfConfig), expected: &str| {
             let mut json = HfConfig::from_json(MINILM_JSON, "config.json").unwrap();
             patch(&mut json);
-            let err = from_tensors("m.safetensors", &minilm_shapes, Some((&json, "config.json"))).unwrap_err();
+            let err = from_tensors("m.safetensors", &minilm_shapes, &none, (&json, &json_source())).unwrap_err();
             assert!(matches!(err, Error::Config { .. }), "{err:?}");
             assert!(err.to_string().contains(expected), "{err}");
         };
@@ -297,9 +453,69 @@ mod tests {
 
     #[test]
     fn a_missing_tensor_says_it_is_not_bert() {
-        let none = |_: &str| None;
-        let err = from_tensors("x.gguf", &none, None).unwrap_err();
+        let no_shape = |_: &str| None;
+        let json = HfConfig { num_attention_heads: 12, ..HfConfig::default() };
+        let err = from_tensors("x.gguf", &no_shape, &none, (&json, &json_source())).unwrap_err();
         assert_eq!(err.to_string(), "x.gguf: has no tensor 'embeddings.word_embeddings.weight': not a BERT model");
+    }
+
+    #[test]
+    fn a_tensor_of_an_unsupported_type_is_reported_as_such_not_as_not_bert() {
+        let only_others =
+            |name: &str| (name != "embeddings.word_embeddings.weight").then(|| minilm_shapes(name)).flatten();
+        let f64_word = |name: &str| (name == "embeddings.word_embeddings.weight").then(|| "F64".to_string());
+        let json = HfConfig { num_attention_heads: 12, ..HfConfig::default() };
+        let err = from_tensors("m.safetensors", &only_others, &f64_word, (&json, &json_source())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "m.safetensors: tensor 'embeddings.word_embeddings.weight' is stored as F64, a type tessera does not \
+             read (f32, f16, bf16 or i32)"
+        );
+    }
+
+    /// Hyper-parameters from a file are validated, never divided by or multiplied unchecked:
+    /// each error names the file and the field.
+    #[test]
+    fn hyper_parameters_out_of_range_are_errors_naming_the_file_and_field() {
+        let gguf = Source::Gguf("m.gguf".into());
+        let check = |shapes: &dyn Fn(&str) -> Option<[usize; 4]>, heads: usize, source: &Source, expected: &str| {
+            let json = HfConfig { num_attention_heads: heads, ..HfConfig::default() };
+            let err = from_tensors("m.gguf", shapes, &none, (&json, source)).unwrap_err();
+            assert!(matches!(err, Error::Config { .. }), "{err:?}");
+            assert_eq!(err.to_string(), expected);
+        };
+        check(&minilm_shapes, 0, &gguf, "m.gguf: metadata 'bert.attention.head_count' is 0; expected 1 to 4096");
+        check(
+            &minilm_shapes,
+            5,
+            &gguf,
+            "m.gguf: metadata 'bert.attention.head_count' is 5, which does not divide the hidden size 384; \
+             expected a divisor of 384",
+        );
+        check(&minilm_shapes, 0, &json_source(), "config.json: num_attention_heads is 0; expected 1 to 4096");
+        let zero_hidden = |name: &str| {
+            minilm_shapes(name).map(|mut ne| {
+                if name.starts_with("embeddings.") {
+                    ne[0] = 0;
+                }
+                ne
+            })
+        };
+        check(&zero_hidden, 12, &gguf, "m.gguf: hidden_size is 0; expected 1 to 65536");
+        let huge_vocab = |name: &str| {
+            minilm_shapes(name).map(|mut ne| {
+                if name == "embeddings.word_embeddings.weight" {
+                    ne[1] = usize::MAX / 2;
+                }
+                ne
+            })
+        };
+        check(&huge_vocab, 12, &gguf, &format!("m.gguf: vocab_size is {}; expected 1 to 16777216", usize::MAX / 2));
+        let no_layers = |name: &str| (!name.contains(".output.dense.")).then(|| minilm_shapes(name)).flatten();
+        check(&no_layers, 12, &gguf, "m.gguf: num_hidden_layers is 0; expected 1 to 1024");
+        let json = HfConfig { num_attention_heads: 12, layer_norm_eps: Some(f32::NAN), ..HfConfig::default() };
+        let err = from_tensors("m.gguf", &minilm_shapes, &none, (&json, &gguf)).unwrap_err();
+        assert!(err.to_string().starts_with("m.gguf: metadata 'bert.attention.layer_norm_epsilon' is NaN"), "{err}");
     }
 
     #[test]
@@ -311,13 +527,14 @@ mod tests {
         assert_eq!(c.hidden_size, Some(TINY.hidden));
         assert_eq!(c.num_hidden_layers, Some(TINY.layers));
         assert_eq!(c.layer_norm_eps, Some(TINY.eps));
+        assert_eq!(BertConfig::from_gguf(&gguf, "tiny.gguf").unwrap(), TINY);
     }
 
     #[test]
     fn of_file_reads_config_json_beside_safetensors_and_metadata_in_gguf() {
         let dir = test_model::temp_dir("config");
-        // Safetensors: heads from config.json, a malformed one an error; without one,
-        // hidden / 32.
+        // Safetensors: heads from config.json, a malformed one an error; without one, an
+        // error that says where it looked (the head count is not guessed).
         let st = test_model::write_safetensors(&dir, &TINY);
         std::fs::write(dir.join("config.json"), test_model::config_json(&TINY)).unwrap();
         let file = ModelFile::open(&st).unwrap();
@@ -326,7 +543,10 @@ mod tests {
         let err = BertConfig::of_file(&file).unwrap_err();
         assert!(matches!(&err, Error::Config { path, .. } if path.ends_with("config.json")), "{err:?}");
         std::fs::remove_file(dir.join("config.json")).unwrap();
-        assert_eq!(BertConfig::of_file(&file).unwrap().heads, TINY.hidden / 32);
+        let err = BertConfig::of_file(&file).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("no attention head count"), "{message}");
+        assert!(message.contains(&dir.join("config.json").display().to_string()), "{message}");
         // GGUF: heads from the metadata, even beside a config.json that says otherwise.
         let gguf = dir.join("tiny.gguf");
         std::fs::write(&gguf, test_model::gguf_bytes(&TINY, tessera_core::DType::F32)).unwrap();

@@ -41,6 +41,10 @@ pub fn converted_type(name: &str, matrix_type: DType) -> DType {
 /// lookups read in `matrix_type` (where rows fit its blocks; with a quantized type, a few
 /// sensitive ones in f16, see [`converted_type`]), everything else in f32, and the config as
 /// `bert.*` metadata. Returns the number of tensors written.
+///
+/// The file is written beside `out` under a temporary name and checked the way
+/// [`Embedder::load`](crate::Embedder::load) checks a model before it takes `out`'s name, so
+/// a conversion never leaves a file that would not load (and `out` may be `model` itself).
 pub fn convert(model: &Path, out: &Path, matrix_type: DType) -> Result<usize> {
     let file = ModelFile::open(model)?;
     let config = BertConfig::of_file(&file)?;
@@ -57,7 +61,7 @@ pub fn convert(model: &Path, out: &Path, matrix_type: DType) -> Result<usize> {
         let t = file
             .tensor(name)
             .ok_or_else(|| Error::NotBert { path: model.display().to_string(), tensor: name.clone() })?;
-        let values = tessera_core::convert::to_f32_vec(t.dtype, file.data(t));
+        let values = tessera_core::convert::to_f32_vec(t.dtype, file.data(t)?);
         let target = match converted_type(name, matrix_type) {
             q if t.ne[0] % q.block_len() != 0 => DType::F32,
             q => q,
@@ -66,13 +70,45 @@ pub fn convert(model: &Path, out: &Path, matrix_type: DType) -> Result<usize> {
         let dims: Vec<usize> = if t.ne[1] > 1 { vec![t.ne[0], t.ne[1]] } else { vec![t.ne[0]] };
         w.add_tensor(name, target, &dims, &bytes)?;
     }
-    w.write_to(out).map_err(|source| Error::Io { path: out.display().to_string(), source })?;
-    Ok(shapes.weights.len())
+    let io = |source| Error::Io { path: out.display().to_string(), source };
+    let name = out.file_name().map_or_else(|| "out.gguf".into(), |n| n.to_string_lossy().into_owned());
+    let partial = out.with_file_name(format!(".{name}.partial"));
+    w.write_to(&partial).map_err(io)?;
+    let checked = crate::Embedder::check(&partial).and_then(|_| std::fs::rename(&partial, out).map_err(io));
+    if checked.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    checked.map(|_| shapes.weights.len())
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+    use crate::test_model::{self, TINY};
+
+    #[test]
+    fn a_conversion_that_would_not_load_writes_no_file() {
+        let dir = test_model::temp_dir("convert-refused");
+        let model = test_model::write_safetensors(&dir, &TINY);
+        let out = dir.join("out.gguf");
+        // No config.json: no head count, so nothing that embeds could load is written.
+        let err = convert(&model, &out, DType::F16).unwrap_err();
+        assert!(err.to_string().contains("no attention head count"), "{err}");
+        assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains("out.gguf")));
+        // With it, the file is written, and even over the model it was converted from.
+        std::fs::write(dir.join("config.json"), test_model::config_json(&TINY)).unwrap();
+        convert(&model, &out, DType::F16).unwrap();
+        crate::Embedder::check(&out).unwrap();
+        convert(&out, &out, DType::Q8_0).unwrap();
+        assert_eq!(crate::Embedder::check(&out).unwrap(), TINY);
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn quantized_conversions_keep_the_products_after_a_layer_norm_in_f16() {

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tessera_core::registry::{extension, Extension};
-use tessera_core::{Backend, DType, Device, DeviceType, Graph, Scheduler, SchedulerOptions};
+use tessera_core::{Backend, DType, Device, DeviceType, Graph, Scheduler, SchedulerOptions, Shape};
 use tessera_std::model_file::{place_weights, ModelFile, WeightSpec, WeightStore};
 use tessera_std::placement::Placement;
 
@@ -71,6 +71,45 @@ fn backend_devices(placement: &Placement) -> Vec<&'static dyn Device> {
     placement.devices(&named)
 }
 
+/// One weight the graph declares: its module, checkpoint name, type (as the file holds it) and shape.
+struct ModelWeight {
+    module: Module,
+    name: String,
+    dtype: DType,
+    ne: [usize; 4],
+}
+
+/// The weights the graph of `config` declares, with the types the file holds them in: an error
+/// if the file lacks one, holds it in another shape, or in a type its op cannot take.
+fn weight_specs(file: &ModelFile, config: &BertConfig) -> Result<Vec<ModelWeight>> {
+    let mut probe = Graph::new();
+    let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
+    let shapes = bert::build(&mut probe, config, &dtype_of, Layout::packed(&[1]))?;
+    let mut specs = Vec::with_capacity(shapes.weights.len());
+    for (name, module, id) in shapes.weights {
+        let t = probe.tensor(id)?;
+        let (dtype, ne) = (t.dtype(), t.ne());
+        match file.tensor(&name) {
+            Some(f) if f.ne == ne => {}
+            found => {
+                let path = file.path().display().to_string();
+                let message = match found {
+                    Some(f) => format!(
+                        "tensor '{name}' is {} {} but the model expects {dtype} {}",
+                        f.dtype,
+                        Shape(f.ne),
+                        Shape(ne)
+                    ),
+                    None => format!("has no tensor '{name}' ({dtype} {})", Shape(ne)),
+                };
+                return Err(tessera_core::Error::File { path, message }.into());
+            }
+        }
+        specs.push(ModelWeight { module, name, dtype, ne });
+    }
+    Ok(specs)
+}
+
 impl Embedder {
     /// Loads the model at `path` (safetensors or GGUF; its `config.json` is read from the same
     /// folder, see [`BertConfig::of_file`]) and places each module as `placement` says, a
@@ -86,6 +125,16 @@ impl Embedder {
     /// ```
     pub fn load(path: impl AsRef<Path>, placement: Placement) -> Result<Embedder> {
         Embedder::load_with(path, placement, LoadOptions::default())
+    }
+
+    /// Checks the model at `path` as [`load`](Self::load) does before placing its weights
+    /// (readable, a valid config, every weight present with the shape and a type the graph
+    /// takes) and returns its config.
+    pub fn check(path: impl AsRef<Path>) -> Result<BertConfig> {
+        let file = ModelFile::open(path.as_ref())?;
+        let config = BertConfig::of_file(&file)?;
+        weight_specs(&file, &config)?;
+        Ok(config)
     }
 
     /// [`load`](Self::load) with threads, a tokenizer and a progress callback.
@@ -115,19 +164,13 @@ impl Embedder {
         let devices = backend_devices(&placement);
 
         // The weights each module declares, placed where its params live.
-        let mut probe = Graph::new();
-        let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
-        let shapes = bert::build(&mut probe, &config, &dtype_of, Layout::packed(&[1]))?;
+        let specs = weight_specs(&file, &config)?;
         let mut stores = Vec::new();
         for m in Module::ALL {
-            let specs: Vec<WeightSpec> = shapes
-                .weights
+            let module_specs: Vec<WeightSpec> = specs
                 .iter()
-                .filter(|(_, module, _)| *module == m)
-                .filter_map(|(name, _, id)| {
-                    let t = probe.tensor(*id).ok()?;
-                    Some(WeightSpec { name, dtype: t.dtype(), ne: t.ne() })
-                })
+                .filter(|w| w.module == m)
+                .map(|w| WeightSpec { name: &w.name, dtype: w.dtype, ne: w.ne })
                 .collect();
             let device = placement.params[m.index()];
             let mut report = |done: usize, total: usize| {
@@ -135,7 +178,7 @@ impl Embedder {
                     p(m, done, total);
                 }
             };
-            stores.push(place_weights(&file, &specs, device, &mut report)?);
+            stores.push(place_weights(&file, &module_specs, device, &mut report)?);
         }
 
         let mut backends: Vec<Box<dyn Backend>> = Vec::new();
@@ -232,7 +275,7 @@ impl Embedder {
                 model
             }
         };
-        let inputs = inputs_for(&Layout::for_lengths(&lens), &lens);
+        let inputs = inputs_for(&Layout::for_lengths(&lens), &lens)?;
         let ids: Vec<i32> = sequences.iter().flat_map(|s| s.as_ref()).map(|&t| t as i32).collect();
         let sg = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?;
         sg.set_i32(model.token_ids, &ids)?;

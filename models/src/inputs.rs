@@ -1,7 +1,20 @@
 //! The values of a BERT graph's positional, attention and pooling inputs for a batch of
 //! sequences, in the layouts of [`Layout`].
 
+use tessera_core::fallible::out_of_memory;
+use tessera_core::{Error, Result};
+
 use crate::bert::Layout;
+
+/// `n` copies of `value`, the size computed with checks and the memory asked for without
+/// aborting: a batch too large for this machine is an out-of-memory error naming `what`.
+fn filled<T: Clone>(what: &'static str, sizes: &[usize], value: T) -> Result<Vec<T>> {
+    let n = sizes.iter().try_fold(1usize, |a, &b| a.checked_mul(b)).ok_or(Error::Overflow { what })?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| out_of_memory(what, n.saturating_mul(std::mem::size_of::<T>())))?;
+    v.resize(n, value);
+    Ok(v)
+}
 
 /// The values of the inputs for sequences of the given lengths.
 pub struct PackedInputs {
@@ -15,7 +28,7 @@ pub struct PackedInputs {
 }
 
 /// The input values of a graph built for `layout` ([`Layout::for_lengths`] of `lens`).
-pub fn inputs_for(layout: &Layout, lens: &[usize]) -> PackedInputs {
+pub fn inputs_for(layout: &Layout, lens: &[usize]) -> Result<PackedInputs> {
     if layout.is_packed() {
         packed_inputs(lens)
     } else {
@@ -26,14 +39,17 @@ pub fn inputs_for(layout: &Layout, lens: &[usize]) -> PackedInputs {
 /// Positions, the attention blocks' gather and scatter indices and key masks, and the pooling
 /// weights for sequences of lengths `lens` packed one after another into one row
 /// ([`Layout::packed`](crate::Layout::packed)): one block of `longest` slots per sequence.
-pub fn packed_inputs(lens: &[usize]) -> PackedInputs {
-    let t: usize = lens.iter().sum();
-    let a = lens.iter().copied().max().unwrap_or(0);
-    let mut positions = Vec::with_capacity(t);
-    let mut attention_gather = vec![0i32; a * lens.len()];
-    let mut attention_scatter = Vec::with_capacity(t);
-    let mut attention_mask = vec![f32::NEG_INFINITY; a * lens.len()];
-    let mut pooling = vec![0.0f32; a * lens.len()];
+pub fn packed_inputs(lens: &[usize]) -> Result<PackedInputs> {
+    let t =
+        lens.iter().try_fold(0usize, |a, &b| a.checked_add(b)).ok_or(Error::Overflow { what: "tokens of a batch" })?;
+    let (a, n) = (lens.iter().copied().max().unwrap_or(0), lens.len());
+    let mut positions = filled("token positions", &[t], 0i32)?;
+    positions.clear();
+    let mut attention_gather = filled("attention gather indices", &[a, n], 0i32)?;
+    let mut attention_scatter = filled("attention scatter indices", &[t], 0i32)?;
+    attention_scatter.clear();
+    let mut attention_mask = filled("attention mask", &[a, n], f32::NEG_INFINITY)?;
+    let mut pooling = filled("pooling weights", &[a, n], 0.0f32)?;
     let mut start = 0;
     for (s, &len) in lens.iter().enumerate() {
         positions.extend((0..len).map(|p| p as i32));
@@ -47,34 +63,46 @@ pub fn packed_inputs(lens: &[usize]) -> PackedInputs {
         pooling[s * a..][..len].fill(1.0 / len as f32);
         start += len;
     }
-    PackedInputs { positions, attention_mask, pooling, attention_gather, attention_scatter }
+    Ok(PackedInputs { positions, attention_mask, pooling, attention_gather, attention_scatter })
 }
 
 /// The same for sequences padded to `tokens` each, one per row ([`Layout::padded`](crate::Layout::padded)):
 /// padding keys are masked out and padding tokens left out of the mean.
-pub fn padded_inputs(lens: &[usize], tokens: usize) -> PackedInputs {
+pub fn padded_inputs(lens: &[usize], tokens: usize) -> Result<PackedInputs> {
     let rows = lens.len();
-    let mut positions = Vec::with_capacity(tokens * rows);
-    let mut attention_mask = vec![f32::NEG_INFINITY; tokens * rows];
-    let mut pooling = vec![0.0f32; tokens * rows];
+    let mut positions = filled("token positions", &[tokens, rows], 0i32)?;
+    positions.clear();
+    let mut attention_mask = filled("attention mask", &[tokens, rows], f32::NEG_INFINITY)?;
+    let mut pooling = filled("pooling weights", &[tokens, rows], 0.0f32)?;
     for (r, &len) in lens.iter().enumerate() {
         let len = len.min(tokens);
         positions.extend((0..tokens).map(|p| p as i32));
         attention_mask[r * tokens..][..len].fill(0.0);
         pooling[r * tokens..][..len].fill(1.0 / len as f32);
     }
-    PackedInputs { positions, attention_mask, pooling, attention_gather: Vec::new(), attention_scatter: Vec::new() }
+    Ok(PackedInputs { positions, attention_mask, pooling, attention_gather: Vec::new(), attention_scatter: Vec::new() })
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+
+    #[test]
+    fn batches_too_large_to_hold_are_typed_errors() {
+        assert!(matches!(packed_inputs(&[usize::MAX, 2]), Err(Error::Overflow { .. })));
+        let err = padded_inputs(&[1; 4], usize::MAX / 8).err().unwrap();
+        assert!(matches!(err, Error::OutOfMemory { .. } | Error::Overflow { .. }), "{err:?}");
+        let err = packed_inputs(&[1 << 40, 1 << 40]).err().unwrap();
+        assert!(matches!(err, Error::OutOfMemory { .. } | Error::Overflow { .. }), "{err:?}");
+    }
 
     const NEG: f32 = f32::NEG_INFINITY;
 
     #[test]
     fn packed_sequences_attend_in_their_own_blocks() {
-        let p = packed_inputs(&[2, 3]);
+        let p = packed_inputs(&[2, 3]).unwrap();
         assert_eq!(p.positions, [0, 1, 0, 1, 2]);
         // Blocks of 3 slots: sequence 0 in tokens 0-1 (slot 2 is padding), sequence 1 in 2-4.
         assert_eq!(p.attention_gather, [0, 1, 0, 2, 3, 4]);
@@ -88,7 +116,7 @@ mod tests {
 
     #[test]
     fn padded_rows_mask_and_skip_their_padding() {
-        let p = padded_inputs(&[1, 3], 3);
+        let p = padded_inputs(&[1, 3], 3).unwrap();
         assert_eq!(p.positions, [0, 1, 2, 0, 1, 2]);
         assert_eq!(p.attention_mask, [0.0, NEG, NEG, 0.0, 0.0, 0.0]);
         let b = 1.0 / 3.0;
@@ -98,7 +126,7 @@ mod tests {
 
     #[test]
     fn no_sequences_no_values() {
-        let p = packed_inputs(&[]);
+        let p = packed_inputs(&[]).unwrap();
         assert!(p.positions.is_empty() && p.attention_mask.is_empty() && p.pooling.is_empty());
     }
 }

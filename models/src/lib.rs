@@ -40,4 +40,4 @@ pub use convert::{convert, converted_type};
 pub use embedder::{Embedder, LoadOptions, Timing};
 pub use error::{Error, Result};
 pub use module::{Module, MODULES};
-pub use tokenize::{Tokenizer, MAX_TOKENS};
+pub use tokenize::{Encoded, Tokenizer, MAX_TOKENS};

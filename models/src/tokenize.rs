@@ -7,6 +7,14 @@ use crate::error::{Error, Result};
 /// sentence-transformers truncates all-MiniLM-L6-v2 inputs at 256 word pieces.
 pub const MAX_TOKENS: usize = 256;
 
+/// One text's token ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    pub ids: Vec<u32>,
+    /// The text had more tokens than the tokenizer's maximum; `ids` holds the first ones.
+    pub truncated: bool,
+}
+
 /// A model's tokenizer: special tokens added, no padding, sequences truncated at
 /// `max_tokens` (special tokens included).
 pub struct Tokenizer {
@@ -41,16 +49,26 @@ impl Tokenizer {
         self.max_tokens
     }
 
-    /// The token ids of each text.
+    /// The token ids of each text (truncated at [`max_tokens`](Self::max_tokens)).
     pub fn encode(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        Ok(self.encode_each(texts)?.into_iter().map(|e| e.ids).collect())
+    }
+
+    /// The token ids of each text, and whether it had to be truncated to fit.
+    pub fn encode_each(&self, texts: &[&str]) -> Result<Vec<Encoded>> {
         texts
             .iter()
             .map(|text| {
-                let encoding = self.inner.encode(*text, true).map_err(|e| Error::Tokenizer {
-                    path: self.path.display().to_string(),
-                    message: format!("cannot tokenize {text:?}: {e}"),
+                let encoding = self.inner.encode(*text, true).map_err(|e| {
+                    let shown: String = text.chars().take(60).collect();
+                    let more = if shown.len() < text.len() { "..." } else { "" };
+                    Error::Tokenizer {
+                        path: self.path.display().to_string(),
+                        message: format!("cannot tokenize {shown:?}{more}: {e}"),
+                    }
                 })?;
-                Ok(encoding.get_ids().to_vec())
+                let truncated = !encoding.get_overflowing().is_empty();
+                Ok(Encoded { ids: encoding.get_ids().to_vec(), truncated })
             })
             .collect()
     }
@@ -77,6 +95,13 @@ mod tests {
         assert_eq!(ids, [vec![2, 4, 5, 6, 3], vec![2, 7, 8, 9, 1, 3]]);
         let ids = tiny(4).encode(&["A sentence."]).unwrap();
         assert_eq!(ids, [vec![2, 4, 5, 3]]);
+    }
+
+    #[test]
+    fn truncated_texts_are_marked_as_truncated() {
+        let each = tiny(4).encode_each(&["A sentence.", "A"]).unwrap();
+        assert_eq!(each[0], Encoded { ids: vec![2, 4, 5, 3], truncated: true });
+        assert_eq!(each[1], Encoded { ids: vec![2, 4, 3], truncated: false });
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod plugin_loader;
 pub mod registry_config;
 pub mod runtime_registry;
 pub mod sched_debug;
+pub mod threads;
 
 pub use registry_config::RegistryConfig;
 pub use runtime_registry::{LoadReport, Origin, RegEntry, RuntimeRegistry, Skipped};

@@ -55,7 +55,11 @@ impl ModelFile {
         // file not being truncated or rewritten while it is mapped.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| file_error(path, format!("cannot map: {e}")))?;
         let (format, tensors, skipped) = if map.starts_with(b"GGUF") {
-            (Format::Gguf, gguf_tensors(&map)?, Vec::new())
+            let tensors = gguf_tensors(&map).map_err(|e| match e {
+                Error::Gguf { field, message } => file_error(path, format!("malformed GGUF ({field}): {message}")),
+                e => file_error(path, e.to_string()),
+            })?;
+            (Format::Gguf, tensors, Vec::new())
         } else {
             let (t, s) = safetensors_tensors(path, &map)?;
             (Format::Safetensors, t, s)
@@ -82,9 +86,25 @@ impl ModelFile {
     pub fn bytes(&self) -> &[u8] {
         &self.map
     }
-    /// A tensor's bytes.
-    pub fn data(&self, t: &FileTensor) -> &[u8] {
-        &self.map[t.offset..t.offset + t.nbytes]
+    /// A tensor's bytes. `t` must be one of this file's [`tensors`](Self::tensors): a tensor
+    /// of another file is an error, not bytes from wherever its offset points here.
+    pub fn data(&self, t: &FileTensor) -> Result<&[u8]> {
+        let bytes = (self.tensor(&t.name) == Some(t))
+            .then(|| t.offset.checked_add(t.nbytes).and_then(|end| self.map.get(t.offset..end)))
+            .flatten();
+        bytes.ok_or_else(|| {
+            file_error(
+                &self.path,
+                format!(
+                    "tensor '{}' ({} {}, bytes {}..+{}) is not one of this file's tensors",
+                    t.name,
+                    t.dtype,
+                    Shape(t.ne),
+                    t.offset,
+                    t.nbytes
+                ),
+            )
+        })
     }
     /// For GGUF files, the parsed header (metadata and tensor infos).
     pub fn gguf(&self) -> Option<Gguf<'_>> {
@@ -123,8 +143,7 @@ fn gguf_tensors(map: &[u8]) -> Result<Vec<FileTensor>> {
 
 fn safetensors_tensors(path: &Path, map: &[u8]) -> Result<(Vec<FileTensor>, Vec<String>)> {
     use safetensors::Dtype;
-    let st = safetensors::SafeTensors::deserialize(map)
-        .map_err(|e| file_error(path, format!("not a GGUF or safetensors file: {e}")))?;
+    let st = safetensors::SafeTensors::deserialize(map).map_err(|e| file_error(path, safetensors_problem(map, e)))?;
     let base = map.as_ptr() as usize;
     let (mut tensors, mut skipped) = (Vec::new(), Vec::new());
     for (name, view) in st.tensors() {
@@ -154,6 +173,49 @@ fn safetensors_tensors(path: &Path, map: &[u8]) -> Result<(Vec<FileTensor>, Vec<
     }
     tensors.sort_by_key(|t| t.offset);
     Ok((tensors, skipped))
+}
+
+/// What is wrong with a file that safetensors cannot read: truncated (its header describes
+/// more bytes than the file has), followed by stray bytes, or not a model file at all.
+fn safetensors_problem(map: &[u8], e: safetensors::SafeTensorError) -> String {
+    use safetensors::SafeTensorError as E;
+    let len = map.len();
+    let header_len = map.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+    let header_start = map.get(8..).and_then(|rest| rest.iter().find(|b| !b.is_ascii_whitespace())) == Some(&b'{');
+    match (e, header_len) {
+        // A plausible header length (safetensors allows up to 100 MB) that runs past the end.
+        (E::InvalidHeaderLength, Some(n)) if header_start && n <= 100_000_000 => format!(
+            "truncated safetensors file: its header is {n} bytes but the file holds only {} after the length",
+            len - 8
+        ),
+        (E::MetadataIncompleteBuffer, Some(n)) => {
+            let header = map.get(8..).and_then(|rest| rest.get(..usize::try_from(n).ok()?));
+            let data_end = header.and_then(|h| std::str::from_utf8(h).ok()).and_then(declared_data_end);
+            match data_end.and_then(|d| d.checked_add(8 + n as usize)) {
+                Some(end) if end > len => {
+                    format!("truncated safetensors file: its header describes {end} bytes, the file holds {len}")
+                }
+                Some(end) => {
+                    format!("safetensors file with {} stray bytes after its last tensor (byte {end})", len - end)
+                }
+                None => "damaged safetensors file: its tensors do not cover the file as its header says".into(),
+            }
+        }
+        (e, _) => format!("not a GGUF or safetensors file: {e}"),
+    }
+}
+
+/// The largest `data_offsets` end a safetensors header declares (a plain scan of the JSON,
+/// which safetensors has already parsed once).
+fn declared_data_end(header: &str) -> Option<usize> {
+    header
+        .split("\"data_offsets\"")
+        .skip(1)
+        .filter_map(|rest| {
+            let list = rest.split_once('[')?.1.split_once(']')?.0;
+            list.split(',').filter_map(|n| n.trim().parse::<usize>().ok()).max()
+        })
+        .max()
 }
 
 /// Weights placed on a device: where each named tensor's data lives.
@@ -234,7 +296,7 @@ pub fn place_weights(
         buffer.set_usage(BufferUsage::Weights);
         let mut offset = 0;
         for t in &found[i..j] {
-            buffer.set_bytes(offset, file.data(t))?;
+            buffer.set_bytes(offset, file.data(t)?)?;
             data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset });
             offset += pad(t.nbytes);
             done += t.nbytes;
@@ -244,4 +306,64 @@ pub fn place_weights(
         i = j;
     }
     Ok(WeightStore { data, uploaded, bytes: total })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A safetensors file of one F32 tensor `a` of 2 values.
+    fn safetensors_bytes() -> Vec<u8> {
+        let header = br#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(&[0, 0, 128, 63, 0, 0, 0, 64]);
+        bytes
+    }
+
+    fn write(name: &str, bytes: &[u8]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tessera-model-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_tensor_of_another_file_is_an_error_not_a_panic() {
+        let path = write("one.safetensors", &safetensors_bytes());
+        let file = ModelFile::open(&path).unwrap();
+        assert_eq!(file.data(&file.tensors()[0]).unwrap(), &[0, 0, 128, 63, 0, 0, 0, 64]);
+        let foreign = FileTensor { offset: 1 << 40, ..file.tensors()[0].clone() };
+        let err = file.data(&foreign).unwrap_err();
+        assert!(matches!(err, Error::File { .. }), "{err:?}");
+        assert!(err.to_string().contains("tensor 'a' (f32 [2, 1, 1, 1], bytes 1099511627776..+8) is not one"), "{err}");
+        let other = FileTensor { name: "b".into(), ..file.tensors()[0].clone() };
+        assert!(file.data(&other).is_err());
+    }
+
+    #[test]
+    fn a_truncated_safetensors_file_is_reported_as_truncated() {
+        let whole = safetensors_bytes();
+        let err = ModelFile::open(write("data-cut.safetensors", &whole[..whole.len() - 3])).err().unwrap();
+        let message = err.to_string();
+        assert!(
+            message.contains("data-cut.safetensors: truncated safetensors file: its header describes"),
+            "{message}"
+        );
+        let err = ModelFile::open(write("header-cut.safetensors", &whole[..20])).err().unwrap();
+        assert!(err.to_string().contains("truncated safetensors file: its header is"), "{err}");
+        let err = ModelFile::open(write("text.safetensors", b"hello, this is not a model")).err().unwrap();
+        assert!(err.to_string().contains("not a GGUF or safetensors file"), "{err}");
+    }
+
+    #[test]
+    fn gguf_errors_name_the_file() {
+        let err = ModelFile::open(write("bad.gguf", b"GGUF\x03\0\0\0")).err().unwrap();
+        let message = err.to_string();
+        assert!(matches!(err, Error::File { .. }), "{err:?}");
+        assert!(message.contains("bad.gguf: malformed GGUF ("), "{message}");
+    }
 }

@@ -2,7 +2,8 @@
 //! families are disabled, which of a family's devices are visible.
 //!
 //! - `TESSERA_BACKEND_DIR`: plugin directories searched first (several separated like `PATH`);
-//!   read at run time, and its value when the program was compiled is searched next;
+//!   read at run time, and its value when the program was compiled is searched next, then
+//!   the executable's directory (the current directory only when named, as `.`);
 //! - `TESSERA_BACKEND_PATH`: one more plugin file to load after the search;
 //! - `TESSERA_DISABLE_<FAMILY>=1`: skip a family, built in and plugins, e.g.
 //!   `TESSERA_DISABLE_CUDA=1`; `=builtin` skips only the family compiled into the program
@@ -135,19 +136,25 @@ impl RegistryConfig {
         self.var("TESSERA_BACKEND_PATH").filter(|p| !p.trim().is_empty()).map(PathBuf::from)
     }
 
-    /// Where plugins are searched, each directory once: those the program gave
+    /// The plugin directories named explicitly: those the program gave
     /// ([`Self::with_backend_dir`]), `TESSERA_BACKEND_DIR` now, `TESSERA_BACKEND_DIR` when
-    /// this crate was compiled, the executable's directory, the current directory.
-    pub fn search_dirs(&self) -> Vec<PathBuf> {
+    /// this crate was compiled.
+    pub fn configured_dirs(&self) -> Vec<PathBuf> {
         let mut dirs = self.program_dirs.clone();
         if let Some(value) = self.var("TESSERA_BACKEND_DIR") {
             dirs.extend(std::env::split_paths(&value).filter(|d| !d.as_os_str().is_empty()));
         }
         dirs.extend(self.compiled_dir.clone());
+        dirs
+    }
+
+    /// Where plugins are searched, each directory once: the [configured
+    /// ones](Self::configured_dirs), then the executable's directory. The current directory is
+    /// searched only when one of those names it (`TESSERA_BACKEND_DIR=.`): a program run in a
+    /// directory it does not trust must not load the libraries it finds there.
+    pub fn search_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = self.configured_dirs();
         if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(PathBuf::from)) {
-            dirs.push(dir);
-        }
-        if let Ok(dir) = std::env::current_dir() {
             dirs.push(dir);
         }
         let key = |d: &PathBuf| d.canonicalize().unwrap_or_else(|_| d.clone());
@@ -209,8 +216,19 @@ mod tests {
         let dirs = config.search_dirs();
         assert_eq!(dirs[..3], [c, b, a], "the program's directories, then TESSERA_BACKEND_DIR's, each once");
         let exe_dir = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-        assert_eq!(dirs[3], exe_dir);
-        assert_eq!(dirs.last(), Some(&std::env::current_dir().unwrap()));
-        assert_eq!(RegistryConfig::from_vars(&[]).search_dirs()[0], exe_dir);
+        assert_eq!(dirs[3..], *std::slice::from_ref(&exe_dir));
+        assert_eq!(RegistryConfig::from_vars(&[]).search_dirs(), [exe_dir]);
+    }
+
+    #[test]
+    fn the_current_directory_is_searched_only_when_named() {
+        let cwd = std::env::current_dir().unwrap().canonicalize().unwrap();
+        let exe_dir = std::env::current_exe().unwrap().parent().unwrap().canonicalize().unwrap();
+        let searched = |c: &RegistryConfig| c.search_dirs().iter().any(|d| d.canonicalize().ok() == Some(cwd.clone()));
+        if cwd != exe_dir {
+            assert!(!searched(&RegistryConfig::from_vars(&[])), "{:?}", RegistryConfig::from_vars(&[]).search_dirs());
+        }
+        assert!(searched(&RegistryConfig::from_vars(&[("TESSERA_BACKEND_DIR", ".")])));
+        assert!(searched(&RegistryConfig::from_vars(&[]).with_backend_dir(".")));
     }
 }

@@ -495,11 +495,24 @@ impl RuntimeRegistry {
     }
 
     /// Loads the best variant of every family found in the search paths
-    /// ([`RegistryConfig::search_dirs`]: `TESSERA_BACKEND_DIR`, the executable's directory,
-    /// the current directory), then the file named by `TESSERA_BACKEND_PATH`.
+    /// ([`RegistryConfig::search_dirs`]: `TESSERA_BACKEND_DIR`, the executable's directory),
+    /// then the file named by `TESSERA_BACKEND_PATH`. A configured directory that does not
+    /// exist, or is a file, is reported in [`LoadReport::skipped`].
     pub fn load_all(&mut self) -> LoadReport {
         let dirs = self.config.search_dirs();
         let mut report = self.load_all_in(&dirs);
+        // A directory the user named that is not there is worth a line, not silence.
+        for dir in self.config.configured_dirs() {
+            let reason = match std::fs::metadata(&dir) {
+                Ok(m) if m.is_dir() => continue,
+                Ok(_) => "is not a directory: plugin directories hold libtessera-<family>[-<variant>] libraries",
+                Err(_) => "does not exist: no plugins were loaded from it",
+            };
+            let skipped = Skipped { source: dir.display().to_string(), family: None, reason: reason.into() };
+            log::warn!("plugin directory {skipped}");
+            self.skipped.push(skipped.clone());
+            report.skipped.push(skipped);
+        }
         if let Some(path) = self.config.backend_path() {
             match self.load(&path) {
                 Ok(e) => {
@@ -904,5 +917,29 @@ mod tests {
         assert!(e.contains("not a loadable shared library"), "{e}");
         assert_eq!(r.skipped().len(), 1);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn configured_plugin_directories_that_are_missing_or_files_are_reported() {
+        let base = std::env::temp_dir().join(format!("tessera-configured-dirs-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let (missing, file) = (base.join("missing"), base.join("file"));
+        std::fs::write(&file, b"not a directory").unwrap();
+        let config = RegistryConfig::from_vars(&[]).with_backend_dir(&missing).with_backend_dir(&file);
+        let mut r = RuntimeRegistry::with_config(&[], config);
+        let report = r.load_all();
+        let reasons: Vec<String> = report.skipped.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            reasons,
+            [
+                format!("{}: does not exist: no plugins were loaded from it", missing.display()),
+                format!(
+                    "{}: is not a directory: plugin directories hold libtessera-<family>[-<variant>] libraries",
+                    file.display()
+                ),
+            ]
+        );
+        assert_eq!(r.skipped().len(), 2);
+        let _ = std::fs::remove_dir_all(&base);
     }
 }

@@ -8,8 +8,18 @@
 //! wins. For tests, `TESSERA_CPU_DISABLE_AVX512=1` (and `TESSERA_CPU_DISABLE_AVX2=1`,
 //! `TESSERA_CPU_DISABLE_DOTPROD=1`) make the score treat that feature as missing.
 //! `scripts/build-cpu-plugins.sh` builds and names the variants.
+//!
+//! A variant runs the kernels of the instruction sets it was built (and scored) for, not the
+//! best the processor has: the AVX2 build runs AVX2 kernels on an AVX-512 processor too, and
+//! its `KERNELS` feature says so.
 
-tessera_plugin_abi::export_backend!(reg: &tessera_cpu::CPU_REG, score: score);
+tessera_plugin_abi::export_backend!(
+    reg: {
+        tessera_cpu::limit_kernels_to_build_target();
+        &tessera_cpu::CPU_REG
+    },
+    score: score
+);
 
 /// A processor feature a build may be compiled for.
 struct Feature {

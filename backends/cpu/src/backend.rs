@@ -37,17 +37,21 @@ impl CpuBackend {
         CpuBackend { scratch: Scratch::default(), fast: None }
     }
 
-    /// The fastest kernels on `threads` threads (at least 1).
+    /// The most threads a CPU backend starts: far more than any machine's processors, few
+    /// enough that starting them cannot exhaust the process.
+    pub const MAX_THREADS: usize = 1024;
+
+    /// The fastest kernels on `threads` threads (1 to [`MAX_THREADS`](Self::MAX_THREADS)).
     #[cfg(feature = "std")]
     pub fn with_threads(threads: usize) -> CpuBackend {
-        CpuBackend { scratch: Scratch::default(), fast: Some(Fast::new(threads)) }
+        CpuBackend { scratch: Scratch::default(), fast: Some(Fast::new(threads.min(Self::MAX_THREADS))) }
     }
 
     /// The kernel set called `name` (one of [`CpuBackend::kernel_sets`]) on `threads` threads:
     /// lets tests and benchmarks run the kernels of an older instruction set on a newer
     /// processor.
     pub fn with_kernels(name: &str, threads: usize) -> Result<CpuBackend> {
-        let fast = Fast::with_kernels(name, threads).ok_or_else(|| Error::Backend {
+        let fast = Fast::with_kernels(name, threads.min(Self::MAX_THREADS)).ok_or_else(|| Error::Backend {
             backend: "CPU".into(),
             message: alloc::format!(
                 "no kernel set '{name}' runs on this processor; sets: {}",
@@ -73,14 +77,14 @@ impl CpuBackend {
         self.fast.as_ref().map_or(1, Fast::threads)
     }
 
-    /// Sets the number of threads (at least 1). The reference backend always computes on the
-    /// calling thread and accepts only 1.
+    /// Sets the number of threads (1 to [`MAX_THREADS`](Self::MAX_THREADS)). The reference
+    /// backend always computes on the calling thread and accepts only 1.
     #[cfg(feature = "std")]
     pub fn set_threads(&mut self, threads: usize) -> Result<()> {
         match &mut self.fast {
-            _ if threads == 0 => Err(Error::InvalidParam {
+            _ if threads == 0 || threads > Self::MAX_THREADS => Err(Error::InvalidParam {
                 op: "set_n_threads",
-                message: "the CPU backend needs at least 1 thread, not 0".into(),
+                message: alloc::format!("the CPU backend runs 1 to {} threads, not {threads}", Self::MAX_THREADS),
             }),
             Some(fast) => {
                 fast.set_threads(threads);
@@ -134,5 +138,20 @@ impl Backend for CpuBackend {
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
+    }
+}
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_counts_beyond_the_limit_are_refused_or_capped() {
+        let mut cpu = CpuBackend::with_threads(100_000);
+        assert_eq!(cpu.threads(), CpuBackend::MAX_THREADS);
+        assert!(matches!(cpu.set_threads(100_000), Err(Error::InvalidParam { .. })));
+        assert!(matches!(cpu.set_threads(0), Err(Error::InvalidParam { .. })));
+        assert_eq!(cpu.set_threads(2), Ok(()));
+        assert_eq!(cpu.threads(), 2);
     }
 }

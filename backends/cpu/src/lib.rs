@@ -19,4 +19,5 @@ mod system;
 
 pub use backend::CpuBackend;
 pub use device::{CpuDevice, CPU_DEVICE};
+pub use fast::limit_to_build_target as limit_kernels_to_build_target;
 pub use reg::{CpuReg, CPU_REG};

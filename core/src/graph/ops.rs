@@ -376,10 +376,6 @@ impl Graph {
         if p.s0 == 0 || p.s1 == 0 || p.d0 == 0 || p.d1 == 0 {
             return Err(Error::InvalidParam { op: "IM2COL", message: "strides and dilations must be positive".into() });
         }
-        let out_len = |size: usize, k: usize, s: usize, pad: usize, d: usize| -> Option<usize> {
-            let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
-            Some((size.checked_add(2 * pad)?.checked_sub(span)?) / s + 1)
-        };
         let bad = |g: &Graph, what: &str| g.shape_error("IM2COL", input, String::from(what));
         if p.is_2d {
             if nk[2] != ni[2] {
@@ -389,9 +385,9 @@ impl Graph {
                     format!("[KW, KH, {}, OC], as many channels as the input", ni[2]),
                 ));
             }
-            let ow = out_len(ni[0], nk[0], p.s0, p.p0, p.d0)
+            let ow = conv_out_len(ni[0], nk[0], p.s0, p.p0, p.d0)
                 .ok_or_else(|| bad(self, "an input at least as wide as the dilated kernel"))?;
-            let oh = out_len(ni[1], nk[1], p.s1, p.p1, p.d1)
+            let oh = conv_out_len(ni[1], nk[1], p.s1, p.p1, p.d1)
                 .ok_or_else(|| bad(self, "an input at least as high as the dilated kernel"))?;
             let rows = nk[0]
                 .checked_mul(nk[1])
@@ -406,7 +402,7 @@ impl Graph {
                     format!("[KW, {}, OC], as many channels as the input [W, C, N]", ni[1]),
                 ));
             }
-            let ow = out_len(ni[0], nk[0], p.s0, p.p0, p.d0)
+            let ow = conv_out_len(ni[0], nk[0], p.s0, p.p0, p.d0)
                 .ok_or_else(|| bad(self, "an input at least as wide as the dilated kernel"))?;
             let rows = nk[0].checked_mul(ni[1]).ok_or(Error::Overflow { what: "IM2COL shape" })?;
             self.node(Op::Im2Col(p), dtype, [rows, ow, ni[2], 1], &[kernel, input])
@@ -423,14 +419,23 @@ impl Graph {
                 message: "kernel and stride must be positive and padding smaller than the kernel".into(),
             });
         }
-        let out = |size: usize, k: usize, s: usize, pad: usize| (size + 2 * pad).checked_sub(k).map(|n| n / s + 1);
+        let out = |size, k, s, pad| conv_out_len(size, k, s, pad, 1);
         let (Some(ow), Some(oh)) = (out(ne[0], p.k0, p.s0, p.p0), out(ne[1], p.k1, p.s1, p.p1)) else {
             return Err(self.shape_error(
                 "POOL_2D",
                 a,
-                format!("an input of at least {} x {} with padding", p.k0, p.k1),
+                format!("an input of at least {} x {} with padding, and padding that fits a size", p.k0, p.k1),
             ));
         };
         self.node(Op::Pool2d(p), DType::F32, [ow, oh, ne[2], ne[3]], &[a])
     }
+}
+
+/// Output length of a convolution or pooling window along one dimension:
+/// `(size + 2 pad - (d (k - 1) + 1)) / s + 1`, or `None` where the padded input is shorter
+/// than the dilated kernel or a step overflows (huge padding must not wrap to a small shape).
+fn conv_out_len(size: usize, k: usize, s: usize, pad: usize, d: usize) -> Option<usize> {
+    let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
+    let padded = size.checked_add(pad.checked_mul(2)?)?;
+    Some(padded.checked_sub(span)? / s + 1)
 }

@@ -58,7 +58,8 @@ impl Graph {
 
     /// An `n0 x n1` matrix view with row stride `nb1`.
     pub fn view_2d(&mut self, src: TensorId, n0: usize, n1: usize, nb1: usize, offset: usize) -> Result<TensorId> {
-        self.view(src, [n0, n1, 1, 1], [nb1, nb1 * n1, nb1 * n1], offset)
+        let nb2 = nb1.checked_mul(n1).ok_or(Error::Overflow { what: "VIEW strides" })?;
+        self.view(src, [n0, n1, 1, 1], [nb1, nb2, nb2], offset)
     }
 
     /// `src` with shape `ne` (same number of values; `src` must be contiguous).

@@ -4,20 +4,37 @@
 
 use super::simd::{self, Kernels};
 
-/// Every table this processor can run, best first (the scalar one last).
-pub fn available() -> impl Iterator<Item = &'static Kernels> {
-    candidates().into_iter().flatten()
+use core::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by [`limit_to_build_target`]: only the tables of instruction sets this build was
+/// compiled for may run, whatever else the processor has.
+static BUILD_TARGET_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// From now on, run only the kernel tables of instruction sets this build was compiled for
+/// (`-C target-cpu=...`). A plugin variant built and scored for AVX2 then runs AVX2
+/// kernels even on a processor with AVX-512 (and reports them); the built-in backend of a
+/// program keeps choosing the best the processor has.
+pub fn limit_to_build_target() {
+    BUILD_TARGET_ONLY.store(true, Ordering::Relaxed);
 }
 
-/// The best table this processor can run (detected once per process under `std`).
+/// Every table this processor can run, best first (the scalar one last).
+pub fn available() -> impl Iterator<Item = &'static Kernels> {
+    available_for(BUILD_TARGET_ONLY.load(Ordering::Relaxed))
+}
+
+/// Every table this processor can run, or with `build_target_only` those of them this build
+/// was also compiled for.
+pub fn available_for(build_target_only: bool) -> impl Iterator<Item = &'static Kernels> {
+    let compiled = compiled_candidates();
+    candidates()
+        .into_iter()
+        .zip(compiled)
+        .filter_map(move |(runs, built)| if build_target_only { built.and(runs) } else { runs })
+}
+
+/// The best table this processor can run (and this build may, see [`limit_to_build_target`]).
 pub fn best() -> &'static Kernels {
-    #[cfg(feature = "std")]
-    {
-        extern crate std;
-        static BEST: std::sync::OnceLock<&'static Kernels> = std::sync::OnceLock::new();
-        BEST.get_or_init(|| available().next().unwrap_or(&simd::scalar::KERNELS))
-    }
-    #[cfg(not(feature = "std"))]
     available().next().unwrap_or(&simd::scalar::KERNELS)
 }
 
@@ -43,6 +60,12 @@ fn candidates() -> [Option<&'static Kernels>; 4] {
 
 #[cfg(all(not(feature = "std"), target_arch = "x86_64"))]
 fn candidates() -> [Option<&'static Kernels>; 4] {
+    compiled_candidates()
+}
+
+/// The tables of the instruction sets this build was compiled for, in [`candidates`]' order.
+#[cfg(target_arch = "x86_64")]
+fn compiled_candidates() -> [Option<&'static Kernels>; 4] {
     const AVX2: bool = cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "f16c"));
     const AVX512: bool = AVX2
         && cfg!(all(
@@ -71,6 +94,12 @@ fn candidates() -> [Option<&'static Kernels>; 3] {
 
 #[cfg(all(not(feature = "std"), target_arch = "aarch64"))]
 fn candidates() -> [Option<&'static Kernels>; 3] {
+    compiled_candidates()
+}
+
+/// The tables of the instruction sets this build was compiled for, in [`candidates`]' order.
+#[cfg(target_arch = "aarch64")]
+fn compiled_candidates() -> [Option<&'static Kernels>; 3] {
     const NEON: bool = cfg!(target_feature = "neon");
     const DOT: bool = NEON && cfg!(target_feature = "dotprod");
     [DOT.then_some(&simd::neon::KERNELS_DOT), NEON.then_some(&simd::neon::KERNELS), Some(&simd::scalar::KERNELS)]
@@ -79,4 +108,31 @@ fn candidates() -> [Option<&'static Kernels>; 3] {
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn candidates() -> [Option<&'static Kernels>; 1] {
     [Some(&simd::scalar::KERNELS)]
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn compiled_candidates() -> [Option<&'static Kernels>; 1] {
+    [Some(&simd::scalar::KERNELS)]
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate alloc;
+    use alloc::vec::Vec;
+
+    use super::*;
+
+    /// A variant built for one instruction set runs only kernels of the sets it was built
+    /// for, though the processor may have more (the test build is for the target's baseline).
+    #[test]
+    fn kernels_limited_to_the_build_target_are_only_the_compiled_instruction_sets() {
+        let names = |build_target_only| available_for(build_target_only).map(|k| k.name).collect::<Vec<_>>();
+        let limited = names(true);
+        let compiled: Vec<&str> = compiled_candidates().into_iter().flatten().map(|k| k.name).collect();
+        assert!(limited.iter().all(|n| compiled.contains(n)), "{limited:?} not all in {compiled:?}");
+        assert!(limited.iter().all(|n| names(false).contains(n)), "{limited:?}");
+        assert_eq!(limited.last(), Some(&"scalar"));
+        #[cfg(all(target_arch = "x86_64", not(target_feature = "avx2")))]
+        assert_eq!(limited, ["scalar"]);
+    }
 }

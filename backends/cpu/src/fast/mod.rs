@@ -34,6 +34,7 @@ use alloc::vec::Vec;
 use tessera_core::{Op, Result};
 use tessera_reference::{NodeTensors, Scratch};
 
+pub use dispatch::limit_to_build_target;
 use elementwise::Map;
 use normalize::Norm;
 pub use parallel::Team;

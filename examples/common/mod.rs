@@ -1,0 +1,75 @@
+//! What the example programs share: standard output that never panics, and a line for each
+//! plugin a program loaded saying where it came from. Each program includes this module
+//! (`#[macro_use] #[path = "common/mod.rs"] mod common;`) and uses what it needs.
+#![allow(dead_code, unused_macros)]
+
+/// `println!` for standard output that may be closed (`program | head -1`): see [`out::line`].
+macro_rules! outln {
+    () => {
+        $crate::common::out::line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::common::out::line(format_args!($($arg)*))
+    };
+}
+
+/// `print!` likewise.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::common::out::text(format_args!($($arg)*))
+    };
+}
+
+pub mod out {
+    use std::fmt;
+    use std::io::Write;
+
+    /// Writes a line to standard output. When the reader has gone (a closed pipe) the program
+    /// stops quietly with the status a shell gives a program ended by SIGPIPE (141); any
+    /// other write error stops it with a message. `println!` would panic in both cases.
+    pub fn line(args: fmt::Arguments<'_>) {
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.write_all(b"\n")) {
+            stop(e);
+        }
+    }
+
+    /// Writes text (no newline) to standard output, as [`line`] does.
+    pub fn text(args: fmt::Arguments<'_>) {
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+            stop(e);
+        }
+    }
+
+    /// Flushes standard output, as [`line`] writes.
+    pub fn flush() {
+        if let Err(e) = std::io::stdout().flush() {
+            stop(e);
+        }
+    }
+
+    fn stop(e: std::io::Error) -> ! {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        let program = std::env::args().next().unwrap_or_default();
+        let name = std::path::Path::new(&program).file_name().map_or_else(String::new, |n| n.to_string_lossy().into());
+        eprintln!("{name}: writing to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Says on standard error where each plugin the registry loaded came from, and which plugin
+/// directories it was told about but could not search.
+pub fn report_plugins(registry: &tessera::runtime::RuntimeRegistry) {
+    use tessera::runtime::Origin;
+    for entry in registry.regs() {
+        if let Origin::Plugin { path, score } = entry.origin() {
+            eprintln!("loaded plugin {} from {} (score {score})", entry.name(), path.display());
+        }
+    }
+    for s in registry.skipped().iter().filter(|s| s.family.is_none()) {
+        eprintln!("plugin directory {s}");
+    }
+}
