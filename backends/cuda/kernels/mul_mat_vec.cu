@@ -17,13 +17,15 @@
 //
 // ROWS grows with NCOLS: each piece of b a lane loads serves ROWS rows, so that b's loads
 // (from L1/L2) stay a small multiple of the weights' (from memory); each lane keeps
-// ROWS * NCOLS sums and ROWS pieces of weights in flight.
+// ROWS * NCOLS sums and ROWS pieces of weights in flight. One column takes 4 rows: a 4096-row
+// product is then 1024 blocks, all resident at once on an H100, where 2 rows made 2048 blocks,
+// one wave and a third (the last third ran alone, at half the memory bandwidth).
 #include "common.cuh"
 
 #define MMV_WARPS 4
 
 template <int NCOLS> struct MmvRows {
-    static constexpr int value = NCOLS <= 2 ? 2 : NCOLS <= 4 ? 4 : 8;
+    static constexpr int value = NCOLS == 2 ? 2 : NCOLS <= 4 ? 4 : 8;
 };
 
 // Adds up each warp's sums of the block (already reduced within the warp) and stores the

@@ -40,11 +40,13 @@ const Q8_1_BYTES: usize = 40;
 /// Weight rows one block of the matrix-vector kernels computes (`MmvRows` in mul_mat_vec.cu).
 fn mmv_rows(ncols: i64) -> i64 {
     match ncols {
-        ..=2 => 2,
+        ..=1 => 4,
+        2 => 2,
         3..=4 => 4,
         _ => 8,
     }
 }
+
 /// Scratch regions start at multiples of this.
 const ALIGN: usize = 256;
 
