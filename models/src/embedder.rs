@@ -12,8 +12,10 @@ use tessera_std::placement::Placement;
 use crate::bert::{self, BertGraph, Layout};
 use crate::config::BertConfig;
 use crate::error::{Error, Result};
+use crate::gguf_vocab::Vocab;
 use crate::inputs::inputs_for;
 use crate::module::Module;
+use crate::tensor_names::TensorNames;
 use crate::tokenize::{Tokenizer, MAX_TOKENS};
 
 /// A loaded model, its weights on their devices, the scheduler that runs it, and
@@ -21,6 +23,8 @@ use crate::tokenize::{Tokenizer, MAX_TOKENS};
 pub struct Embedder {
     config: BertConfig,
     file: ModelFile,
+    /// How the file names the graph's weights.
+    names: TensorNames,
     placement: Placement,
     /// The scheduler's backends' devices, in its order.
     devices: Vec<&'static dyn Device>,
@@ -71,7 +75,7 @@ fn backend_devices(placement: &Placement) -> Vec<&'static dyn Device> {
     placement.devices(&named)
 }
 
-/// One weight the graph declares: its module, checkpoint name, type (as the file holds it) and shape.
+/// One weight the graph declares: its module, name in the file, type (as the file holds it) and shape.
 struct ModelWeight {
     module: Module,
     name: String,
@@ -81,14 +85,15 @@ struct ModelWeight {
 
 /// The weights the graph of `config` declares, with the types the file holds them in: an error
 /// if the file lacks one, holds it in another shape, or in a type its op cannot take.
-fn weight_specs(file: &ModelFile, config: &BertConfig) -> Result<Vec<ModelWeight>> {
+fn weight_specs(file: &ModelFile, names: TensorNames, config: &BertConfig) -> Result<Vec<ModelWeight>> {
     let mut probe = Graph::new();
-    let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
+    let dtype_of = |name: &str| file.tensor(&names.file_name(name)).map_or(DType::F32, |t| t.dtype);
     let shapes = bert::build(&mut probe, config, &dtype_of, Layout::packed(&[1]))?;
     let mut specs = Vec::with_capacity(shapes.weights.len());
     for (name, module, id) in shapes.weights {
         let t = probe.tensor(id)?;
         let (dtype, ne) = (t.dtype(), t.ne());
+        let name = names.file_name(&name).into_owned();
         match file.tensor(&name) {
             Some(f) if f.ne == ne => {}
             found => {
@@ -108,6 +113,32 @@ fn weight_specs(file: &ModelFile, config: &BertConfig) -> Result<Vec<ModelWeight
         specs.push(ModelWeight { module, name, dtype, ne });
     }
     Ok(specs)
+}
+
+/// The tokenizer that comes with the model in `file`: the `tokenizer.json` beside it, else the
+/// vocabulary in its GGUF metadata, else none. It truncates at [`MAX_TOKENS`] or the model's
+/// positions, whichever is fewer.
+fn model_tokenizer(file: &ModelFile, config: &BertConfig) -> Result<Option<Tokenizer>> {
+    let max_tokens = MAX_TOKENS.min(config.max_positions);
+    let beside = file.path().with_file_name("tokenizer.json");
+    if beside.exists() {
+        return Tokenizer::from_file(&beside, max_tokens).map(Some);
+    }
+    let Some(gguf) = file.gguf() else { return Ok(None) };
+    let path = file.path().display().to_string();
+    let Some(vocab) = Vocab::from_gguf(&gguf, &path)? else { return Ok(None) };
+    if vocab.tokens.len() > config.vocab {
+        return Err(Error::Tokenizer {
+            path,
+            message: format!(
+                "its vocabulary has {} tokens but the model embeds {}; expected at most {}",
+                vocab.tokens.len(),
+                config.vocab,
+                config.vocab
+            ),
+        });
+    }
+    Tokenizer::from_vocab(&vocab, file.path(), max_tokens).map(Some)
 }
 
 impl Embedder {
@@ -133,7 +164,7 @@ impl Embedder {
     pub fn check(path: impl AsRef<Path>) -> Result<BertConfig> {
         let file = ModelFile::open(path.as_ref())?;
         let config = BertConfig::of_file(&file)?;
-        weight_specs(&file, &config)?;
+        weight_specs(&file, TensorNames::of_file(&file), &config)?;
         Ok(config)
     }
 
@@ -155,16 +186,13 @@ impl Embedder {
         }
         let tokenizer = match tokenizer {
             Some(t) => Some(t),
-            None => {
-                let beside = file.path().with_file_name("tokenizer.json");
-                let max_tokens = MAX_TOKENS.min(config.max_positions);
-                beside.exists().then(|| Tokenizer::from_file(&beside, max_tokens)).transpose()?
-            }
+            None => model_tokenizer(&file, &config)?,
         };
         let devices = backend_devices(&placement);
 
         // The weights each module declares, placed where its params live.
-        let specs = weight_specs(&file, &config)?;
+        let names = TensorNames::of_file(&file);
+        let specs = weight_specs(&file, names, &config)?;
         let mut stores = Vec::new();
         for m in Module::ALL {
             let module_specs: Vec<WeightSpec> = specs
@@ -195,6 +223,7 @@ impl Embedder {
         Ok(Embedder {
             config,
             file,
+            names,
             placement,
             devices,
             stores,
@@ -309,11 +338,12 @@ impl Embedder {
     /// every node pinned to its module's device.
     fn graph(&mut self, lens: &[usize]) -> Result<(Graph, BertGraph)> {
         let mut g = Graph::new();
-        let file = &self.file;
-        let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
+        let (file, names) = (&self.file, self.names);
+        let dtype_of = |name: &str| file.tensor(&names.file_name(name)).map_or(DType::F32, |t| t.dtype);
         let model = bert::build(&mut g, &self.config, &dtype_of, Layout::for_lengths(lens))?;
         for (name, module, id) in &model.weights {
-            let data = self.stores[module.index()].get(name).ok_or_else(|| tessera_core::Error::File {
+            let name = names.file_name(name);
+            let data = self.stores[module.index()].get(&name).ok_or_else(|| tessera_core::Error::File {
                 path: self.file.path().display().to_string(),
                 message: format!("weight '{name}' was not loaded"),
             })?;

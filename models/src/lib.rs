@@ -27,8 +27,10 @@ pub mod config;
 pub mod convert;
 pub mod embedder;
 pub mod error;
+pub mod gguf_vocab;
 pub mod inputs;
 pub mod module;
+pub mod tensor_names;
 pub mod tokenize;
 
 #[cfg(test)]
@@ -39,5 +41,7 @@ pub use config::{BertConfig, HfConfig};
 pub use convert::{convert, converted_type};
 pub use embedder::{Embedder, LoadOptions, Timing};
 pub use error::{Error, Result};
+pub use gguf_vocab::Vocab;
 pub use module::{Module, MODULES};
+pub use tensor_names::TensorNames;
 pub use tokenize::{Encoded, Tokenizer, MAX_TOKENS};
