@@ -367,6 +367,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use tessera_sim::{SimConfig, SimDevice};
+    use tessera_std::gguf_writer::MetaValue;
 
     use super::*;
     use crate::module::MODULES;
@@ -524,6 +525,68 @@ mod tests {
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
     }
 
+    /// A model converted beside its tokenizer.json, then moved away from it.
+    fn converted_alone(dtype: DType) -> std::path::PathBuf {
+        let dir = test_model::temp_dir("convert-alone");
+        let model = test_model::write_safetensors(&dir, &TINY);
+        std::fs::write(dir.join("config.json"), test_model::config_json(&TINY)).unwrap();
+        std::fs::write(dir.join("tokenizer.json"), test_model::TOKENIZER_JSON).unwrap();
+        let alone = dir.join("alone");
+        std::fs::create_dir(&alone).unwrap();
+        crate::convert(&model, &alone.join("tiny.gguf"), dtype).unwrap();
+        alone.join("tiny.gguf")
+    }
+
+    #[test]
+    fn a_converted_file_alone_tokenizes_with_its_own_vocabulary() {
+        let path = converted_alone(DType::F32);
+        let dir = path.parent().unwrap().parent().unwrap().to_path_buf();
+        let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+        let tokenizer = e.tokenizer().expect("the vocabulary in the file's metadata");
+        assert_eq!(tokenizer.path(), path);
+        assert_eq!(tokenizer.max_tokens(), TINY.max_positions);
+        let texts = ["A sentence.", "Another one!", "an unknown word", "[CLS] a [SEP]"];
+        let want =
+            Tokenizer::from_file(dir.join("tokenizer.json"), TINY.max_positions).unwrap().encode(&texts).unwrap();
+        assert_eq!(e.tokenize(&texts).unwrap(), want);
+        assert_eq!(e.embed(&texts[..1]).unwrap(), e.embed_tokens(&[&want[0]]).unwrap());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn llama_cpp_files_without_a_key_or_of_another_architecture_are_errors_naming_them() {
+        let path = converted_alone(DType::F32);
+        let dir = path.parent().unwrap().parent().unwrap().to_path_buf();
+        let bytes = std::fs::read(&path).unwrap();
+        let check = |edit: &dyn Fn(&mut Vec<(String, MetaValue)>), expected: &str| {
+            std::fs::write(&path, test_model::edit_gguf(&bytes, edit)).unwrap();
+            let err = Embedder::load(&path, on(&cpu(), "", "")).err().unwrap();
+            let message = err.to_string();
+            assert!(message.starts_with(&path.display().to_string()) || message.contains(&*path.to_string_lossy()));
+            assert!(message.contains(expected), "{message}");
+        };
+        for key in ["bert.context_length", "bert.attention.head_count", "general.architecture"] {
+            check(&|m| m.retain(|(k, _)| k != key), &format!("metadata '{key}' is missing"));
+        }
+        check(
+            &|m| {
+                m.iter_mut()
+                    .filter(|(k, _)| k == "general.architecture")
+                    .for_each(|(_, v)| *v = MetaValue::String("llama".into()))
+            },
+            "metadata 'general.architecture' is \"llama\"; tessera reads \"bert\" models",
+        );
+        check(
+            &|m| m.retain(|(k, _)| k != "tokenizer.ggml.seperator_token_id"),
+            "metadata 'tokenizer.ggml.seperator_token_id' is missing",
+        );
+        check(
+            &|m| m.iter_mut().filter(|(k, _)| k == "bert.context_length").for_each(|(_, v)| *v = MetaValue::U32(8)),
+            "metadata 'bert.context_length' is 8 but the weights",
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     #[test]
     fn converted_models_embed_like_the_original() {
         let dir = test_model::temp_dir("convert");
@@ -539,6 +602,9 @@ mod tests {
             let mut converted = Embedder::load(&out, on(&cpu(), "", "")).unwrap();
             assert_eq!(*converted.config(), TINY);
             let got = converted.embed_tokens(&SEQUENCES).unwrap();
+            if dtype == DType::F32 {
+                assert_eq!(got, want, "f32 in llama.cpp's layout computes the same bits");
+            }
             for (g, w) in got.iter().zip(&want) {
                 let w: Vec<f64> = w.iter().map(|v| f64::from(*v)).collect();
                 let c = cosine(g, &w);
