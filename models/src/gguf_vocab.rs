@@ -23,6 +23,9 @@ pub mod keys {
     pub const TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
     pub const CLS: &str = "tokenizer.ggml.cls_token_id";
     pub const BOS: &str = "tokenizer.ggml.bos_token_id";
+    pub const EOS: &str = "tokenizer.ggml.eos_token_id";
+    pub const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+    pub const ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
     /// Spelled as llama.cpp spells it.
     pub const SEP: &str = "tokenizer.ggml.seperator_token_id";
     pub const PAD: &str = "tokenizer.ggml.padding_token_id";
@@ -196,7 +199,9 @@ impl Vocab {
         })
     }
 
-    /// Writes the vocabulary as llama.cpp's metadata.
+    /// Writes the vocabulary as llama.cpp's metadata, as its converter does: the classification
+    /// token is also the beginning of sequence and the separator the end, both added to every
+    /// sequence (the `cls_token_id` of its older readers is written too).
     pub fn write_gguf(&self, w: &mut GgufWriter) {
         let spelled: Vec<String> = self.tokens.iter().zip(&self.types).map(|(t, &ty)| to_phantom(t, ty)).collect();
         w.add_string(keys::MODEL, "bert");
@@ -205,6 +210,9 @@ impl Vocab {
         w.add_array(keys::TOKEN_TYPE, &self.types);
         w.add_u32(keys::CLS, self.cls);
         w.add_u32(keys::BOS, self.cls);
+        w.add_u32(keys::EOS, self.sep);
+        w.add_bool(keys::ADD_BOS, true);
+        w.add_bool(keys::ADD_EOS, true);
         w.add_u32(keys::SEP, self.sep);
         w.add_u32(keys::UNK, self.unk);
         if let Some(pad) = self.pad {
