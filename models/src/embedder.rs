@@ -369,6 +369,9 @@ mod tests {
     use tessera_sim::{SimConfig, SimDevice};
     use tessera_std::gguf_writer::MetaValue;
 
+    /// A GGUF file's metadata entries, to edit.
+    type Metadata = Vec<(String, MetaValue)>;
+
     use super::*;
     use crate::module::MODULES;
     use crate::test_model::{self, cosine, TINY};
@@ -558,7 +561,7 @@ mod tests {
         let path = converted_alone(DType::F32);
         let dir = path.parent().unwrap().parent().unwrap().to_path_buf();
         let bytes = std::fs::read(&path).unwrap();
-        let check = |edit: &dyn Fn(&mut Vec<(String, MetaValue)>), expected: &str| {
+        let check = |edit: &dyn Fn(&mut Metadata), expected: &str| {
             std::fs::write(&path, test_model::edit_gguf(&bytes, edit)).unwrap();
             let err = Embedder::load(&path, on(&cpu(), "", "")).err().unwrap();
             let message = err.to_string();
