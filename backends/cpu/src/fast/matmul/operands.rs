@@ -51,7 +51,9 @@ impl MatMul {
         }
         let dst_contiguous = dst.nb == [4, 4 * m, 4 * m * n, 4 * m * n * b2];
         let a_rows_packed = k <= 1 || a.nb[0] == a.dtype.block_bytes();
-        let types = b.dtype == DType::F32 && dst.dtype == DType::F32 && a.dtype != DType::I32;
+        // Weights the packing and int8 kernels read; the K-quants run the reference kernel.
+        let weights = a.dtype.is_float() || matches!(a.dtype, DType::Q8_0 | DType::Q4_0);
+        let types = b.dtype == DType::F32 && dst.dtype == DType::F32 && weights;
         if !dst_contiguous || !a_rows_packed || !types || k % a.dtype.block_len() != 0 {
             return Ok(None);
         }
