@@ -590,6 +590,29 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    /// GGUF files with K-quant matrices load and embed close to the float64 BERT.
+    #[test]
+    fn k_quant_models_embed_close_to_a_float64_bert() {
+        // Rows of whole 256-value super-blocks.
+        let c = BertConfig { hidden: 256, intermediate: 512, ..TINY };
+        let dir = test_model::temp_dir("k-quants");
+        for (dtype, bound) in [(DType::Q4_K, 0.995), (DType::Q5_K, 0.999), (DType::Q6_K, 0.9995)] {
+            let path = dir.join(format!("{dtype}.gguf"));
+            std::fs::write(&path, test_model::gguf_bytes(&c, dtype)).unwrap();
+            let file = ModelFile::open(&path).unwrap();
+            assert_eq!(file.tensor("encoder.layer.1.output.dense.weight").unwrap().dtype, dtype);
+            let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+            let got = e.embed_tokens(&SEQUENCES).unwrap();
+            let worst = SEQUENCES
+                .iter()
+                .zip(&got)
+                .map(|(ids, g)| cosine(g, &test_model::reference_embedding(&c, ids)))
+                .fold(1.0, f64::min);
+            assert!(worst >= bound, "{dtype}: worst cosine {worst} < {bound}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     #[test]
     fn converted_models_embed_like_the_original() {
         let dir = test_model::temp_dir("convert");
