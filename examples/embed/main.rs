@@ -30,7 +30,7 @@ const HELP: &str = "\
 Sentence embeddings with all-MiniLM-L6-v2 (fetch it once with scripts/fetch_minilm.sh).
 
 usage: embed [OPTIONS] SENTENCE...
-       embed --convert OUT.gguf [--type f32|f16|q8_0] [--model FILE]
+       embed --convert OUT.gguf [--type f32|f16|q8_0|q4_K|q5_K|q6_K] [--model FILE]
 
 options:
   --model FILE           weights, safetensors or GGUF [weights/all-MiniLM-L6-v2/model.safetensors,
@@ -48,7 +48,8 @@ options:
                          median call [1]
   --convert OUT.gguf     write the model as GGUF in llama.cpp's layout, with its vocabulary,
                          instead of embedding
-  --type TYPE            matrix type for --convert: f32, f16 or q8_0 [f32]
+  --type TYPE            matrix type for --convert: f32, f16, q8_0, q4_K, q5_K or q6_K [f32]
+                         (K-quant rows that do not fill 256-value blocks are stored as q8_0)
   -h, --help             print this help
 
 environment: TESSERA_SCHED_DEBUG=1|2 prints the scheduler's plans; the registry's variables
@@ -117,7 +118,12 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
                     "f32" => DType::F32,
                     "f16" => DType::F16,
                     "q8_0" => DType::Q8_0,
-                    other => return Err(format!("--type: '{other}' is not one of f32, f16, q8_0").into()),
+                    "q4_k" => DType::Q4_K,
+                    "q5_k" => DType::Q5_K,
+                    "q6_k" => DType::Q6_K,
+                    other => {
+                        return Err(format!("--type: '{other}' is not one of f32, f16, q8_0, q4_K, q5_K, q6_K").into())
+                    }
                 })
             }
             Short('h') | Long("help") => {

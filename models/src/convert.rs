@@ -45,8 +45,9 @@ pub fn converted_type(name: &str, matrix_type: DType) -> DType {
 /// [`TensorNames`]), its `bert.*` hyper-parameters (mean pooling, non-causal attention) and the
 /// model's WordPiece vocabulary as `tokenizer.ggml.*` metadata (from the `tokenizer.json`
 /// beside `model`, else from `model`'s own metadata; none if neither has one). The matrices
-/// that matrix products and row lookups read are in `matrix_type` (where rows fit its blocks;
-/// with a quantized type, a few sensitive ones in f16, see [`converted_type`]), everything else
+/// that matrix products and row lookups read are in `matrix_type` (where rows fit its blocks,
+/// else a smaller block or f32; with a quantized type, a few sensitive ones in f16, see
+/// [`converted_type`]), everything else
 /// in f32. Returns the number of tensors written.
 ///
 /// The file is written beside `out` under a temporary name and checked the way
@@ -69,10 +70,7 @@ pub fn convert(model: &Path, out: &Path, matrix_type: DType) -> Result<usize> {
             .tensor(&stored)
             .ok_or_else(|| Error::NotBert { path: model.display().to_string(), tensor: stored.to_string() })?;
         let values = tessera_core::convert::to_f32_vec(t.dtype, file.data(t)?);
-        let target = match converted_type(name, matrix_type) {
-            q if t.ne[0] % q.block_len() != 0 => DType::F32,
-            q => q,
-        };
+        let target = stored_type(converted_type(name, matrix_type), t.ne[0]);
         let bytes = tessera_core::convert::to_bytes(target, &values)?;
         let dims: Vec<usize> = if t.ne[1] > 1 { vec![t.ne[0], t.ne[1]] } else { vec![t.ne[0]] };
         let llama_name = llama_cpp_name(name).ok_or_else(|| Error::InvalidConfig {
@@ -89,6 +87,19 @@ pub fn convert(model: &Path, out: &Path, matrix_type: DType) -> Result<usize> {
         let _ = std::fs::remove_file(&partial);
     }
     checked.map(|_| shapes.weights.len())
+}
+
+/// The type a matrix meant to be `dtype` is stored in when its rows hold `row` values: rows that
+/// do not fill K-quant super-blocks take Q8_0's 32-value blocks (as llama.cpp's quantization
+/// mixes fall back to a smaller block), rows that fit no block stay f32.
+fn stored_type(dtype: DType, row: usize) -> DType {
+    if row % dtype.block_len() == 0 {
+        dtype
+    } else if dtype.block_len() > DType::Q8_0.block_len() && row % DType::Q8_0.block_len() == 0 {
+        DType::Q8_0
+    } else {
+        DType::F32
+    }
 }
 
 /// llama.cpp's hyper-parameters of a BERT model (what its loader requires, and what its
@@ -183,6 +194,15 @@ mod tests {
         let vocab = Vocab::from_gguf(&gguf, "out.gguf").unwrap().unwrap();
         assert_eq!(vocab, Vocab::from_tokenizer_json(&dir.join("tokenizer.json")).unwrap());
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn rows_that_do_not_fill_a_block_fall_back_to_smaller_blocks_or_f32() {
+        assert_eq!(stored_type(DType::Q4_K, 1536), DType::Q4_K);
+        assert_eq!(stored_type(DType::Q6_K, 384), DType::Q8_0);
+        assert_eq!(stored_type(DType::Q5_K, 40), DType::F32);
+        assert_eq!(stored_type(DType::Q8_0, 40), DType::F32);
+        assert_eq!(stored_type(DType::F16, 7), DType::F16);
     }
 
     #[test]
