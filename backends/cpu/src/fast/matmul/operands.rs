@@ -51,9 +51,7 @@ impl MatMul {
         }
         let dst_contiguous = dst.nb == [4, 4 * m, 4 * m * n, 4 * m * n * b2];
         let a_rows_packed = k <= 1 || a.nb[0] == a.dtype.block_bytes();
-        // Weights the packing and int8 kernels read; the K-quants run the reference kernel.
-        let weights = a.dtype.is_float() || matches!(a.dtype, DType::Q8_0 | DType::Q4_0);
-        let types = b.dtype == DType::F32 && dst.dtype == DType::F32 && weights;
+        let types = b.dtype == DType::F32 && dst.dtype == DType::F32 && a.dtype != DType::I32;
         if !dst_contiguous || !a_rows_packed || !types || k % a.dtype.block_len() != 0 {
             return Ok(None);
         }
@@ -72,6 +70,28 @@ impl MatMul {
             r2: b2 / a2,
             r3: b3 / a3,
         }))
+    }
+
+    /// Distinct weight matrices (`a2 * a3`).
+    pub fn weight_matrices(&self) -> usize {
+        (self.b2 / self.r2) * (self.b3 / self.r3)
+    }
+
+    /// The address of row `i` of weight matrix `matrix` (matrices numbered along dim 2 first).
+    pub fn weight_row(&self, matrix: usize, i: usize) -> *const u8 {
+        let a2 = self.b2 / self.r2;
+        let at = (matrix % a2) * self.a_nb[2] + (matrix / a2) * self.a_nb[3] + i * self.a_nb[1];
+        // `wrapping_add` keeps this safe to compute; callers only form in-range addresses.
+        self.a.wrapping_add(at)
+    }
+
+    /// The same product with f32 weights at `a`: the weight matrices one after another, each
+    /// `m` packed rows of `k` values, numbered as [`weight_row`](Self::weight_row) numbers them.
+    pub fn with_f32_weights(&self, a: *const u8) -> MatMul {
+        let row = 4 * self.k;
+        let matrix = row * self.m;
+        let a_nb = [4, row, matrix, matrix * (self.b2 / self.r2)];
+        MatMul { a, a_type: DType::F32, a_nb, ..*self }
     }
 
     /// Matrices in `b` (and `dst`).
