@@ -177,12 +177,14 @@ impl Vocab {
             by_id.insert(t.id, (&t.content, ty));
         }
         let n = by_id.keys().max().map_or(0, |&m| m as usize + 1);
-        // Ids no token has are kept as unused placeholders, as llama.cpp's converter does.
-        let placeholder: Vec<String> = (0..n).map(|i| format!("[PAD{i}]")).collect();
         let (mut tokens, mut types) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for (i, p) in placeholder.iter().enumerate() {
-            let (token, ty) = by_id.get(&(i as u32)).copied().unwrap_or((p, token_type::UNUSED));
-            tokens.push(token.to_owned());
+        for i in 0..n {
+            let (token, ty) = match by_id.get(&(i as u32)) {
+                Some(&(token, ty)) => (token.to_owned(), ty),
+                // Ids no token has are kept as unused placeholders, as llama.cpp's converter does.
+                None => (format!("[PAD{i}]"), token_type::UNUSED),
+            };
+            tokens.push(token);
             types.push(ty);
         }
         let find = |name: &str| tokens.iter().position(|t| t == name).map(|i| i as u32);
