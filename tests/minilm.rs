@@ -114,10 +114,21 @@ fn converted(model: &Path, dtype: DType) -> PathBuf {
 
 #[test]
 #[ignore = "needs the MiniLM weights: scripts/fetch_minilm.sh"]
-fn gguf_q8_0_and_f16_embeddings_match_the_reference() {
+fn gguf_quantized_and_f16_embeddings_match_the_reference() {
     let model = model();
     // Q8_0: the attention q/k/v and FFN up matrices stay in f16 (see converted_type).
-    for (dtype, bound) in [(DType::Q8_0, 0.9995), (DType::F16, 0.99999), (DType::F32, 0.999999)] {
+    // K-quants: rows of 384 values do not fill their 256-value blocks and fall back to q8_0;
+    // the FFN down projections (rows of 1536) take the K-quant, and cost what its fewer bits
+    // do (measured: q4_K 0.978, q5_K 0.995, q6_K 0.9988).
+    let types = [
+        (DType::Q8_0, 0.9995),
+        (DType::F16, 0.99999),
+        (DType::F32, 0.999999),
+        (DType::Q4_K, 0.97),
+        (DType::Q5_K, 0.993),
+        (DType::Q6_K, 0.998),
+    ];
+    for (dtype, bound) in types {
         let path = converted(&model, dtype);
         let (worst, _) = worst_cosine(&mut load(&path, "", "", &cpu()));
         println!("minilm gguf {dtype}: worst cosine similarity {worst:.9}");
@@ -150,6 +161,74 @@ fn params_on_the_cpu_compute_on_an_accelerator_gives_the_same_embeddings() {
     let plan = resident.scheduler().plan().unwrap();
     assert!(!plan.splits.iter().any(|s| s.inputs.iter().any(|i| i.name.ends_with(".weight"))), "{plan}");
     assert_close(&got, &on_cpu);
+}
+
+/// Sentences that exercise the tokenizer: accents, punctuation, unknown and long words, CJK,
+/// control characters, special tokens written out, runs of spaces.
+const TOKENIZER_SENTENCES: [&str; 10] = [
+    "Crème brûlée at the Café Müller, naïve façade!",
+    "What?! Really... (yes) -- \"quoted\" [brackets] {braces} a/b@c#d$e%f^g&h*i",
+    "Pneumonoultramicroscopicsilicovolcanoconiosis and antidisestablishmentarianism",
+    "supercalifragilisticexpialidociousnessfulnessishlylessnesslike words",
+    "xqzvbw qqqqq zzzzzzzzzzzzzzzzzzzzzzzz",
+    "東京 は 日本 の 首都 です。",
+    "tabs\tand\nnewlines\r\n and   many    spaces",
+    "[CLS] literal [SEP] specials [MASK] [UNK] [PAD]",
+    "Ünïcödé ΑΒΓ αβγ Привет мир",
+    "emoji 😀 and symbols ™ © ® € £ ¥",
+];
+
+/// The model converted to llama.cpp's layout in a folder of its own (no tokenizer.json beside it).
+fn converted_alone(model: &Path, dtype: DType) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tessera-minilm-alone-{dtype}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("minilm.gguf");
+    tessera_models::convert(model, &out, dtype).unwrap();
+    out
+}
+
+#[test]
+#[ignore = "needs the MiniLM weights: scripts/fetch_minilm.sh"]
+fn a_converted_file_alone_tokenizes_like_the_tokenizer_json() {
+    let model = model();
+    let json = model.with_file_name("tokenizer.json");
+    let vocab = tessera_models::Vocab::from_tokenizer_json(&json).unwrap();
+    let path = converted_alone(&model, DType::F16);
+    let alone = load(&path, "", "", &cpu());
+    assert_eq!(alone.tokenizer().unwrap().path(), path);
+    let from_json = load(&model, "", "", &cpu());
+    let mut texts: Vec<&str> = reference().sentences.iter().map(String::as_str).collect();
+    texts.extend(TOKENIZER_SENTENCES);
+    let want = from_json.tokenize(&texts).unwrap();
+    assert_eq!(alone.tokenize(&texts).unwrap(), want);
+    assert!(want.iter().any(|t| t.contains(&vocab.unk)), "some word is unknown");
+    let gguf_bytes = std::fs::read(&path).unwrap();
+    let gguf = tessera::gguf::Gguf::parse(&gguf_bytes).unwrap();
+    assert_eq!(tessera_models::Vocab::from_gguf(&gguf, "minilm.gguf").unwrap().unwrap(), vocab);
+    std::fs::remove_dir_all(path.parent().unwrap()).ok();
+}
+
+#[test]
+#[ignore = "needs the MiniLM weights: scripts/fetch_minilm.sh"]
+fn llama_cpp_layout_round_trip_embeds_like_the_safetensors_run() {
+    let model = model();
+    let (_, want) = worst_cosine(&mut load(&model, "", "", &cpu()));
+    for (dtype, bound) in [(DType::F32, 0.999_999), (DType::F16, 0.9999)] {
+        let path = converted_alone(&model, dtype);
+        let (worst_reference, got) = worst_cosine(&mut load(&path, "", "", &cpu()));
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| cosine(g, &w.iter().map(|v| f64::from(*v)).collect::<Vec<_>>()))
+            .fold(1.0, f64::min);
+        println!("minilm llama.cpp layout {dtype}: worst cosine {worst:.9} to the safetensors run, {worst_reference:.9} to the reference");
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+        if dtype == DType::F32 {
+            assert_eq!(got, want, "f32: bit-identical");
+        }
+        assert!(worst >= bound, "{dtype}: worst cosine {worst} < {bound}");
+        assert!(worst_reference >= 0.9999, "{dtype}: worst cosine to the reference {worst_reference}");
+    }
 }
 
 /// Every value within 1e-5 of the other run's.

@@ -11,7 +11,10 @@ use crate::error::{Error, Result};
 /// - `Q8_0`: 32 values = an f16 scale followed by 32 `i8` (34 bytes); value = scale * q.
 /// - `Q4_0`: 32 values = an f16 scale followed by 16 bytes of nibbles (18 bytes); byte `j`
 ///   holds value `j` in its low nibble and value `j + 16` in its high nibble; value = scale * (q - 8).
+/// - `Q4_K`, `Q5_K`, `Q6_K`: 256 values in sub-blocks with quantized scales (144, 176 and 210
+///   bytes); see [`kquant`](crate::kquant).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)] // ggml's names: Q4_K is not Q4K.
 pub enum DType {
     F32,
     F16,
@@ -19,11 +22,24 @@ pub enum DType {
     I32,
     Q8_0,
     Q4_0,
+    Q4_K,
+    Q5_K,
+    Q6_K,
 }
 
 impl DType {
     /// Every type, in a fixed order (useful for tests and tables).
-    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::Q8_0, DType::Q4_0];
+    pub const ALL: [DType; 9] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ];
 
     /// ggml's name of the type ("f32", "q8_0", ...).
     pub const fn name(self) -> &'static str {
@@ -34,6 +50,9 @@ impl DType {
             DType::I32 => "i32",
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
+            DType::Q4_K => "q4_K",
+            DType::Q5_K => "q5_K",
+            DType::Q6_K => "q6_K",
         }
     }
 
@@ -41,6 +60,7 @@ impl DType {
     pub const fn block_len(self) -> usize {
         match self {
             DType::Q8_0 | DType::Q4_0 => 32,
+            DType::Q4_K | DType::Q5_K | DType::Q6_K => crate::kquant::QK_K,
             _ => 1,
         }
     }
@@ -52,6 +72,9 @@ impl DType {
             DType::F16 | DType::BF16 => 2,
             DType::Q8_0 => 34,
             DType::Q4_0 => 18,
+            DType::Q4_K => crate::kquant::Q4_K_BLOCK_BYTES,
+            DType::Q5_K => crate::kquant::Q5_K_BLOCK_BYTES,
+            DType::Q6_K => crate::kquant::Q6_K_BLOCK_BYTES,
         }
     }
 
@@ -90,5 +113,9 @@ mod tests {
         assert_eq!(DType::Q8_0.row_bytes(64).unwrap(), 68);
         assert_eq!(DType::Q4_0.row_bytes(96).unwrap(), 54);
         assert!(matches!(DType::Q4_0.row_bytes(33), Err(Error::BlockAlignment { .. })));
+        assert_eq!(DType::Q4_K.row_bytes(512).unwrap(), 288);
+        assert_eq!(DType::Q5_K.row_bytes(256).unwrap(), 176);
+        assert_eq!(DType::Q6_K.row_bytes(256).unwrap(), 210);
+        assert!(matches!(DType::Q6_K.row_bytes(128), Err(Error::BlockAlignment { .. })));
     }
 }

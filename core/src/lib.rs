@@ -28,6 +28,7 @@ pub mod fallible;
 pub mod gguf;
 pub mod graph;
 pub mod host_buffer;
+pub mod kquant;
 pub mod op;
 pub mod op_code;
 pub mod quant;

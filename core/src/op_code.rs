@@ -16,22 +16,16 @@ fn invalid(message: String) -> Error {
 
 /// ggml's id of a type (the ids GGUF files use).
 pub const fn dtype_id(dtype: DType) -> u32 {
-    match dtype {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Q4_0 => 2,
-        DType::Q8_0 => 8,
-        DType::I32 => 26,
-        DType::BF16 => 30,
-    }
+    crate::gguf::ggml_type_id(dtype)
 }
 
 /// The type with ggml's id `id`.
 pub fn dtype_from_id(id: u32) -> Result<DType> {
-    DType::ALL
-        .into_iter()
-        .find(|d| dtype_id(*d) == id)
-        .ok_or_else(|| invalid(format!("unknown type id {id} (known: 0 f32, 1 f16, 2 q4_0, 8 q8_0, 26 i32, 30 bf16)")))
+    DType::ALL.into_iter().find(|d| dtype_id(*d) == id).ok_or_else(|| {
+        invalid(format!(
+            "unknown type id {id} (known: 0 f32, 1 f16, 2 q4_0, 8 q8_0, 12 q4_K, 13 q5_K, 14 q6_K, 26 i32, 30 bf16)"
+        ))
+    })
 }
 
 const OP_NONE: u32 = 0;

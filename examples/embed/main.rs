@@ -30,13 +30,14 @@ const HELP: &str = "\
 Sentence embeddings with all-MiniLM-L6-v2 (fetch it once with scripts/fetch_minilm.sh).
 
 usage: embed [OPTIONS] SENTENCE...
-       embed --convert OUT.gguf [--type f32|f16|q8_0] [--model FILE]
+       embed --convert OUT.gguf [--type f32|f16|q8_0|q4_K|q5_K|q6_K] [--model FILE]
 
 options:
   --model FILE           weights, safetensors or GGUF [weights/all-MiniLM-L6-v2/model.safetensors,
                          looked for in the current directory, then in the repository this
                          program was built from]
-  --tokenizer FILE       the tokenizer.json to use [tokenizer.json beside the default model]
+  --tokenizer FILE       the tokenizer.json to use [tokenizer.json beside the model, else the
+                         vocabulary in a GGUF model's metadata]
   --backend SPEC         where modules run: DEVICE, or MODULE=DEVICE,... (embed, encoder, pool) [auto]
   --params-backend SPEC  where modules keep their weights, same syntax [where they run]
   --threads N            threads of the CPU backend, at most the machine's processors [all]
@@ -45,8 +46,10 @@ options:
   --json FILE            write the embeddings to FILE as {\"embeddings\": [[...], ...]}
   --repeat N             time N embedding calls of each batch after a warm-up and report the
                          median call [1]
-  --convert OUT.gguf     write the model as GGUF instead of embedding
-  --type TYPE            matrix type for --convert: f32, f16 or q8_0 [f32]
+  --convert OUT.gguf     write the model as GGUF in llama.cpp's layout, with its vocabulary,
+                         instead of embedding
+  --type TYPE            matrix type for --convert: f32, f16, q8_0, q4_K, q5_K or q6_K [f32]
+                         (K-quant rows that do not fill 256-value blocks are stored as q8_0)
   -h, --help             print this help
 
 environment: TESSERA_SCHED_DEBUG=1|2 prints the scheduler's plans; the registry's variables
@@ -115,7 +118,12 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
                     "f32" => DType::F32,
                     "f16" => DType::F16,
                     "q8_0" => DType::Q8_0,
-                    other => return Err(format!("--type: '{other}' is not one of f32, f16, q8_0").into()),
+                    "q4_k" => DType::Q4_K,
+                    "q5_k" => DType::Q5_K,
+                    "q6_k" => DType::Q6_K,
+                    other => {
+                        return Err(format!("--type: '{other}' is not one of f32, f16, q8_0, q4_K, q5_K, q6_K").into())
+                    }
                 })
             }
             Short('h') | Long("help") => {
@@ -235,10 +243,9 @@ fn run(args: Args) -> Result<(), BoxError> {
     let registry = tessera::discover();
     common::report_plugins(registry);
     let placement = Placement::resolve_in(registry, &args.backend, &args.params_backend, &MODULES)?;
-    let tokenizer_path = args.tokenizer.clone().unwrap_or_else(|| model.with_file_name("tokenizer.json"));
-    let tokenizer = Tokenizer::from_file(&tokenizer_path, MAX_TOKENS)?;
+    let tokenizer = args.tokenizer.as_ref().map(|path| Tokenizer::from_file(path, MAX_TOKENS)).transpose()?;
     let start = Instant::now();
-    let options = LoadOptions { threads: args.threads, tokenizer: Some(tokenizer), progress: Some(&mut loading_bar) };
+    let options = LoadOptions { threads: args.threads, tokenizer, progress: Some(&mut loading_bar) };
     let mut embedder = Embedder::load_with(&model, placement, options)?;
     let ms = start.elapsed().as_secs_f64() * 1e3;
     let encoder = embedder.placement().compute[Module::Encoder.index()];
@@ -252,12 +259,20 @@ fn run(args: Args) -> Result<(), BoxError> {
     let mut batches = input.batches(args.batch_size);
     while let Some(batch) = batches.next_batch()? {
         let texts: Vec<&str> = batch.iter().map(|s| s.text.as_str()).collect();
-        let encoded = embedder.tokenizer().ok_or("the model has no tokenizer")?.encode_each(&texts)?;
+        let tokenizer = embedder.tokenizer().ok_or_else(|| {
+            format!(
+                "{} has no tokenizer: no tokenizer.json beside it and no vocabulary in its metadata; \
+                 give one with --tokenizer FILE",
+                model.display()
+            )
+        })?;
+        let max_tokens = tokenizer.max_tokens();
+        let encoded = tokenizer.encode_each(&texts)?;
         for (s, _) in batch.iter().zip(&encoded).filter(|(_, e)| e.truncated) {
             truncated += 1;
             if truncated <= 3 {
                 eprintln!(
-                    "\rembed: {} has more than {MAX_TOKENS} word pieces; only the first {MAX_TOKENS} are embedded",
+                    "\rembed: {} has more than {max_tokens} word pieces; only the first {max_tokens} are embedded",
                     s.origin
                 );
             }

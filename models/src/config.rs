@@ -11,6 +11,7 @@ use tessera_core::gguf::{Gguf, Value};
 use tessera_std::model_file::ModelFile;
 
 use crate::error::{Error, Result};
+use crate::tensor_names::TensorNames;
 
 /// The shape of a BERT model.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -49,8 +50,14 @@ impl BertConfig {
     /// every size is checked ([`validate`](Self::validate)).
     pub fn of_file(file: &ModelFile) -> Result<BertConfig> {
         let model = file.path().display().to_string();
+        let names = TensorNames::of_file(file);
         let from_gguf = match file.gguf() {
-            Some(gguf) => HfConfig::from_gguf(&gguf, &model)?,
+            Some(gguf) => {
+                if names == TensorNames::LlamaCpp {
+                    require_llama_cpp_keys(&gguf, &model)?;
+                }
+                HfConfig::from_gguf(&gguf, &model)?
+            }
             None => None,
         };
         let config_json = file.path().with_file_name("config.json");
@@ -76,7 +83,7 @@ impl BertConfig {
             let prefix = format!("{name}: ");
             file.skipped().iter().find(|s| s.starts_with(&prefix)).map(|s| s[prefix.len()..].to_string())
         };
-        from_tensors(&model, &shape, &unsupported, (&declared.0, &declared.1))
+        from_tensors(&model, names, &shape, &unsupported, (&declared.0, &declared.1))
     }
 
     /// The shape of the BERT model in a parsed GGUF file: the sizes from its tensors, the head
@@ -88,7 +95,11 @@ impl BertConfig {
             message: "no attention head count: metadata 'bert.attention.head_count' is missing".into(),
         })?;
         let shape = |name: &str| gguf.tensors().iter().find(|t| t.name() == name).map(|t| t.ne());
-        from_tensors(path, &shape, &|_| None, (&declared, &Source::Gguf(path.into())))
+        let names = match shape("token_embd.weight") {
+            Some(_) => TensorNames::LlamaCpp,
+            None => TensorNames::HuggingFace,
+        };
+        from_tensors(path, names, &shape, &|_| None, (&declared, &Source::Gguf(path.into())))
     }
 
     /// Largest sizes a config may have: far beyond any BERT, small enough that every size
@@ -250,6 +261,16 @@ impl HfConfig {
                     .ok_or_else(|| metadata_type_error(path, key, v, "an unsigned integer")),
             }
         };
+        match gguf.get(ARCHITECTURE_KEY) {
+            None | Some(Value::String("bert")) => {}
+            Some(Value::String(other)) => {
+                return Err(Error::Config {
+                    path: path.into(),
+                    message: format!("metadata '{ARCHITECTURE_KEY}' is \"{other}\"; tessera reads \"bert\" models"),
+                })
+            }
+            Some(v) => return Err(metadata_type_error(path, ARCHITECTURE_KEY, v, "a string")),
+        }
         let Some(heads) = unsigned("bert.attention.head_count")? else { return Ok(None) };
         let eps = match gguf.get("bert.attention.layer_norm_epsilon") {
             None => None,
@@ -263,9 +284,36 @@ impl HfConfig {
             hidden_size: unsigned("bert.embedding_length")?,
             num_hidden_layers: unsigned("bert.block_count")?,
             intermediate_size: unsigned("bert.feed_forward_length")?,
+            max_position_embeddings: unsigned("bert.context_length")?,
+            type_vocab_size: unsigned("tokenizer.ggml.token_type_count")?,
             layer_norm_eps: eps,
             ..HfConfig::default()
         }))
+    }
+}
+
+/// The metadata key naming a GGUF file's model architecture.
+const ARCHITECTURE_KEY: &str = "general.architecture";
+
+/// The keys llama.cpp requires of a BERT file, checked for files in its layout so that a
+/// missing one is named rather than looked for in a `config.json`.
+const LLAMA_CPP_KEYS: [&str; 7] = [
+    ARCHITECTURE_KEY,
+    "bert.context_length",
+    "bert.embedding_length",
+    "bert.feed_forward_length",
+    "bert.block_count",
+    "bert.attention.head_count",
+    "bert.attention.layer_norm_epsilon",
+];
+
+fn require_llama_cpp_keys(gguf: &Gguf<'_>, path: &str) -> Result<()> {
+    match LLAMA_CPP_KEYS.iter().find(|key| gguf.get(key).is_none()) {
+        Some(key) => Err(Error::Config {
+            path: path.into(),
+            message: format!("metadata '{key}' is missing; a BERT model in llama.cpp's layout has it"),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -276,25 +324,28 @@ fn metadata_type_error(path: &str, key: &str, value: Value<'_>, expected: &str) 
     }
 }
 
-/// The config of a model whose tensor shapes `shape` gives (`None`: no such tensor) and whose
-/// declared hyper-parameters are `declared` (with where they came from). `unsupported(name)`
-/// is the type of a tensor the file holds in a type tessera does not read. `model` names the
-/// model file.
+/// The config of a model whose tensor shapes `shape` gives by their names in the file (`None`:
+/// no such tensor; the file names them as `names` says) and whose declared hyper-parameters are
+/// `declared` (with where they came from). `unsupported(name)` is the type of a tensor the file
+/// holds in a type tessera does not read. `model` names the model file.
 fn from_tensors(
     model: &str,
+    names: TensorNames,
     shape: &dyn Fn(&str) -> Option<[usize; 4]>,
     unsupported: &dyn Fn(&str) -> Option<String>,
     declared: (&HfConfig, &Source),
 ) -> Result<BertConfig> {
+    let shape = |name: &str| shape(&names.file_name(name));
     let required = |name: &str| {
-        shape(name).ok_or_else(|| match unsupported(name) {
+        let name = names.file_name(name);
+        shape(&name).ok_or_else(|| match unsupported(&name) {
             Some(dtype) => Error::Config {
                 path: model.into(),
                 message: format!(
                     "tensor '{name}' is stored as {dtype}, a type tessera does not read (f32, f16, bf16 or i32)"
                 ),
             },
-            None => Error::NotBert { path: model.into(), tensor: name.into() },
+            None => Error::NotBert { path: model.into(), tensor: name.to_string() },
         })
     };
     let word = required("embeddings.word_embeddings.weight")?;
@@ -318,8 +369,8 @@ fn from_tensors(
         ("num_hidden_layers", "bert.block_count", c.num_hidden_layers, tensors.layers),
         ("intermediate_size", "bert.feed_forward_length", c.intermediate_size, tensors.intermediate),
         ("vocab_size", "", c.vocab_size, tensors.vocab),
-        ("max_position_embeddings", "", c.max_position_embeddings, tensors.max_positions),
-        ("type_vocab_size", "", c.type_vocab_size, tensors.type_vocab),
+        ("max_position_embeddings", "bert.context_length", c.max_position_embeddings, tensors.max_positions),
+        ("type_vocab_size", "tokenizer.ggml.token_type_count", c.type_vocab_size, tensors.type_vocab),
     ];
     for (key, gguf_key, declared, actual) in sizes {
         if let Some(d) = declared.filter(|d| *d != actual) {
@@ -356,6 +407,8 @@ mod tests {
 
     use super::*;
     use crate::test_model::{self, TINY};
+
+    const HF: TensorNames = TensorNames::HuggingFace;
 
     /// all-MiniLM-L6-v2's config.json, as fetched.
     const MINILM_JSON: &str = r#"{
@@ -405,7 +458,7 @@ mod tests {
         let json = HfConfig::from_json(MINILM_JSON, "config.json").unwrap();
         assert_eq!(json.num_attention_heads, 12);
         assert_eq!(json.hidden_act.as_deref(), Some("gelu"));
-        let c = from_tensors("model.safetensors", &minilm_shapes, &none, (&json, &json_source())).unwrap();
+        let c = from_tensors("model.safetensors", HF, &minilm_shapes, &none, (&json, &json_source())).unwrap();
         assert_eq!(c, BertConfig::MINILM_L6);
     }
 
@@ -435,7 +488,7 @@ mod tests {
         let check = |patch: &dyn Fn(&mut HfConfig), expected: &str| {
             let mut json = HfConfig::from_json(MINILM_JSON, "config.json").unwrap();
             patch(&mut json);
-            let err = from_tensors("m.safetensors", &minilm_shapes, &none, (&json, &json_source())).unwrap_err();
+            let err = from_tensors("m.safetensors", HF, &minilm_shapes, &none, (&json, &json_source())).unwrap_err();
             assert!(matches!(err, Error::Config { .. }), "{err:?}");
             assert!(err.to_string().contains(expected), "{err}");
         };
@@ -455,7 +508,7 @@ mod tests {
     fn a_missing_tensor_says_it_is_not_bert() {
         let no_shape = |_: &str| None;
         let json = HfConfig { num_attention_heads: 12, ..HfConfig::default() };
-        let err = from_tensors("x.gguf", &no_shape, &none, (&json, &json_source())).unwrap_err();
+        let err = from_tensors("x.gguf", HF, &no_shape, &none, (&json, &json_source())).unwrap_err();
         assert_eq!(err.to_string(), "x.gguf: has no tensor 'embeddings.word_embeddings.weight': not a BERT model");
     }
 
@@ -465,7 +518,7 @@ mod tests {
             |name: &str| (name != "embeddings.word_embeddings.weight").then(|| minilm_shapes(name)).flatten();
         let f64_word = |name: &str| (name == "embeddings.word_embeddings.weight").then(|| "F64".to_string());
         let json = HfConfig { num_attention_heads: 12, ..HfConfig::default() };
-        let err = from_tensors("m.safetensors", &only_others, &f64_word, (&json, &json_source())).unwrap_err();
+        let err = from_tensors("m.safetensors", HF, &only_others, &f64_word, (&json, &json_source())).unwrap_err();
         assert_eq!(
             err.to_string(),
             "m.safetensors: tensor 'embeddings.word_embeddings.weight' is stored as F64, a type tessera does not \
@@ -480,7 +533,7 @@ mod tests {
         let gguf = Source::Gguf("m.gguf".into());
         let check = |shapes: &dyn Fn(&str) -> Option<[usize; 4]>, heads: usize, source: &Source, expected: &str| {
             let json = HfConfig { num_attention_heads: heads, ..HfConfig::default() };
-            let err = from_tensors("m.gguf", shapes, &none, (&json, source)).unwrap_err();
+            let err = from_tensors("m.gguf", HF, shapes, &none, (&json, source)).unwrap_err();
             assert!(matches!(err, Error::Config { .. }), "{err:?}");
             assert_eq!(err.to_string(), expected);
         };
@@ -514,7 +567,7 @@ mod tests {
         let no_layers = |name: &str| (!name.contains(".output.dense.")).then(|| minilm_shapes(name)).flatten();
         check(&no_layers, 12, &gguf, "m.gguf: num_hidden_layers is 0; expected 1 to 1024");
         let json = HfConfig { num_attention_heads: 12, layer_norm_eps: Some(f32::NAN), ..HfConfig::default() };
-        let err = from_tensors("m.gguf", &minilm_shapes, &none, (&json, &gguf)).unwrap_err();
+        let err = from_tensors("m.gguf", HF, &minilm_shapes, &none, (&json, &gguf)).unwrap_err();
         assert!(err.to_string().starts_with("m.gguf: metadata 'bert.attention.layer_norm_epsilon' is NaN"), "{err}");
     }
 

@@ -1,4 +1,5 @@
-//! Writes a BERT model as GGUF with its matrices in another type (`embed --convert`).
+//! Writes a BERT model as GGUF in llama.cpp's layout, with its matrices in another type
+//! (`embed --convert`).
 
 use std::path::Path;
 
@@ -9,6 +10,8 @@ use tessera_std::model_file::ModelFile;
 use crate::bert::{self, is_quantizable, Layout};
 use crate::config::BertConfig;
 use crate::error::{Error, Result};
+use crate::gguf_vocab::Vocab;
+use crate::tensor_names::{llama_cpp_name, TensorNames};
 
 /// The type of weight `name` in a model converted with its matrices in `matrix_type`:
 /// `matrix_type` for the quantizable matrices, F32 for everything else, except that with a
@@ -37,10 +40,15 @@ pub fn converted_type(name: &str, matrix_type: DType) -> DType {
     }
 }
 
-/// Writes `model`'s weights to `out` as GGUF: the matrices that matrix products and row
-/// lookups read in `matrix_type` (where rows fit its blocks; with a quantized type, a few
-/// sensitive ones in f16, see [`converted_type`]), everything else in f32, and the config as
-/// `bert.*` metadata. Returns the number of tensors written.
+/// Writes `model`'s weights to `out` as GGUF in llama.cpp's layout, so that llama.cpp's
+/// `llama-embedding` runs it as well as tessera: its tensor names (`blk.N.attn_q.weight`, see
+/// [`TensorNames`]), its `bert.*` hyper-parameters (mean pooling, non-causal attention) and the
+/// model's WordPiece vocabulary as `tokenizer.ggml.*` metadata (from the `tokenizer.json`
+/// beside `model`, else from `model`'s own metadata; none if neither has one). The matrices
+/// that matrix products and row lookups read are in `matrix_type` (where rows fit its blocks,
+/// else a smaller block or f32; with a quantized type, a few sensitive ones in f16, see
+/// [`converted_type`]), everything else
+/// in f32. Returns the number of tensors written.
 ///
 /// The file is written beside `out` under a temporary name and checked the way
 /// [`Embedder::load`](crate::Embedder::load) checks a model before it takes `out`'s name, so
@@ -48,27 +56,27 @@ pub fn converted_type(name: &str, matrix_type: DType) -> DType {
 pub fn convert(model: &Path, out: &Path, matrix_type: DType) -> Result<usize> {
     let file = ModelFile::open(model)?;
     let config = BertConfig::of_file(&file)?;
+    let names = TensorNames::of_file(&file);
     let mut probe = Graph::new();
     let shapes = bert::build(&mut probe, &config, &|_: &str| DType::F32, Layout::packed(&[1]))?;
     let mut w = GgufWriter::new();
-    w.add_string("general.architecture", "bert");
-    w.add_u32("bert.block_count", config.layers as u32);
-    w.add_u32("bert.embedding_length", config.hidden as u32);
-    w.add_u32("bert.feed_forward_length", config.intermediate as u32);
-    w.add_u32("bert.attention.head_count", config.heads as u32);
-    w.add_f32("bert.attention.layer_norm_epsilon", config.eps);
+    write_hyper_parameters(&mut w, &config)?;
+    if let Some(vocab) = model_vocab(&file)? {
+        vocab.write_gguf(&mut w);
+    }
     for (name, _, _) in &shapes.weights {
+        let stored = names.file_name(name);
         let t = file
-            .tensor(name)
-            .ok_or_else(|| Error::NotBert { path: model.display().to_string(), tensor: name.clone() })?;
+            .tensor(&stored)
+            .ok_or_else(|| Error::NotBert { path: model.display().to_string(), tensor: stored.to_string() })?;
         let values = tessera_core::convert::to_f32_vec(t.dtype, file.data(t)?);
-        let target = match converted_type(name, matrix_type) {
-            q if t.ne[0] % q.block_len() != 0 => DType::F32,
-            q => q,
-        };
+        let target = stored_type(converted_type(name, matrix_type), t.ne[0]);
         let bytes = tessera_core::convert::to_bytes(target, &values)?;
         let dims: Vec<usize> = if t.ne[1] > 1 { vec![t.ne[0], t.ne[1]] } else { vec![t.ne[0]] };
-        w.add_tensor(name, target, &dims, &bytes)?;
+        let llama_name = llama_cpp_name(name).ok_or_else(|| Error::InvalidConfig {
+            message: format!("weight '{name}' has no name in llama.cpp's layout"),
+        })?;
+        w.add_tensor(&llama_name, target, &dims, &bytes)?;
     }
     let io = |source| Error::Io { path: out.display().to_string(), source };
     let name = out.file_name().map_or_else(|| "out.gguf".into(), |n| n.to_string_lossy().into_owned());
@@ -79,6 +87,54 @@ pub fn convert(model: &Path, out: &Path, matrix_type: DType) -> Result<usize> {
         let _ = std::fs::remove_file(&partial);
     }
     checked.map(|_| shapes.weights.len())
+}
+
+/// The type a matrix meant to be `dtype` is stored in when its rows hold `row` values: rows that
+/// do not fill K-quant super-blocks take Q8_0's 32-value blocks (as llama.cpp's quantization
+/// mixes fall back to a smaller block), rows that fit no block stay f32.
+fn stored_type(dtype: DType, row: usize) -> DType {
+    if row % dtype.block_len() == 0 {
+        dtype
+    } else if dtype.block_len() > DType::Q8_0.block_len() && row % DType::Q8_0.block_len() == 0 {
+        DType::Q8_0
+    } else {
+        DType::F32
+    }
+}
+
+/// llama.cpp's hyper-parameters of a BERT model (what its loader requires, and what its
+/// embedding program reads: mean pooling, attention over the whole sequence).
+fn write_hyper_parameters(w: &mut GgufWriter, config: &BertConfig) -> Result<()> {
+    let u32_of = |what: &str, n: usize| {
+        u32::try_from(n).map_err(|_| Error::InvalidConfig { message: format!("{what} {n} does not fit GGUF's u32") })
+    };
+    w.add_string("general.architecture", "bert");
+    w.add_u32("bert.context_length", u32_of("max_position_embeddings", config.max_positions)?);
+    w.add_u32("bert.embedding_length", u32_of("hidden_size", config.hidden)?);
+    w.add_u32("bert.feed_forward_length", u32_of("intermediate_size", config.intermediate)?);
+    w.add_u32("bert.block_count", u32_of("num_hidden_layers", config.layers)?);
+    w.add_u32("bert.attention.head_count", u32_of("num_attention_heads", config.heads)?);
+    w.add_f32("bert.attention.layer_norm_epsilon", config.eps);
+    w.add_bool("bert.attention.causal", false);
+    w.add_u32("bert.pooling_type", POOLING_MEAN);
+    w.add_u32("tokenizer.ggml.token_type_count", u32_of("type_vocab_size", config.type_vocab)?);
+    Ok(())
+}
+
+/// llama.cpp's code of mean pooling (`bert.pooling_type`), what sentence-transformers does
+/// for this model family and what this graph computes.
+const POOLING_MEAN: u32 = 1;
+
+/// The vocabulary of the model in `file`: its `tokenizer.json`, else its GGUF metadata's.
+fn model_vocab(file: &ModelFile) -> Result<Option<Vocab>> {
+    let beside = file.path().with_file_name("tokenizer.json");
+    if beside.exists() {
+        return Vocab::from_tokenizer_json(&beside).map(Some);
+    }
+    match file.gguf() {
+        Some(gguf) => Vocab::from_gguf(&gguf, &file.path().display().to_string()),
+        None => Ok(None),
+    }
 }
 
 #[cfg(test)]
@@ -108,6 +164,45 @@ mod tests {
         convert(&out, &out, DType::Q8_0).unwrap();
         assert_eq!(crate::Embedder::check(&out).unwrap(), TINY);
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn converted_files_have_llama_cpp_names_keys_vocabulary_and_alignment() {
+        let dir = test_model::temp_dir("convert-layout");
+        let model = test_model::write_safetensors(&dir, &TINY);
+        std::fs::write(dir.join("config.json"), test_model::config_json(&TINY)).unwrap();
+        std::fs::write(dir.join("tokenizer.json"), test_model::TOKENIZER_JSON).unwrap();
+        let out = dir.join("out.gguf");
+        convert(&model, &out, DType::F16).unwrap();
+        let bytes = std::fs::read(&out).unwrap();
+        let gguf = tessera_core::gguf::Gguf::parse(&bytes).unwrap();
+        let names: Vec<&str> = gguf.tensors().iter().map(|t| t.name()).collect();
+        for name in ["token_embd.weight", "position_embd.weight", "token_types.weight", "token_embd_norm.bias"] {
+            assert!(names.contains(&name), "{name} not in {names:?}");
+        }
+        assert!(names.contains(&"blk.1.layer_output_norm.weight") && names.contains(&"blk.0.attn_q.bias"));
+        assert!(names.iter().all(|n| !n.starts_with("encoder.") && !n.starts_with("embeddings.")), "{names:?}");
+        assert_eq!(gguf.alignment(), 32);
+        assert!(gguf.tensors().iter().all(|t| t.file_offset() % 32 == 0));
+        assert_eq!(gguf.tensor("blk.0.ffn_up.weight").unwrap().ne(), [TINY.hidden, TINY.intermediate, 1, 1]);
+        let u = |key: &str| gguf.get(key).and_then(|v| v.as_unsigned()).unwrap() as usize;
+        assert_eq!(u("bert.context_length"), TINY.max_positions);
+        assert_eq!(u("bert.block_count"), TINY.layers);
+        assert_eq!(u("bert.pooling_type"), 1);
+        assert_eq!(gguf.get("bert.attention.causal").and_then(|v| v.as_bool()), Some(false));
+        assert_eq!(gguf.get("general.architecture").and_then(|v| v.as_str()), Some("bert"));
+        let vocab = Vocab::from_gguf(&gguf, "out.gguf").unwrap().unwrap();
+        assert_eq!(vocab, Vocab::from_tokenizer_json(&dir.join("tokenizer.json")).unwrap());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn rows_that_do_not_fill_a_block_fall_back_to_smaller_blocks_or_f32() {
+        assert_eq!(stored_type(DType::Q4_K, 1536), DType::Q4_K);
+        assert_eq!(stored_type(DType::Q6_K, 384), DType::Q8_0);
+        assert_eq!(stored_type(DType::Q5_K, 40), DType::F32);
+        assert_eq!(stored_type(DType::Q8_0, 40), DType::F32);
+        assert_eq!(stored_type(DType::F16, 7), DType::F16);
     }
 
     #[test]

@@ -12,8 +12,10 @@ use tessera_std::placement::Placement;
 use crate::bert::{self, BertGraph, Layout};
 use crate::config::BertConfig;
 use crate::error::{Error, Result};
+use crate::gguf_vocab::Vocab;
 use crate::inputs::inputs_for;
 use crate::module::Module;
+use crate::tensor_names::TensorNames;
 use crate::tokenize::{Tokenizer, MAX_TOKENS};
 
 /// A loaded model, its weights on their devices, the scheduler that runs it, and
@@ -21,6 +23,8 @@ use crate::tokenize::{Tokenizer, MAX_TOKENS};
 pub struct Embedder {
     config: BertConfig,
     file: ModelFile,
+    /// How the file names the graph's weights.
+    names: TensorNames,
     placement: Placement,
     /// The scheduler's backends' devices, in its order.
     devices: Vec<&'static dyn Device>,
@@ -71,7 +75,7 @@ fn backend_devices(placement: &Placement) -> Vec<&'static dyn Device> {
     placement.devices(&named)
 }
 
-/// One weight the graph declares: its module, checkpoint name, type (as the file holds it) and shape.
+/// One weight the graph declares: its module, name in the file, type (as the file holds it) and shape.
 struct ModelWeight {
     module: Module,
     name: String,
@@ -81,14 +85,15 @@ struct ModelWeight {
 
 /// The weights the graph of `config` declares, with the types the file holds them in: an error
 /// if the file lacks one, holds it in another shape, or in a type its op cannot take.
-fn weight_specs(file: &ModelFile, config: &BertConfig) -> Result<Vec<ModelWeight>> {
+fn weight_specs(file: &ModelFile, names: TensorNames, config: &BertConfig) -> Result<Vec<ModelWeight>> {
     let mut probe = Graph::new();
-    let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
+    let dtype_of = |name: &str| file.tensor(&names.file_name(name)).map_or(DType::F32, |t| t.dtype);
     let shapes = bert::build(&mut probe, config, &dtype_of, Layout::packed(&[1]))?;
     let mut specs = Vec::with_capacity(shapes.weights.len());
     for (name, module, id) in shapes.weights {
         let t = probe.tensor(id)?;
         let (dtype, ne) = (t.dtype(), t.ne());
+        let name = names.file_name(&name).into_owned();
         match file.tensor(&name) {
             Some(f) if f.ne == ne => {}
             found => {
@@ -108,6 +113,32 @@ fn weight_specs(file: &ModelFile, config: &BertConfig) -> Result<Vec<ModelWeight
         specs.push(ModelWeight { module, name, dtype, ne });
     }
     Ok(specs)
+}
+
+/// The tokenizer that comes with the model in `file`: the `tokenizer.json` beside it, else the
+/// vocabulary in its GGUF metadata, else none. It truncates at [`MAX_TOKENS`] or the model's
+/// positions, whichever is fewer.
+fn model_tokenizer(file: &ModelFile, config: &BertConfig) -> Result<Option<Tokenizer>> {
+    let max_tokens = MAX_TOKENS.min(config.max_positions);
+    let beside = file.path().with_file_name("tokenizer.json");
+    if beside.exists() {
+        return Tokenizer::from_file(&beside, max_tokens).map(Some);
+    }
+    let Some(gguf) = file.gguf() else { return Ok(None) };
+    let path = file.path().display().to_string();
+    let Some(vocab) = Vocab::from_gguf(&gguf, &path)? else { return Ok(None) };
+    if vocab.tokens.len() > config.vocab {
+        return Err(Error::Tokenizer {
+            path,
+            message: format!(
+                "its vocabulary has {} tokens but the model embeds {}; expected at most {}",
+                vocab.tokens.len(),
+                config.vocab,
+                config.vocab
+            ),
+        });
+    }
+    Tokenizer::from_vocab(&vocab, file.path(), max_tokens).map(Some)
 }
 
 impl Embedder {
@@ -133,7 +164,7 @@ impl Embedder {
     pub fn check(path: impl AsRef<Path>) -> Result<BertConfig> {
         let file = ModelFile::open(path.as_ref())?;
         let config = BertConfig::of_file(&file)?;
-        weight_specs(&file, &config)?;
+        weight_specs(&file, TensorNames::of_file(&file), &config)?;
         Ok(config)
     }
 
@@ -155,16 +186,13 @@ impl Embedder {
         }
         let tokenizer = match tokenizer {
             Some(t) => Some(t),
-            None => {
-                let beside = file.path().with_file_name("tokenizer.json");
-                let max_tokens = MAX_TOKENS.min(config.max_positions);
-                beside.exists().then(|| Tokenizer::from_file(&beside, max_tokens)).transpose()?
-            }
+            None => model_tokenizer(&file, &config)?,
         };
         let devices = backend_devices(&placement);
 
         // The weights each module declares, placed where its params live.
-        let specs = weight_specs(&file, &config)?;
+        let names = TensorNames::of_file(&file);
+        let specs = weight_specs(&file, names, &config)?;
         let mut stores = Vec::new();
         for m in Module::ALL {
             let module_specs: Vec<WeightSpec> = specs
@@ -195,6 +223,7 @@ impl Embedder {
         Ok(Embedder {
             config,
             file,
+            names,
             placement,
             devices,
             stores,
@@ -309,11 +338,12 @@ impl Embedder {
     /// every node pinned to its module's device.
     fn graph(&mut self, lens: &[usize]) -> Result<(Graph, BertGraph)> {
         let mut g = Graph::new();
-        let file = &self.file;
-        let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
+        let (file, names) = (&self.file, self.names);
+        let dtype_of = |name: &str| file.tensor(&names.file_name(name)).map_or(DType::F32, |t| t.dtype);
         let model = bert::build(&mut g, &self.config, &dtype_of, Layout::for_lengths(lens))?;
         for (name, module, id) in &model.weights {
-            let data = self.stores[module.index()].get(name).ok_or_else(|| tessera_core::Error::File {
+            let name = names.file_name(name);
+            let data = self.stores[module.index()].get(&name).ok_or_else(|| tessera_core::Error::File {
                 path: self.file.path().display().to_string(),
                 message: format!("weight '{name}' was not loaded"),
             })?;
@@ -337,6 +367,10 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use tessera_sim::{SimConfig, SimDevice};
+    use tessera_std::gguf_writer::MetaValue;
+
+    /// A GGUF file's metadata entries, to edit.
+    type Metadata = Vec<(String, MetaValue)>;
 
     use super::*;
     use crate::module::MODULES;
@@ -494,6 +528,91 @@ mod tests {
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
     }
 
+    /// A model converted beside its tokenizer.json, then moved away from it.
+    fn converted_alone(dtype: DType) -> std::path::PathBuf {
+        let dir = test_model::temp_dir("convert-alone");
+        let model = test_model::write_safetensors(&dir, &TINY);
+        std::fs::write(dir.join("config.json"), test_model::config_json(&TINY)).unwrap();
+        std::fs::write(dir.join("tokenizer.json"), test_model::TOKENIZER_JSON).unwrap();
+        let alone = dir.join("alone");
+        std::fs::create_dir(&alone).unwrap();
+        crate::convert(&model, &alone.join("tiny.gguf"), dtype).unwrap();
+        alone.join("tiny.gguf")
+    }
+
+    #[test]
+    fn a_converted_file_alone_tokenizes_with_its_own_vocabulary() {
+        let path = converted_alone(DType::F32);
+        let dir = path.parent().unwrap().parent().unwrap().to_path_buf();
+        let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+        let tokenizer = e.tokenizer().expect("the vocabulary in the file's metadata");
+        assert_eq!(tokenizer.path(), path);
+        assert_eq!(tokenizer.max_tokens(), TINY.max_positions);
+        let texts = ["A sentence.", "Another one!", "an unknown word", "[CLS] a [SEP]"];
+        let want =
+            Tokenizer::from_file(dir.join("tokenizer.json"), TINY.max_positions).unwrap().encode(&texts).unwrap();
+        assert_eq!(e.tokenize(&texts).unwrap(), want);
+        assert_eq!(e.embed(&texts[..1]).unwrap(), e.embed_tokens(&[&want[0]]).unwrap());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn llama_cpp_files_without_a_key_or_of_another_architecture_are_errors_naming_them() {
+        let path = converted_alone(DType::F32);
+        let dir = path.parent().unwrap().parent().unwrap().to_path_buf();
+        let bytes = std::fs::read(&path).unwrap();
+        let check = |edit: &dyn Fn(&mut Metadata), expected: &str| {
+            std::fs::write(&path, test_model::edit_gguf(&bytes, edit)).unwrap();
+            let err = Embedder::load(&path, on(&cpu(), "", "")).err().unwrap();
+            let message = err.to_string();
+            assert!(message.starts_with(&path.display().to_string()) || message.contains(&*path.to_string_lossy()));
+            assert!(message.contains(expected), "{message}");
+        };
+        for key in ["bert.context_length", "bert.attention.head_count", "general.architecture"] {
+            check(&|m| m.retain(|(k, _)| k != key), &format!("metadata '{key}' is missing"));
+        }
+        check(
+            &|m| {
+                m.iter_mut()
+                    .filter(|(k, _)| k == "general.architecture")
+                    .for_each(|(_, v)| *v = MetaValue::String("llama".into()))
+            },
+            "metadata 'general.architecture' is \"llama\"; tessera reads \"bert\" models",
+        );
+        check(
+            &|m| m.retain(|(k, _)| k != "tokenizer.ggml.seperator_token_id"),
+            "metadata 'tokenizer.ggml.seperator_token_id' is missing",
+        );
+        check(
+            &|m| m.iter_mut().filter(|(k, _)| k == "bert.context_length").for_each(|(_, v)| *v = MetaValue::U32(8)),
+            "metadata 'bert.context_length' is 8 but the weights",
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// GGUF files with K-quant matrices load and embed close to the float64 BERT.
+    #[test]
+    fn k_quant_models_embed_close_to_a_float64_bert() {
+        // Rows of whole 256-value super-blocks.
+        let c = BertConfig { hidden: 256, intermediate: 512, ..TINY };
+        let dir = test_model::temp_dir("k-quants");
+        for (dtype, bound) in [(DType::Q4_K, 0.995), (DType::Q5_K, 0.999), (DType::Q6_K, 0.9995)] {
+            let path = dir.join(format!("{dtype}.gguf"));
+            std::fs::write(&path, test_model::gguf_bytes(&c, dtype)).unwrap();
+            let file = ModelFile::open(&path).unwrap();
+            assert_eq!(file.tensor("encoder.layer.1.output.dense.weight").unwrap().dtype, dtype);
+            let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+            let got = e.embed_tokens(&SEQUENCES).unwrap();
+            let worst = SEQUENCES
+                .iter()
+                .zip(&got)
+                .map(|(ids, g)| cosine(g, &test_model::reference_embedding(&c, ids)))
+                .fold(1.0, f64::min);
+            assert!(worst >= bound, "{dtype}: worst cosine {worst} < {bound}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     #[test]
     fn converted_models_embed_like_the_original() {
         let dir = test_model::temp_dir("convert");
@@ -509,6 +628,9 @@ mod tests {
             let mut converted = Embedder::load(&out, on(&cpu(), "", "")).unwrap();
             assert_eq!(*converted.config(), TINY);
             let got = converted.embed_tokens(&SEQUENCES).unwrap();
+            if dtype == DType::F32 {
+                assert_eq!(got, want, "f32 in llama.cpp's layout computes the same bits");
+            }
             for (g, w) in got.iter().zip(&want) {
                 let w: Vec<f64> = w.iter().map(|v| f64::from(*v)).collect();
                 let c = cosine(g, &w);

@@ -5,9 +5,12 @@
 //! - [`bert`]: the graph, for any [`BertConfig`] and token [`Layout`];
 //! - [`inputs`]: the values of its positional, attention and pooling inputs;
 //! - [`config`]: the model's shape, from its tensors and its `config.json` (or GGUF metadata);
-//! - [`Embedder`]: loads a safetensors or GGUF file onto the devices of a per-module
-//!   [`Placement`](tessera_std::placement::Placement), tokenizes and embeds sentences;
-//! - [`convert()`]: writes a model as GGUF with its matrices in f32, f16 or q8_0.
+//! - [`Embedder`]: loads a safetensors or GGUF file (Hugging Face's or llama.cpp's tensor names,
+//!   see [`TensorNames`]) onto the devices of a per-module
+//!   [`Placement`](tessera_std::placement::Placement), tokenizes (with its `tokenizer.json`, or
+//!   a GGUF file's own [`Vocab`]) and embeds sentences;
+//! - [`convert()`]: writes a model as GGUF in llama.cpp's layout, with its vocabulary and its
+//!   matrices in f32, f16, q8_0 or a K-quant.
 //!
 //! ```no_run
 //! use tessera_models::{Embedder, MODULES};
@@ -27,8 +30,10 @@ pub mod config;
 pub mod convert;
 pub mod embedder;
 pub mod error;
+pub mod gguf_vocab;
 pub mod inputs;
 pub mod module;
+pub mod tensor_names;
 pub mod tokenize;
 
 #[cfg(test)]
@@ -39,5 +44,7 @@ pub use config::{BertConfig, HfConfig};
 pub use convert::{convert, converted_type};
 pub use embedder::{Embedder, LoadOptions, Timing};
 pub use error::{Error, Result};
+pub use gguf_vocab::Vocab;
 pub use module::{Module, MODULES};
+pub use tensor_names::TensorNames;
 pub use tokenize::{Encoded, Tokenizer, MAX_TOKENS};

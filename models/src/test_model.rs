@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use tessera_core::gguf::Gguf;
 use tessera_core::{DType, Graph};
-use tessera_std::gguf_writer::GgufWriter;
+use tessera_std::gguf_writer::{GgufWriter, MetaValue};
 
 use crate::bert::{self, Layout};
 use crate::config::BertConfig;
@@ -101,6 +102,23 @@ pub fn gguf_bytes(c: &BertConfig, matrix_type: DType) -> Vec<u8> {
     for (name, ne, values) in weights(c) {
         let dims: Vec<usize> = if ne[1] > 1 { vec![ne[0], ne[1]] } else { vec![ne[0]] };
         w.add_tensor_f32(&name, weight_type(&name), &dims, &values).unwrap();
+    }
+    w.to_bytes()
+}
+
+/// The GGUF file `bytes` written anew with `edit` applied to its metadata entries (to drop or
+/// change keys); tensors are copied as they are.
+pub fn edit_gguf(bytes: &[u8], edit: impl FnOnce(&mut Vec<(String, MetaValue)>)) -> Vec<u8> {
+    let gguf = Gguf::parse(bytes).unwrap();
+    let mut metadata: Vec<(String, MetaValue)> =
+        gguf.metadata().iter().map(|kv| (kv.key.to_string(), MetaValue::from(kv.value))).collect();
+    edit(&mut metadata);
+    let mut w = GgufWriter::new();
+    for (key, value) in metadata {
+        w.add_value(&key, value);
+    }
+    for t in gguf.tensors() {
+        w.add_tensor(t.name(), t.dtype(), &t.ne()[..t.n_dims()], gguf.tensor_data(t)).unwrap();
     }
     w.to_bytes()
 }

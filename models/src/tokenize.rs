@@ -1,8 +1,10 @@
-//! Text to token ids with a Hugging Face `tokenizer.json` (WordPiece for BERT models).
+//! Text to token ids with a Hugging Face `tokenizer.json` (WordPiece for BERT models), or
+//! with the vocabulary a GGUF file holds in its metadata.
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::gguf_vocab::Vocab;
 
 /// sentence-transformers truncates all-MiniLM-L6-v2 inputs at 256 word pieces.
 pub const MAX_TOKENS: usize = 256;
@@ -28,10 +30,26 @@ impl Tokenizer {
     pub fn from_file(path: impl AsRef<Path>, max_tokens: usize) -> Result<Tokenizer> {
         let path = path.as_ref();
         let error = |message: String| Error::Tokenizer { path: path.display().to_string(), message };
+        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| error(e.to_string()))?;
+        Tokenizer::new(inner, path, max_tokens)
+    }
+
+    /// The tokenizer of a GGUF file's vocabulary (see [`Vocab::tokenizer_json`]); `path`
+    /// names the file.
+    pub fn from_vocab(vocab: &Vocab, path: impl AsRef<Path>, max_tokens: usize) -> Result<Tokenizer> {
+        let path = path.as_ref();
+        let error = |message: String| Error::Tokenizer { path: path.display().to_string(), message };
+        let inner: tokenizers::Tokenizer =
+            serde_json::from_value(vocab.tokenizer_json()).map_err(|e| error(e.to_string()))?;
+        Tokenizer::new(inner, path, max_tokens)
+    }
+
+    /// `inner` without padding, truncating at `max_tokens`.
+    fn new(mut inner: tokenizers::Tokenizer, path: &Path, max_tokens: usize) -> Result<Tokenizer> {
+        let error = |message: String| Error::Tokenizer { path: path.display().to_string(), message };
         if max_tokens == 0 {
             return Err(error("a maximum of 0 tokens leaves no room for any; expected at least 1".into()));
         }
-        let mut inner = tokenizers::Tokenizer::from_file(path).map_err(|e| error(e.to_string()))?;
         inner.with_padding(None);
         inner
             .with_truncation(Some(tokenizers::TruncationParams { max_length: max_tokens, ..Default::default() }))

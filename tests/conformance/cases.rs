@@ -143,6 +143,11 @@ const BF16: DType = DType::BF16;
 const I32: DType = DType::I32;
 const Q8_0: DType = DType::Q8_0;
 const Q4_0: DType = DType::Q4_0;
+const Q4_K: DType = DType::Q4_K;
+const Q5_K: DType = DType::Q5_K;
+const Q6_K: DType = DType::Q6_K;
+/// The K-quants, whose blocks hold 256 values.
+const K_QUANTS: [DType; 3] = [Q4_K, Q5_K, Q6_K];
 
 const FLOATS: [DType; 3] = [F32, F16, BF16];
 const SWAP01: [usize; 4] = [1, 0, 2, 3];
@@ -465,8 +470,10 @@ fn mul_mat(v: &mut Vec<Case>) {
         /// `a` is a `[k, d2, m, d3]` leaf with dims 1 and 2 swapped (rows stay contiguous).
         PermA,
     }
-    for ta in [F32, F16, BF16, Q8_0, Q4_0] {
-        let sizes: &[(usize, usize, usize)] = if ta.is_quantized() {
+    for ta in [F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K] {
+        let sizes: &[(usize, usize, usize)] = if K_QUANTS.contains(&ta) {
+            &[(7, 1, 256), (17, 9, 512), (5, 3, 256), (33, 1, 768), (16, 16, 256), (67, 33, 512)]
+        } else if ta.is_quantized() {
             &[(7, 1, 32), (17, 9, 64), (5, 3, 256), (33, 1, 128), (16, 16, 32), (67, 33, 256)]
         } else {
             &[(7, 1, 33), (17, 9, 33), (5, 3, 129), (1, 1, 7), (16, 8, 64), (33, 1, 9), (67, 33, 257)]
@@ -492,7 +499,13 @@ fn mul_mat(v: &mut Vec<Case>) {
         list.push((7, 5, k, [2, 1], [2, 2], Layout::PermA));
         // Past one cache block of the fast CPU kernels in every direction (k, rows, columns),
         // and a matrix-vector product over many blocks.
-        let k_long = if ta.is_quantized() { 2112 } else { 1031 };
+        let k_long = if K_QUANTS.contains(&ta) {
+            2304
+        } else if ta.is_quantized() {
+            2112
+        } else {
+            1031
+        };
         list.push((400, 29, k_long, [1, 1], [1, 1], Layout::Plain));
         list.push((67, 8, k_long, [1, 1], [1, 1], Layout::Plain));
         for (m, n, k, bs, nr, layout) in list {
@@ -525,9 +538,10 @@ fn mul_mat(v: &mut Vec<Case>) {
 }
 
 fn get_rows(v: &mut Vec<Case>) {
-    for t in [F32, F16, BF16, I32, Q8_0, Q4_0] {
-        let n = if t.is_quantized() { 64 } else { 33 };
-        for (n, r, m, d2, d3) in [(n, 5, 3, 1, 1), (n, 7, 9, 3, 1), (n, 4, 2, 2, 3), (32, 1, 5, 1, 1)] {
+    for t in [F32, F16, BF16, I32, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K] {
+        let n = if t.is_quantized() { 2 * t.block_len() } else { 33 };
+        let one_block = t.block_len().max(32);
+        for (n, r, m, d2, d3) in [(n, 5, 3, 1, 1), (n, 7, 9, 3, 1), (n, 4, 2, 2, 3), (one_block, 1, 5, 1, 1)] {
             let name = format!("GET_ROWS(type={t},n={n},r={r},m={m},ne_b=[{m},{d2},{d3},1])");
             v.push(Case::new("GET_ROWS", name, move |g| {
                 let a = g.leaf(t, [n, r, d2, d3])?;
@@ -606,6 +620,24 @@ fn cpy(v: &mut Vec<Case>) {
         let b = g.leaf(I32, [10, 5, 4, 3])?;
         g.cpy(a, b)
     }));
+    // The K-quants from and to f32, and as casts. (Not into their own type: the reference
+    // requantizes what it dequantized, which their range fit does not reproduce exactly, where
+    // a copy keeps the bytes.)
+    for t in K_QUANTS {
+        for (ts, td) in [(F32, t), (t, F32)] {
+            let name = format!("CPY(type_src={ts},type_dst={td},ne=[512,3,2,1])");
+            v.push(Case::new("CPY", name, move |g| {
+                let a = g.leaf(ts, [512, 3, 2, 1])?;
+                let b = g.leaf(td, [512, 3, 2, 1])?;
+                g.cpy(a, b)
+            }));
+        }
+        let name = format!("CPY(type_src=f32,type_dst={t},ne=[256,5,3,1],cast)");
+        v.push(Case::new("CPY", name, move |g| {
+            let a = g.leaf(F32, [256, 5, 3, 1])?;
+            g.cast(a, t)
+        }));
+    }
     // Casts: CPY into a new tensor.
     for (ts, td) in [(F32, F16), (F16, F32), (F32, BF16), (F32, Q8_0), (Q4_0, F32)] {
         let name = format!("CPY(type_src={ts},type_dst={td},ne=[64,5,3,1],cast)");

@@ -9,14 +9,16 @@ use super::operands::MatMul;
 use super::{gather_column, threads_for};
 use crate::fast::parallel::{Team, WorkCounter};
 use crate::fast::scratch::WorkMemory;
-use crate::fast::simd::{Kernels, QvColumn, QK, QV_BLOCK_BYTES};
+use crate::fast::simd::{Kernels, QvColumn, Rows, QK, QV_BLOCK_BYTES};
 
 /// Weight rows per work item (enough to amortise a kernel call, few enough to balance).
 const ROWS: usize = 16;
 
 /// F32, F16 and BF16 weights: activations are read in place when they are dense f32 columns,
-/// else gathered first.
+/// else gathered first. Weights of other types (the K-quants) are dequantized an item's rows at
+/// a time into the thread's own memory and multiplied as f32.
 pub fn run_float(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
+    let dequantize = !mm.a_type.is_float();
     let gemv = match mm.a_type {
         DType::F16 => kernels.gemv.f16,
         DType::BF16 => kernels.gemv.bf16,
@@ -25,9 +27,11 @@ pub fn run_float(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm
     let (k, m, n, batches) = (mm.k, mm.m, mm.n, mm.batches());
     let dense = mm.activations_dense();
     let threads = threads_for(team.threads(), mm.work());
-    let regions = memory.reserve(if dense { 0 } else { batches * n * k * 4 }, 0, threads)?;
+    let shared = if dense { 0 } else { batches * n * k * 4 };
+    let regions = memory.reserve(shared, if dequantize { ROWS * k * 4 } else { 0 }, threads)?;
     let items = batches * m.div_ceil(ROWS);
     let to_compute = WorkCounter::new();
+    let to_f32 = kernels.rows.to_f32;
 
     team.run(threads, &|w| {
         let gathered = regions.shared().cast::<f32>();
@@ -41,7 +45,16 @@ pub fn run_float(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm
         }
         while let Some(item) = to_compute.next(items) {
             let (batch, r0) = (item / m.div_ceil(ROWS), item % m.div_ceil(ROWS) * ROWS);
-            let rows = mm.weights(batch, r0, ROWS.min(m - r0));
+            let mut rows = mm.weights(batch, r0, ROWS.min(m - r0));
+            if dequantize {
+                let own = regions.private(w.ith).cast::<f32>();
+                for r in 0..rows.count {
+                    // SAFETY: row `r` of the item holds `k` values of its type; the private
+                    // region holds `ROWS * k` f32 for this thread alone.
+                    unsafe { to_f32(rows.dtype, k, rows.ptr.add(r * rows.stride), own.add(r * k)) };
+                }
+                rows = Rows { ptr: own.cast_const().cast(), stride: 4 * k, count: rows.count, dtype: DType::F32 };
+            }
             let (x, ldx) = if dense {
                 let cols = mm.activations(batch, 0, n);
                 (cols.ptr.cast::<f32>(), cols.col_stride / 4)

@@ -1,12 +1,14 @@
-//! MUL_MAT on the fast kernels: `dst = a x b` for F32, F16, BF16, Q8_0 and Q4_0 weights `a`
-//! and f32 activations `b` of any strides, broadcast over dims 2 and 3.
+//! MUL_MAT on the fast kernels: `dst = a x b` for F32, F16, BF16, Q8_0, Q4_0 and K-quant
+//! weights `a` and f32 activations `b` of any strides, broadcast over dims 2 and 3.
 //!
 //! Three drivers, chosen by shape and type only (never by thread count or alignment, so a
 //! node gives the same bits wherever and however often it runs):
 //! - up to [`GEMV_MAX_N`] columns: [`gemv`], memory-bound matrix-vector products;
 //! - float weights: [`gemm`], packed and cache-blocked around a register micro-kernel;
-//! - quantized weights: [`qgemm`], int8 dot products on quantized activations.
+//! - quantized weights: [`qgemm`], int8 dot products on quantized activations;
+//! - K-quant weights: [`dequantized`], the float drivers on f32 copies of the weights.
 
+mod dequantized;
 mod gemm;
 mod gemv;
 mod operands;
@@ -51,6 +53,9 @@ pub fn mul_mat(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, node
         // SAFETY: the destination is contiguous: `m * n * batches` f32 values.
         unsafe { core::ptr::write_bytes(mm.out(0), 0, mm.m * mm.n * mm.batches()) };
         return Ok(true);
+    }
+    if matches!(mm.a_type, DType::Q4_K | DType::Q5_K | DType::Q6_K) {
+        return dequantized::run(kernels, team, memory, &mm);
     }
     let quantized = matches!(mm.a_type, DType::Q8_0 | DType::Q4_0);
     match (quantized, mm.n <= GEMV_MAX_N) {

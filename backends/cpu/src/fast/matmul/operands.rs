@@ -72,6 +72,28 @@ impl MatMul {
         }))
     }
 
+    /// Distinct weight matrices (`a2 * a3`).
+    pub fn weight_matrices(&self) -> usize {
+        (self.b2 / self.r2) * (self.b3 / self.r3)
+    }
+
+    /// The address of row `i` of weight matrix `matrix` (matrices numbered along dim 2 first).
+    pub fn weight_row(&self, matrix: usize, i: usize) -> *const u8 {
+        let a2 = self.b2 / self.r2;
+        let at = (matrix % a2) * self.a_nb[2] + (matrix / a2) * self.a_nb[3] + i * self.a_nb[1];
+        // `wrapping_add` keeps this safe to compute; callers only form in-range addresses.
+        self.a.wrapping_add(at)
+    }
+
+    /// The same product with f32 weights at `a`: the weight matrices one after another, each
+    /// `m` packed rows of `k` values, numbered as [`weight_row`](Self::weight_row) numbers them.
+    pub fn with_f32_weights(&self, a: *const u8) -> MatMul {
+        let row = 4 * self.k;
+        let matrix = row * self.m;
+        let a_nb = [4, row, matrix, matrix * (self.b2 / self.r2)];
+        MatMul { a, a_type: DType::F32, a_nb, ..*self }
+    }
+
     /// Matrices in `b` (and `dst`).
     pub fn batches(&self) -> usize {
         self.b2 * self.b3
