@@ -119,6 +119,26 @@ fn pinned_host_memory_is_host_memory_the_cpu_computes_on() {
     assert!(tessera::cpu::CPU_DEVICE.supports_buffer_type(pinned));
 }
 
+/// `out` of `g` (allocated on `gpu`, inputs set) computed node by node, then by a program
+/// prepared for the whole graph (captured, with its fusions): both results.
+fn one_by_one_and_captured(gpu: &'static dyn Device, g: &Graph, out: tessera::TensorId) -> (Vec<f32>, Vec<f32>) {
+    let mut backend = gpu.init_backend().unwrap();
+    backend.compute_graph(g).unwrap();
+    let one_by_one = g.get_f32(out).unwrap();
+    g.set_f32(out, &vec![0.0; one_by_one.len()]).unwrap();
+    // Readers of each tensor: intermediate results read once may be fused away.
+    let consumers: Vec<u32> = (0..g.tensors().len())
+        .map(|i| {
+            g.nodes().iter().filter(|&&id| g.tensor(id).unwrap().srcs().any(|(_, s)| s.index() == i)).count() as u32
+        })
+        .collect();
+    let split = tessera::SplitRef { graph: g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
+    let mut program = backend.prepare(&split).unwrap();
+    backend.run(&mut *program, g).unwrap();
+    backend.synchronize().unwrap();
+    (one_by_one, g.get_f32(out).unwrap())
+}
+
 /// A layer norm (NORM, MUL by a weight row, ADD of a bias row; with or without a residual ADD
 /// before it) captured into a program runs as one fused kernel; its bits are those of the
 /// nodes run one by one.
@@ -150,21 +170,9 @@ fn a_fused_layer_norm_gives_the_bits_of_its_nodes() {
             let values: Vec<f32> = (0..n).map(|k| ((k * 7 + i * 13) % 101) as f32 / 17.0 - 2.5).collect();
             g.set_f32(leaf, &values).unwrap();
         }
-        let mut backend = gpu.init_backend().unwrap();
-        backend.compute_graph(&g).unwrap();
-        let one_by_one: Vec<u32> = g.get_f32(out).unwrap().iter().map(|v| v.to_bits()).collect();
-        g.set_f32(out, &vec![0.0; g.tensor(out).unwrap().nelements()]).unwrap();
-        let consumers: Vec<u32> = (0..g.tensors().len())
-            .map(|i| {
-                g.nodes().iter().filter(|&&id| g.tensor(id).unwrap().srcs().any(|(_, s)| s.index() == i)).count() as u32
-            })
-            .collect();
-        let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
-        let mut program = backend.prepare(&split).unwrap();
-        backend.run(&mut *program, &g).unwrap();
-        backend.synchronize().unwrap();
-        let fused: Vec<u32> = g.get_f32(out).unwrap().iter().map(|v| v.to_bits()).collect();
-        assert_eq!(fused, one_by_one, "hidden {hidden}, bias {with_bias}, rms {rms}, residual {residual}");
+        let (one_by_one, fused) = one_by_one_and_captured(gpu, &g, out);
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
+        assert_eq!(bits(fused), bits(one_by_one), "hidden {hidden}, bias {with_bias}, rms {rms}, residual {residual}");
     }
 }
 
@@ -190,20 +198,7 @@ fn a_product_with_its_bias_fused_matches_the_nodes() {
             let values: Vec<f32> = (0..n).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect();
             g.set_f32(leaf, &values).unwrap();
         }
-        let mut backend = gpu.init_backend().unwrap();
-        backend.compute_graph(&g).unwrap();
-        let one_by_one = g.get_f32(out).unwrap();
-        g.set_f32(out, &vec![0.0; one_by_one.len()]).unwrap();
-        let consumers: Vec<u32> = (0..g.tensors().len())
-            .map(|i| {
-                g.nodes().iter().filter(|&&id| g.tensor(id).unwrap().srcs().any(|(_, s)| s.index() == i)).count() as u32
-            })
-            .collect();
-        let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
-        let mut program = backend.prepare(&split).unwrap();
-        backend.run(&mut *program, &g).unwrap();
-        backend.synchronize().unwrap();
-        let fused = g.get_f32(out).unwrap();
+        let (one_by_one, fused) = one_by_one_and_captured(gpu, &g, out);
         let worst = fused.iter().zip(&one_by_one).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0.0f32, f32::max);
         assert!(worst < 1e-5, "{wt} {m}x{n}x{k} (x{batch}): fused and one by one differ by {worst}");
     }
