@@ -18,11 +18,15 @@ pub use tessera_cuda as cuda;
 pub use tessera_plugin_abi as plugin;
 #[cfg(feature = "std")]
 pub use tessera_std as runtime;
+#[cfg(feature = "vulkan")]
+pub use tessera_vulkan as vulkan;
 
 /// The backend families compiled into this build, in priority order.
 pub static BUILTIN_REGS: &[&'static dyn BackendReg] = &[
     #[cfg(feature = "cuda")]
     &tessera_cuda::CUDA_REG,
+    #[cfg(feature = "vulkan")]
+    &tessera_vulkan::VULKAN_REG,
     &tessera_cpu::CPU_REG,
 ];
 

@@ -41,12 +41,18 @@ where
     devices.into_iter().find(|d| d.device_type() == device_type)
 }
 
-/// The first GPU, else the first integrated GPU, else the first CPU.
+/// The first GPU, else the first integrated GPU, else the first CPU that computes in host
+/// memory (the CPU backend, not a CPU implementation of a GPU API such as Mesa's lavapipe,
+/// which is listed but is only chosen when nothing else is there).
 pub fn best_device<I>(devices: I) -> Option<&'static dyn Device>
 where
     I: IntoIterator<Item = &'static dyn Device>,
+    I::IntoIter: Clone,
 {
-    first_by_preference(devices, &[DeviceType::Gpu, DeviceType::IGpu, DeviceType::Cpu])
+    let devices = devices.into_iter();
+    first_by_preference(devices.clone(), &[DeviceType::Gpu, DeviceType::IGpu])
+        .or_else(|| devices.clone().find(|d| d.device_type() == DeviceType::Cpu && d.buffer_type().is_host()))
+        .or_else(|| device_by_type(devices, DeviceType::Cpu))
 }
 
 /// The first GPU, else the first integrated GPU.

@@ -1,0 +1,70 @@
+//! Value-by-value ops: the unary ops, SCALE, DIAG_MASK_INF (`unary.comp`) and the binary
+//! ops with broadcasting (`binary.comp`).
+
+use tessera_core::{BinaryOp, DType, Op, UnaryOp};
+
+use super::{args_of, linear_groups, need, no_shader, src, Dispatch, Operand, Why};
+use crate::shaders::Shader;
+
+fn is_float(t: DType) -> bool {
+    matches!(t, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// The op's code in `unary.comp`.
+fn unary_code(op: Op) -> Option<i32> {
+    Some(match op {
+        Op::Unary(u) => match u {
+            UnaryOp::Sqr => 0,
+            UnaryOp::Sqrt => 1,
+            UnaryOp::Neg => 2,
+            UnaryOp::Abs => 3,
+            UnaryOp::Exp => 4,
+            UnaryOp::Relu => 5,
+            UnaryOp::Gelu => 6,
+            UnaryOp::GeluErf => 7,
+            UnaryOp::Silu => 8,
+            UnaryOp::Sigmoid => 9,
+            UnaryOp::Tanh => 10,
+        },
+        Op::Scale(_) => 11,
+        Op::DiagMaskInf { .. } => 12,
+        _ => return None,
+    })
+}
+
+pub(super) fn unary(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dispatch, Why> {
+    let a = src(srcs, 0)?;
+    let code = unary_code(op).ok_or_else(|| no_shader(op, &[a.dtype]))?;
+    need(is_float(a.dtype) && dst.dtype == a.dtype, || no_shader(op, &[a.dtype, dst.dtype]))?;
+    need(dst.desc.ne == a.desc.ne, || format!("destination {:?} is not the shape of {:?}", dst.desc.ne, a.desc.ne))?;
+    let mut args = args_of(dst, srcs);
+    args.i[0] = code;
+    match op {
+        Op::Scale(s) => args.f[0] = s,
+        Op::DiagMaskInf { n_past } => {
+            args.i[1] = i32::try_from(n_past).map_err(|_| format!("n_past {n_past} is too large"))?;
+        }
+        _ => {}
+    }
+    Ok(Dispatch { shader: Shader::Unary, args, groups: linear_groups(dst.desc.nelements(), 256)? })
+}
+
+pub(super) fn binary(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dispatch, Why> {
+    let (a, b) = (src(srcs, 0)?, src(srcs, 1)?);
+    let Op::Binary(kind) = op else { return Err(no_shader(op, &[a.dtype])) };
+    need(is_float(a.dtype) && is_float(b.dtype) && dst.dtype == a.dtype, || {
+        no_shader(op, &[a.dtype, b.dtype, dst.dtype])
+    })?;
+    need(dst.desc.ne == a.desc.ne, || format!("destination {:?} is not the shape of {:?}", dst.desc.ne, a.desc.ne))?;
+    need((0..4).all(|i| b.desc.ne[i] > 0 && a.desc.ne[i] % b.desc.ne[i] == 0), || {
+        format!("{:?} does not repeat to {:?}", b.desc.ne, a.desc.ne)
+    })?;
+    let mut args = args_of(dst, srcs);
+    args.i[0] = match kind {
+        BinaryOp::Add => 0,
+        BinaryOp::Sub => 1,
+        BinaryOp::Mul => 2,
+        BinaryOp::Div => 3,
+    };
+    Ok(Dispatch { shader: Shader::Binary, args, groups: linear_groups(dst.desc.nelements(), 256)? })
+}

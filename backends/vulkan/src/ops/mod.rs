@@ -1,0 +1,109 @@
+//! From a node to a dispatch: which shader, with which arguments, over how many workgroups.
+//!
+//! [`plan`] both decides whether the device runs a node (`supports_op` calls it with
+//! addresses 0) and builds the dispatch the program records, so the two never disagree. Each
+//! op family checks the types, shapes and strides its shader relies on.
+
+mod elementwise;
+
+use tessera_core::tensor::MAX_SRC;
+use tessera_core::{DType, Op};
+
+use crate::args::{Args, TensorDesc};
+use crate::shaders::Shader;
+
+/// Why a node cannot run, built only when a check fails.
+pub(crate) type Why = String;
+
+/// A tensor as a shader takes it, with its type.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Operand {
+    pub desc: TensorDesc,
+    pub dtype: DType,
+}
+
+/// One shader dispatch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dispatch {
+    pub shader: Shader,
+    pub args: Args,
+    pub groups: [u32; 3],
+}
+
+pub(crate) fn need(ok: bool, why: impl FnOnce() -> Why) -> Result<(), Why> {
+    if ok {
+        Ok(())
+    } else {
+        Err(why())
+    }
+}
+
+pub(crate) fn no_shader(op: Op, types: &[DType]) -> Why {
+    let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+    format!("no Vulkan shader computes {} for types ({})", op.name(), names.join(", "))
+}
+
+/// The most workgroups along x; larger grids spill into y.
+const MAX_GROUPS_X: u32 = 65535;
+
+/// Workgroups for `n` items of `per_group` each, over x and then y.
+pub(crate) fn linear_groups(n: u64, per_group: u32) -> Result<[u32; 3], Why> {
+    let groups = n.div_ceil(u64::from(per_group));
+    let y = groups.div_ceil(u64::from(MAX_GROUPS_X)).max(1);
+    let x = if y > 1 { u64::from(MAX_GROUPS_X) } else { groups };
+    match (u32::try_from(x), u32::try_from(y)) {
+        (Ok(x), Ok(y)) if y <= MAX_GROUPS_X => Ok([x, y, 1]),
+        _ => Err(format!("{n} items need more workgroups than a dispatch has")),
+    }
+}
+
+/// The arguments of a node with the destination and sources filled in.
+pub(crate) fn args_of(dst: Operand, srcs: &[Option<Operand>]) -> Args {
+    let mut args = Args { dst: dst.desc, ..Args::default() };
+    for (slot, src) in args.src.iter_mut().zip(srcs) {
+        if let Some(s) = src {
+            *slot = s.desc;
+        }
+    }
+    args
+}
+
+pub(crate) fn src(srcs: &[Option<Operand>], i: usize) -> Result<Operand, Why> {
+    srcs.get(i).copied().flatten().ok_or_else(|| format!("source {i} is missing"))
+}
+
+/// Strides the shaders can address: plain values aligned to their size, quantized rows of
+/// packed blocks (whole blocks, 2-byte aligned); at most 2^32 - 1 values.
+fn addressable(t: &Operand) -> Result<(), Why> {
+    let (d, dtype) = (&t.desc, t.dtype);
+    need(d.nelements() < u64::from(u32::MAX), || format!("{:?} values are more than the shaders count", d.ne))?;
+    let align = if dtype.is_quantized() { 2 } else { dtype.block_bytes() as u64 };
+    if dtype.is_quantized() {
+        need(d.ne[0] as usize % dtype.block_len() == 0, || {
+            format!("rows of {} values are not whole {} blocks", d.ne[0], dtype.name())
+        })?;
+        need(d.ne[0] == 0 || d.nb[0] == dtype.block_bytes() as u64, || {
+            format!("{} rows must be packed blocks (nb[0] = {})", dtype.name(), dtype.block_bytes())
+        })?;
+    }
+    for i in 0..4 {
+        let first = i == 0 && dtype.is_quantized();
+        need(first || d.ne[i] <= 1 || d.nb[i] % align == 0, || {
+            format!("stride nb[{i}] = {} of a {} tensor is not a multiple of {align} bytes", d.nb[i], dtype.name())
+        })?;
+    }
+    need(d.data % align == 0, || format!("a {} tensor at an address not a multiple of {align}", dtype.name()))
+}
+
+/// The dispatch computing `op` into `dst` from `srcs`, or why the shaders cannot.
+pub(crate) fn plan(op: Op, dst: Operand, srcs: &[Option<Operand>; MAX_SRC]) -> Result<Dispatch, Why> {
+    addressable(&dst)?;
+    for s in srcs.iter().flatten() {
+        addressable(s)?;
+    }
+    match op {
+        Op::Unary(_) | Op::Scale(_) | Op::DiagMaskInf { .. } => elementwise::unary(op, dst, srcs),
+        Op::Binary(_) => elementwise::binary(op, dst, srcs),
+        _ => Err(format!("no Vulkan shader computes {} yet", op.name())),
+    }
+}

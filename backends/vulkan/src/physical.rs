@@ -1,0 +1,108 @@
+//! What a physical device offers, and whether tessera can use it.
+//!
+//! tessera's shaders address memory through buffer device addresses with 64-bit integers and
+//! read 8- and 16-bit values from storage buffers; its programs order work with timeline
+//! semaphores. A device without one of these is skipped with a log line naming the missing
+//! feature.
+
+use std::ffi::CStr;
+
+use ash::{ext, vk, Instance};
+use tessera_core::DeviceType;
+
+/// A physical device tessera can run on, with what it was found to offer.
+pub(crate) struct Physical {
+    pub handle: vk::PhysicalDevice,
+    pub name: String,
+    pub device_type: DeviceType,
+    /// Vulkan's own type, to tell a CPU implementation (lavapipe) apart in descriptions.
+    pub vk_type: vk::PhysicalDeviceType,
+    pub queue_family: u32,
+    pub pci_bus_id: Option<String>,
+    pub memory_budget: bool,
+    pub max_allocation: u64,
+    pub subgroup_size: u32,
+    pub float16: bool,
+}
+
+/// Whether `name` is among `extensions`.
+fn has(extensions: &[vk::ExtensionProperties], name: &CStr) -> bool {
+    extensions.iter().any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
+}
+
+/// `device` as tessera would use it, or why it cannot.
+pub(crate) fn inspect(instance: &Instance, device: vk::PhysicalDevice) -> Result<Physical, String> {
+    // SAFETY: `device` was enumerated from this instance, which is alive.
+    let props = unsafe { instance.get_physical_device_properties(device) };
+    let name = props.device_name_as_c_str().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if props.api_version < vk::API_VERSION_1_2 {
+        return Err(format!("{name}: Vulkan 1.2 is needed"));
+    }
+    // SAFETY: as above.
+    let extensions = unsafe { instance.enumerate_device_extension_properties(device) }.unwrap_or_default();
+
+    let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
+    let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut f11).push_next(&mut f12);
+    // SAFETY: as above; the chained structures live through the call.
+    unsafe { instance.get_physical_device_features2(device, &mut features) };
+    let core = features.features;
+    let needs = [
+        (f12.buffer_device_address, "bufferDeviceAddress"),
+        (f12.timeline_semaphore, "timelineSemaphore"),
+        (f12.storage_buffer8_bit_access, "storageBuffer8BitAccess"),
+        (f11.storage_buffer16_bit_access, "storageBuffer16BitAccess"),
+        (core.shader_int64, "shaderInt64"),
+    ];
+    if let Some((_, missing)) = needs.iter().find(|(on, _)| *on == vk::FALSE) {
+        return Err(format!("{name}: the feature {missing} is missing"));
+    }
+    let float16 = f12.shader_float16 == vk::TRUE;
+
+    // SAFETY: as above.
+    let families = unsafe { instance.get_physical_device_queue_family_properties(device) };
+    // A compute queue; a family without graphics (an async compute queue) when there is one.
+    let compute = |f: &vk::QueueFamilyProperties| f.queue_flags.contains(vk::QueueFlags::COMPUTE);
+    let queue_family = families
+        .iter()
+        .position(|f| compute(f) && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS))
+        .or_else(|| families.iter().position(compute))
+        .ok_or_else(|| format!("{name}: no compute queue"))?;
+
+    let pci = has(&extensions, ext::pci_bus_info::NAME);
+    let mut pci_info = vk::PhysicalDevicePCIBusInfoPropertiesEXT::default();
+    let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
+    let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maintenance3).push_next(&mut subgroup);
+    if pci {
+        props2 = props2.push_next(&mut pci_info);
+    }
+    // SAFETY: as above; the chained structures live through the call, and the PCI one is
+    // chained only where the extension exists.
+    unsafe { instance.get_physical_device_properties2(device, &mut props2) };
+    let pci_bus_id = pci.then(|| {
+        format!(
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            pci_info.pci_domain, pci_info.pci_bus, pci_info.pci_device, pci_info.pci_function
+        )
+    });
+
+    let device_type = match props.device_type {
+        vk::PhysicalDeviceType::DISCRETE_GPU => DeviceType::Gpu,
+        vk::PhysicalDeviceType::INTEGRATED_GPU => DeviceType::IGpu,
+        vk::PhysicalDeviceType::CPU => DeviceType::Cpu,
+        _ => DeviceType::Accel,
+    };
+    Ok(Physical {
+        handle: device,
+        name,
+        device_type,
+        vk_type: props.device_type,
+        queue_family: u32::try_from(queue_family).unwrap_or(0),
+        pci_bus_id,
+        memory_budget: has(&extensions, ext::memory_budget::NAME),
+        max_allocation: maintenance3.max_memory_allocation_size,
+        subgroup_size: subgroup.subgroup_size,
+        float16,
+    })
+}

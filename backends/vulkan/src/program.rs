@@ -1,0 +1,136 @@
+//! Recorded command buffers: a split's dispatches recorded once and resubmitted every run.
+//!
+//! The arguments of every dispatch are written into one host-visible buffer when the split is
+//! recorded; each dispatch's push constant is the address of its own. Between dispatches a
+//! barrier is recorded only where a dispatch touches memory that one since the last barrier
+//! wrote, or writes memory one since the last barrier read.
+
+use std::sync::Arc;
+
+use ash::vk;
+use tessera_core::Result;
+
+use crate::args::ARGS_STRIDE;
+use crate::barrier;
+use crate::context::Context;
+use crate::memory::{Allocation, MemoryKind};
+use crate::ops::Dispatch;
+
+/// The device-address ranges a dispatch reads and writes.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Access {
+    pub reads: Vec<(u64, u64)>,
+    pub writes: Vec<(u64, u64)>,
+}
+
+fn overlaps(a: &[(u64, u64)], b: &[(u64, u64)]) -> bool {
+    a.iter().any(|&(s, e)| b.iter().any(|&(s2, e2)| s < e2 && s2 < e))
+}
+
+/// A command buffer with its own pool and argument buffer.
+pub(crate) struct Recorded {
+    ctx: Arc<Context>,
+    pool: vk::CommandPool,
+    pub cmd: vk::CommandBuffer,
+    _args: Option<Allocation>,
+    /// The backend timeline value its last submission signals (0: never submitted).
+    pub last_submit: u64,
+    pub dispatches: usize,
+}
+
+// SAFETY: the handles are identifiers any thread may use; a recorded split is only reached
+// through `&mut` of its owner, which serialises recording and submission.
+unsafe impl Send for Recorded {}
+
+impl Recorded {
+    /// Records `dispatches` in order, with the barriers their accesses need.
+    pub(crate) fn record(ctx: &Arc<Context>, dispatches: &[(Dispatch, Access)]) -> Result<Recorded> {
+        let device = &ctx.device;
+        let pool_info = vk::CommandPoolCreateInfo::default().queue_family_index(ctx.physical.queue_family);
+        // SAFETY: a valid create info for this device.
+        let pool = unsafe { device.create_command_pool(&pool_info, None) }
+            .map_err(|e| ctx.err("creating a command pool", e))?;
+        let mut rec = Recorded {
+            ctx: ctx.clone(),
+            pool,
+            cmd: vk::CommandBuffer::null(),
+            _args: None,
+            last_submit: 0,
+            dispatches: dispatches.len(),
+        };
+        let alloc_info = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool was just made on this device.
+        rec.cmd =
+            unsafe { device.allocate_command_buffers(&alloc_info) }.map_err(|e| ctx.err("allocating commands", e))?[0];
+
+        let mut base = 0;
+        if !dispatches.is_empty() {
+            let args = Allocation::new(ctx, dispatches.len() * ARGS_STRIDE, MemoryKind::Host)?;
+            let ptr = args.mapped().ok_or_else(|| ctx.err("mapping arguments", vk::Result::ERROR_MEMORY_MAP_FAILED))?;
+            for (i, (d, _)) in dispatches.iter().enumerate() {
+                let bytes = d.args.as_bytes();
+                // SAFETY: the allocation holds `dispatches.len() * ARGS_STRIDE` mapped bytes.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.add(i * ARGS_STRIDE), ARGS_STRIDE) };
+            }
+            base = args.address;
+            rec._args = Some(args);
+        }
+
+        let cmd = rec.cmd;
+        // SAFETY: a fresh command buffer, recorded by this thread only.
+        unsafe { device.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()) }
+            .map_err(|e| ctx.err("recording", e))?;
+        barrier::full(device, cmd);
+        let mut bound = None;
+        let mut pending = Access::default();
+        for (i, (d, access)) in dispatches.iter().enumerate() {
+            let hazard = overlaps(&access.reads, &pending.writes)
+                || overlaps(&access.writes, &pending.writes)
+                || overlaps(&access.writes, &pending.reads);
+            if hazard {
+                barrier::compute(device, cmd);
+                pending = Access::default();
+            }
+            pending.reads.extend_from_slice(&access.reads);
+            pending.writes.extend_from_slice(&access.writes);
+            if bound != Some(d.shader) {
+                let pipeline = ctx.pipelines.get(device, d.shader).map_err(|e| ctx.err("making a pipeline", e))?;
+                // SAFETY: a compute pipeline of this device bound in a recording command buffer.
+                unsafe { device.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline) };
+                bound = Some(d.shader);
+            }
+            let address = base + (i * ARGS_STRIDE) as u64;
+            // SAFETY: the layout's push-constant range is 8 bytes at offset 0.
+            unsafe {
+                device.cmd_push_constants(
+                    cmd,
+                    ctx.pipelines.layout,
+                    vk::ShaderStageFlags::COMPUTE,
+                    0,
+                    &address.to_le_bytes(),
+                )
+            };
+            let [x, y, z] = d.groups;
+            // SAFETY: the bound pipeline's arguments are written and its memory is alive
+            // while the program is (the scheduler re-records when addresses change).
+            unsafe { device.cmd_dispatch(cmd, x, y, z) };
+        }
+        barrier::full(device, cmd);
+        // SAFETY: as above.
+        unsafe { device.end_command_buffer(cmd) }.map_err(|e| ctx.err("recording", e))?;
+        Ok(rec)
+    }
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        // Its last submission may still run: wait for the device first.
+        self.ctx.wait_idle().ok();
+        // SAFETY: the command buffer is not pending (the queue is idle); destroying the pool
+        // frees it.
+        unsafe { self.ctx.device.destroy_command_pool(self.pool, None) };
+    }
+}

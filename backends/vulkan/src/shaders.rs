@@ -1,0 +1,34 @@
+//! The SPIR-V of every shader, compiled from `shaders/*.comp` by
+//! `scripts/build-vulkan-shaders.sh` and embedded here.
+
+macro_rules! shaders {
+    ($($variant:ident => $file:literal,)*) => {
+        /// A compute shader of the backend.
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        pub(crate) enum Shader {
+            $($variant,)*
+        }
+
+        impl Shader {
+            pub(crate) const ALL: &'static [Shader] = &[$(Shader::$variant,)*];
+
+            fn bytes(self) -> &'static [u8] {
+                match self {
+                    $(Shader::$variant => include_bytes!(concat!("../shaders/bin/", $file, ".spv")),)*
+                }
+            }
+        }
+    };
+}
+
+shaders! {
+    Unary => "unary",
+    Binary => "binary",
+}
+
+impl Shader {
+    /// The shader's SPIR-V words (copied out of the embedded bytes, which carry no alignment).
+    pub(crate) fn spirv(self) -> Vec<u32> {
+        self.bytes().chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()
+    }
+}
