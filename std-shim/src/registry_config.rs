@@ -9,7 +9,9 @@
 //!   `TESSERA_DISABLE_CUDA=1`; `=builtin` skips only the family compiled into the program
 //!   (so that a plugin of it is used instead), `=plugin` only its plugins;
 //! - `TESSERA_<FAMILY>_VISIBLE_DEVICES=0,2`: keep only those devices of a family, in that
-//!   order (like `CUDA_VISIBLE_DEVICES`).
+//!   order (like `CUDA_VISIBLE_DEVICES`);
+//! - `TESSERA_SHOW_DUPLICATE_DEVICES=1`: list a GPU once per API it is seen through (an
+//!   NVIDIA GPU as `CUDA0` and `Vulkan0`), so that placement can name either.
 //!
 //! `<FAMILY>` is the family's name in upper case with anything but letters and digits
 //! turned into `_`.
@@ -82,6 +84,13 @@ impl RegistryConfig {
 
     pub fn var(&self, name: &str) -> Option<String> {
         (self.vars)(name)
+    }
+
+    /// Whether `TESSERA_SHOW_DUPLICATE_DEVICES` keeps devices with the PCI bus id of one
+    /// already listed.
+    pub fn show_duplicates(&self) -> bool {
+        self.var("TESSERA_SHOW_DUPLICATE_DEVICES")
+            .is_some_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no" | "off"))
     }
 
     /// `CUDA` for "cuda", `MY_GPU` for "my-gpu".

@@ -3,7 +3,7 @@
 //! Devices are listed family by family in registration order. While a family is
 //! registered its devices are filtered by `TESSERA_<FAMILY>_VISIBLE_DEVICES`, and a device
 //! with the PCI bus id of one already listed (the same GPU seen through a second API) is
-//! hidden, keeping the first. `TESSERA_DISABLE_<FAMILY>=1` skips a family (`=builtin` only
+//! hidden, keeping the first (unless `TESSERA_SHOW_DUPLICATE_DEVICES=1`). `TESSERA_DISABLE_<FAMILY>=1` skips a family (`=builtin` only
 //! the compiled-in one, `=plugin` only its plugins). Plugins come from
 //! [`RuntimeRegistry::load`] (one file), [`RuntimeRegistry::load_best`] (the
 //! highest-scoring variant of one family) and [`RuntimeRegistry::load_all`] (every family in
@@ -278,7 +278,7 @@ impl RuntimeRegistry {
         }
         let mut devices: Vec<&'static dyn Device> = Vec::new();
         for d in candidates {
-            let first = d.pci_bus_id().and_then(|pci| {
+            let first = d.pci_bus_id().filter(|_| !self.config.show_duplicates()).and_then(|pci| {
                 self.devices()
                     .chain(devices.iter().copied())
                     .find(|o| o.pci_bus_id().is_some_and(|p| p.eq_ignore_ascii_case(pci)))
@@ -799,6 +799,18 @@ mod tests {
         );
         assert_eq!(r.select(Some("auto")).map(|d| d.name()), Ok("CUDA0"));
         assert_eq!(r.reg_by_name("vulkan").map(|e| e.devices().len()), Some(1));
+    }
+
+    #[test]
+    fn duplicates_are_listed_when_asked_for() {
+        let cuda = family("CUDA", &[("CUDA0", DeviceType::Gpu, Some("0000:65:00.0"))]);
+        let vulkan = family("Vulkan", &[("Vulkan0", DeviceType::Gpu, Some("0000:65:00.0"))]);
+        let config = RegistryConfig::from_vars(&[("TESSERA_SHOW_DUPLICATE_DEVICES", "1")]);
+        let r = RuntimeRegistry::with_config(&[cuda, vulkan, &tessera_cpu::CPU_REG], config);
+        assert_eq!(names(&r), ["CUDA0", "Vulkan0", "CPU"]);
+        assert!(r.hidden().is_empty());
+        assert_eq!(r.best_device().map(|d| d.name()), Some("CUDA0"));
+        assert_eq!(r.select(Some("vulkan0")).map(|d| d.name()), Ok("Vulkan0"));
     }
 
     #[test]

@@ -91,7 +91,7 @@ impl Allocation {
         unsafe { device.bind_buffer_memory(buffer, alloc.memory, 0) }.map_err(|e| ctx.err("binding memory", e))?;
         let host_visible =
             ctx.memory.memory_types[type_index as usize].property_flags.contains(vk::MemoryPropertyFlags::HOST_VISIBLE);
-        if host_visible {
+        if host_visible && (kind == MemoryKind::Host || !never_map_device_memory()) {
             // SAFETY: host-visible memory, mapped once for its whole life.
             let ptr = unsafe { device.map_memory(alloc.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
                 .map_err(|e| ctx.err("mapping memory", e))?;
@@ -107,6 +107,13 @@ impl Allocation {
     pub(crate) fn mapped(&self) -> Option<*mut u8> {
         self.mapped.map(|p| p.as_ptr())
     }
+}
+
+/// `TESSERA_VULKAN_NO_MAP=1`: device memory is reached through staging copies even where
+/// the host could map it (integrated GPUs, lavapipe), as on a discrete GPU.
+fn never_map_device_memory() -> bool {
+    static NO_MAP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *NO_MAP.get_or_init(|| std::env::var("TESSERA_VULKAN_NO_MAP").is_ok_and(|v| v.trim() == "1"))
 }
 
 impl MemoryKind {

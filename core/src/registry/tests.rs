@@ -17,6 +17,26 @@ struct TestDevice {
     name: &'static str,
     device_type: DeviceType,
     reg: &'static TestReg,
+    /// Computes in host memory (the CPU backend) or in memory of its own (lavapipe).
+    host_memory: bool,
+}
+
+/// Memory of a device that is not the host's.
+struct DeviceMemory;
+
+impl BufferType for DeviceMemory {
+    fn name(&self) -> &str {
+        "device memory"
+    }
+    fn alignment(&self) -> usize {
+        256
+    }
+    fn is_host(&self) -> bool {
+        false
+    }
+    fn alloc_buffer(&'static self, _size: usize) -> Result<alloc::sync::Arc<dyn crate::buffer::Buffer>> {
+        Err(Error::Backend { backend: "test".into(), message: "test memory cannot be allocated".into() })
+    }
 }
 
 struct TestReg {
@@ -62,7 +82,11 @@ impl Device for TestDevice {
         buffer_type.is_host()
     }
     fn buffer_type(&self) -> &'static dyn BufferType {
-        &HOST_BUFFER_TYPE
+        if self.host_memory {
+            &HOST_BUFFER_TYPE
+        } else {
+            &DeviceMemory
+        }
     }
     fn init_backend(&'static self) -> Result<Box<dyn Backend>> {
         Err(Error::Backend { backend: self.name.into(), message: "a test device cannot compute".into() })
@@ -70,7 +94,7 @@ impl Device for TestDevice {
 }
 
 const fn device(name: &'static str, device_type: DeviceType, reg: &'static TestReg) -> TestDevice {
-    TestDevice { name, device_type, reg }
+    TestDevice { name, device_type, reg, host_memory: true }
 }
 
 static CUDA: TestReg = TestReg {
@@ -82,6 +106,12 @@ static VULKAN: TestReg = TestReg {
     devices: &[device("Vulkan0", DeviceType::IGpu, &VULKAN), device("Vulkan1", DeviceType::Gpu, &VULKAN)],
 };
 static CPU: TestReg = TestReg { name: "CPU", devices: &[device("CPU", DeviceType::Cpu, &CPU)] };
+/// A CPU implementation of a GPU API (Mesa's lavapipe): a CPU-type device with memory of its
+/// own.
+static LAVAPIPE: TestReg = TestReg {
+    name: "Vulkan",
+    devices: &[TestDevice { name: "Vulkan0", device_type: DeviceType::Cpu, reg: &LAVAPIPE, host_memory: false }],
+};
 static BLAS: TestReg = TestReg { name: "BLAS", devices: &[device("BLAS", DeviceType::Accel, &BLAS)] };
 
 static ALL: &[&'static dyn BackendReg] = &[&CUDA, &VULKAN, &BLAS, &CPU];
@@ -120,6 +150,18 @@ fn the_best_device_is_a_gpu_then_an_integrated_gpu_then_the_cpu() {
     let igpu_and_cpu = [&CPU.devices[0] as &'static dyn Device, &VULKAN.devices[0]];
     assert_eq!(best_device(igpu_and_cpu).map(|d| d.name()), Some("Vulkan0"));
     assert_eq!(first_gpu(igpu_and_cpu).map(|d| d.name()), Some("Vulkan0"));
+}
+
+#[test]
+fn the_cpu_backend_is_best_over_a_cpu_implementation_of_a_gpu_api() {
+    static BOTH: &[&'static dyn BackendReg] = &[&LAVAPIPE, &CPU];
+    static ALONE: &[&'static dyn BackendReg] = &[&LAVAPIPE];
+    let r = Registry::new(BOTH);
+    assert_eq!(r.best_device().map(|d| d.name()), Some("CPU"));
+    assert_eq!(name(r.resolve("vulkan")), Ok("Vulkan0"), "still there when asked for");
+    assert_eq!(name(r.resolve("gpu")), Err("no GPU found for 'gpu'; devices: Vulkan0, CPU".into()));
+    let alone = Registry::new(ALONE);
+    assert_eq!(alone.best_device().map(|d| d.name()), Some("Vulkan0"), "when nothing else is there");
 }
 
 #[test]
