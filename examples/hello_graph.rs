@@ -12,7 +12,7 @@ mod common;
 use std::process::ExitCode;
 
 use tessera::allocator::alloc_tensors;
-use tessera::{Backend, BufferUsage, DType, DeviceType, Graph, Result, Scheduler, SchedulerOptions};
+use tessera::{Backend, BufferUsage, DType, Graph, Result, Scheduler, SchedulerOptions};
 
 /// Deterministic weights: a fixed pattern so every run prints the same numbers.
 fn pattern(n: usize, seed: f32) -> Vec<f32> {
@@ -25,7 +25,7 @@ fn run() -> Result<()> {
     let device = registry.select(None)?;
     let origin = registry.entry_of(device).map_or_else(|| "unknown".into(), |e| e.origin().to_string());
     let mut backends: Vec<Box<dyn Backend>> = vec![device.init_backend()?];
-    if device.device_type() != DeviceType::Cpu {
+    if !device.is_host_cpu() {
         backends.push(registry.select(Some("cpu"))?.init_backend()?);
     }
     let mut sched: Scheduler = Scheduler::new(backends, SchedulerOptions::default())?;

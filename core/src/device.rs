@@ -64,6 +64,12 @@ pub trait Device: Send + Sync {
     fn description(&self) -> &str;
     fn memory(&self) -> MemoryInfo;
     fn device_type(&self) -> DeviceType;
+    /// Whether this is the host processor computing in host memory: the CPU backend (or a
+    /// plugin of it), which the scheduler needs last. A CPU implementation of a GPU API
+    /// (Mesa's lavapipe) is a CPU-type device with memory of its own, and is not.
+    fn is_host_cpu(&self) -> bool {
+        self.device_type() == DeviceType::Cpu && self.buffer_type().is_host()
+    }
     fn caps(&self) -> DeviceCaps;
     /// Lower-case PCI bus id ("0000:65:00.0"), so one GPU seen through two APIs is recognised.
     fn pci_bus_id(&self) -> Option<&str> {

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tessera_core::registry::{extension, Extension};
-use tessera_core::{Backend, DType, Device, DeviceType, Graph, Scheduler, SchedulerOptions, Shape};
+use tessera_core::{Backend, DType, Device, Graph, Scheduler, SchedulerOptions, Shape};
 use tessera_std::model_file::{place_weights, ModelFile, WeightSpec, WeightStore};
 use tessera_std::placement::Placement;
 
@@ -69,7 +69,7 @@ fn backend_devices(placement: &Placement) -> Vec<&'static dyn Device> {
             named.push(d);
         }
     }
-    if !named.iter().any(|d| d.device_type() == DeviceType::Cpu) {
+    if !named.iter().any(|d| d.is_host_cpu()) {
         named.push(&tessera_cpu::CPU_DEVICE);
     }
     placement.devices(&named)

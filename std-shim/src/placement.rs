@@ -14,7 +14,7 @@
 use std::fmt;
 
 use tessera_core::registry::resolve_device;
-use tessera_core::{Device, DeviceType};
+use tessera_core::Device;
 
 /// A module a model declares: its name and the other names users may call it by.
 #[derive(Clone, Copy, Debug)]
@@ -141,7 +141,7 @@ impl Placement {
         params_backend: &str,
         modules: &[ModuleDecl],
     ) -> Result<Placement, PlacementError> {
-        let devices: Vec<&'static dyn Device> = registry.devices().collect();
+        let devices: Vec<&'static dyn Device> = registry.requestable_devices().collect();
         Placement::resolve(backend, params_backend, modules, &devices).map_err(|e| match e {
             PlacementError::Device(e) => PlacementError::Device(registry.explain(e)),
             other => other,
@@ -180,9 +180,9 @@ impl Placement {
                 .any(|u| std::ptr::addr_eq(*u as *const dyn Device, *d as *const dyn Device))
         };
         let mut out: Vec<&'static dyn Device> =
-            devices.iter().copied().filter(|d| d.device_type() != DeviceType::Cpu).filter(used).collect();
-        // The scheduler's last backend must be a CPU, used or not.
-        if let Some(cpu) = devices.iter().copied().find(|d| d.device_type() == DeviceType::Cpu) {
+            devices.iter().copied().filter(|d| !d.is_host_cpu()).filter(used).collect();
+        // The scheduler's last backend must be the host CPU, used or not.
+        if let Some(cpu) = devices.iter().copied().find(|d| d.is_host_cpu()) {
             out.push(cpu);
         }
         out

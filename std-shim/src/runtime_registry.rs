@@ -96,6 +96,8 @@ fn file_family(path: &Path) -> Option<String> {
 pub struct HiddenDevice {
     pub device: &'static dyn Device,
     pub reason: String,
+    /// The device listed in its place, when it is the same GPU seen through another API.
+    pub duplicate_of: Option<&'static dyn Device>,
 }
 
 /// What one loading call did.
@@ -260,7 +262,11 @@ impl RuntimeRegistry {
                 candidates = visible.iter().filter_map(|&i| all.get(i).copied()).collect();
                 for (i, &d) in all.iter().enumerate() {
                     if !visible.contains(&i) {
-                        self.hidden.push(HiddenDevice { device: d, reason: format!("device {i} is not in {setting}") });
+                        self.hidden.push(HiddenDevice {
+                            device: d,
+                            reason: format!("device {i} is not in {setting}"),
+                            duplicate_of: None,
+                        });
                     }
                 }
                 for &i in visible.iter().filter(|&&i| i >= all.len()) {
@@ -294,6 +300,7 @@ impl RuntimeRegistry {
                     self.hidden.push(HiddenDevice {
                         device: d,
                         reason: format!("the same PCI device {pci} as {}, which was registered first", o.name()),
+                        duplicate_of: Some(o),
                     });
                 }
                 None => devices.push(d),
@@ -375,7 +382,14 @@ impl RuntimeRegistry {
     /// all, why sources were skipped: `no device found for 'auto'; devices: none (built-in
     /// CPU: disabled by TESSERA_DISABLE_CPU=1)`.
     pub fn select(&self, request: Option<&str>) -> Result<&'static dyn Device> {
-        lookup::resolve_device(self.devices(), request.unwrap_or("auto")).map_err(|e| self.explain(e))
+        lookup::resolve_device(self.requestable_devices(), request.unwrap_or("auto")).map_err(|e| self.explain(e))
+    }
+
+    /// The devices a request can name: [`RuntimeRegistry::devices`], then those hidden as a
+    /// GPU already listed through another API (so `vulkan0` reaches an NVIDIA GPU listed as
+    /// `CUDA0`; `auto` and `gpu` still find the listed one first).
+    pub fn requestable_devices(&self) -> impl Iterator<Item = &'static dyn Device> + Clone + '_ {
+        self.devices().chain(self.hidden.iter().filter(|h| h.duplicate_of.is_some()).map(|h| h.device))
     }
 
     /// Adds to a device-lookup error (unknown device, none of a kind) why sources that might
@@ -797,6 +811,9 @@ mod tests {
             r.device_by_name("vulkan0").err().map(|e| e.to_string()).as_deref(),
             Some("unknown device 'vulkan0'; devices: CUDA0, CUDA1, Vulkan1, CPU")
         );
+        // Named, the hidden one is still reached; `auto` and `gpu` find the listed ones first.
+        assert_eq!(r.select(Some("vulkan0")).map(|d| d.name()), Ok("Vulkan0"));
+        assert_eq!(r.select(Some("gpu")).map(|d| d.name()), Ok("CUDA0"));
         assert_eq!(r.select(Some("auto")).map(|d| d.name()), Ok("CUDA0"));
         assert_eq!(r.reg_by_name("vulkan").map(|e| e.devices().len()), Some(1));
     }

@@ -51,7 +51,7 @@ where
 {
     let devices = devices.into_iter();
     first_by_preference(devices.clone(), &[DeviceType::Gpu, DeviceType::IGpu])
-        .or_else(|| devices.clone().find(|d| d.device_type() == DeviceType::Cpu && d.buffer_type().is_host()))
+        .or_else(|| devices.clone().find(|d| d.is_host_cpu()))
         .or_else(|| device_by_type(devices, DeviceType::Cpu))
 }
 

@@ -29,7 +29,7 @@ pub use split::{Split, SplitInput};
 use crate::allocator::GraphAllocator;
 use crate::backend::{Backend, Event};
 use crate::buffer::BufferType;
-use crate::device::{Device, DeviceType};
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::tensor::TensorId;
@@ -144,7 +144,7 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
                 message: "at least one backend (a CPU) is needed".into(),
             });
         };
-        if last.device().device_type() != DeviceType::Cpu {
+        if !last.device().is_host_cpu() {
             return Err(Error::InvalidParam {
                 op: "SCHEDULER",
                 message: format!("the last backend must be a CPU, got {}", last.name()),
