@@ -36,7 +36,11 @@ fn vulkan() -> Option<&'static dyn Device> {
 
 /// Nothing reported by the validation layer so far (when it is on).
 fn validation_clean() {
-    assert_eq!(tessera::vulkan::validation_messages(), 0, "the Vulkan validation layer reported problems (see the log)");
+    assert_eq!(
+        tessera::vulkan::validation_messages(),
+        0,
+        "the Vulkan validation layer reported problems (see the log)"
+    );
 }
 
 #[test]
@@ -173,5 +177,21 @@ fn events_order_work_between_two_backends_of_one_device() {
     let yv = g.get_f32(y).unwrap();
     assert!(yv.iter().zip(&xv).all(|(y, x)| *y == 3.0 * x));
     second.synchronize().unwrap();
+    // Timing events measure the device time between them.
+    if let Some(start) = dev.new_timing_event().unwrap() {
+        let end = dev.new_timing_event().unwrap().unwrap();
+        first.record_event(&*start).unwrap();
+        for _ in 0..20 {
+            first.compute_graph(&g).unwrap();
+        }
+        first.record_event(&*end).unwrap();
+        let took = end.elapsed_since(&*start).unwrap().unwrap();
+        assert!(took.as_nanos() > 0 && took.as_secs() < 60, "{took:?}");
+        println!("20 runs of a 64K-value SCALE: {took:?} of device time");
+        // Recorded again, they measure again.
+        first.record_event(&*start).unwrap();
+        first.record_event(&*end).unwrap();
+        assert!(end.elapsed_since(&*start).unwrap().unwrap() < took);
+    }
     validation_clean();
 }

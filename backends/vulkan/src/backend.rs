@@ -249,8 +249,9 @@ impl Backend for VulkanBackend {
     }
     fn record_event(&mut self, event: &dyn Event) -> Result<()> {
         let e = self.event(event)?;
+        let stamp = e.stamp_commands()?;
         let value = e.next_value();
-        self.submit(None, &[(e.semaphore, value)])?;
+        self.submit(stamp, &[(e.semaphore, value)])?;
         Ok(())
     }
     fn wait_event(&mut self, event: &dyn Event) -> Result<()> {

@@ -2,7 +2,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use ash::{ext, vk, Device};
+use ash::{ext, khr, vk, Device};
 use tessera_core::{Error, Result};
 
 use crate::instance::Vk;
@@ -47,18 +47,29 @@ impl Context {
             .buffer_device_address(true)
             .timeline_semaphore(true)
             .storage_buffer8_bit_access(true)
-            .shader_float16(physical.float16);
+            .shader_float16(physical.float16)
+            .shader_int8(physical.int8);
         let core = vk::PhysicalDeviceFeatures::default().shader_int64(true);
+        let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default().shader_integer_dot_product(true);
         let mut extensions = Vec::new();
         if physical.memory_budget {
             extensions.push(ext::memory_budget::NAME.as_ptr());
         }
-        let info = vk::DeviceCreateInfo::default()
+        let mut info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
-            .enabled_extension_names(&extensions)
             .enabled_features(&core)
             .push_next(&mut f11)
             .push_next(&mut f12);
+        if physical.cooperative_matrix {
+            extensions.push(khr::cooperative_matrix::NAME.as_ptr());
+            info = info.push_next(&mut coopmat);
+        }
+        if physical.integer_dot {
+            extensions.push(khr::shader_integer_dot_product::NAME.as_ptr());
+            info = info.push_next(&mut dot);
+        }
+        let info = info.enabled_extension_names(&extensions);
         // SAFETY: the physical device belongs to the instance; the create info and its chain
         // live through the call.
         let device = unsafe { vk.instance.create_device(physical.handle, &info, None) }

@@ -54,6 +54,16 @@ impl VulkanDevice {
         self.buffer_type
     }
 
+    pub(crate) fn name_string(&self) -> String {
+        self.name.clone()
+    }
+
+    /// What the device offers the shaders (subgroup size, fp16, int8, cooperative matrices,
+    /// integer dot products, timestamps).
+    pub fn summary(&self) -> String {
+        self.ctx.physical.summary()
+    }
+
     /// The subgroup size the device reports.
     pub fn subgroup_size(&self) -> u32 {
         self.ctx.physical.subgroup_size
@@ -146,6 +156,9 @@ impl Device for VulkanDevice {
         Ok(Box::new(VulkanBackend::new(self)?))
     }
     fn new_event(&self) -> Result<Option<Box<dyn Event>>> {
-        Ok(Some(Box::new(VulkanEvent::new(&self.ctx)?)))
+        Ok(VulkanEvent::new(&self.ctx, false)?.map(|e| Box::new(e) as Box<dyn Event>))
+    }
+    fn new_timing_event(&self) -> Result<Option<Box<dyn Event>>> {
+        Ok(VulkanEvent::new(&self.ctx, true)?.map(|e| Box::new(e) as Box<dyn Event>))
     }
 }

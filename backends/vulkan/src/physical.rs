@@ -7,7 +7,7 @@
 
 use std::ffi::CStr;
 
-use ash::{ext, vk, Instance};
+use ash::{ext, khr, vk, Instance};
 use tessera_core::DeviceType;
 
 /// A physical device tessera can run on, with what it was found to offer.
@@ -23,6 +23,34 @@ pub(crate) struct Physical {
     pub max_allocation: u64,
     pub subgroup_size: u32,
     pub float16: bool,
+    /// Nanoseconds per timestamp tick, where the compute queue writes timestamps.
+    pub timestamp_period: Option<f32>,
+    /// 8-bit integer arithmetic in shaders.
+    pub int8: bool,
+    /// `VK_KHR_cooperative_matrix`: tensor-core tiles in shaders.
+    pub cooperative_matrix: bool,
+    /// `VK_KHR_shader_integer_dot_product`, and whether packed signed 8-bit dot products are
+    /// accelerated (an instruction, not emulated).
+    pub integer_dot: bool,
+    pub integer_dot_accelerated: bool,
+}
+
+impl Physical {
+    /// What the device offers that the shaders can use, for the family's `features`.
+    pub(crate) fn summary(&self) -> String {
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        format!(
+            "{}: subgroup {}, fp16 {}, int8 {}, cooperative matrix {}, int8 dot product {}{}, timestamps {}",
+            self.name,
+            self.subgroup_size,
+            yes(self.float16),
+            yes(self.int8),
+            yes(self.cooperative_matrix),
+            yes(self.integer_dot),
+            if self.integer_dot_accelerated { " (accelerated)" } else { "" },
+            yes(self.timestamp_period.is_some()),
+        )
+    }
 }
 
 /// Whether `name` is among `extensions`.
@@ -41,10 +69,21 @@ pub(crate) fn inspect(instance: &Instance, device: vk::PhysicalDevice) -> Result
     // SAFETY: as above.
     let extensions = unsafe { instance.enumerate_device_extension_properties(device) }.unwrap_or_default();
 
+    let has_coopmat = has(&extensions, khr::cooperative_matrix::NAME);
+    let has_dot = has(&extensions, khr::shader_integer_dot_product::NAME);
     let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
     let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+    let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
     let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut f11).push_next(&mut f12);
-    // SAFETY: as above; the chained structures live through the call.
+    if has_coopmat {
+        features = features.push_next(&mut coopmat);
+    }
+    if has_dot {
+        features = features.push_next(&mut dot);
+    }
+    // SAFETY: as above; the chained structures live through the call, and extension
+    // structures are chained only where the extension exists.
     unsafe { instance.get_physical_device_features2(device, &mut features) };
     let core = features.features;
     let needs = [
@@ -73,7 +112,11 @@ pub(crate) fn inspect(instance: &Instance, device: vk::PhysicalDevice) -> Result
     let mut pci_info = vk::PhysicalDevicePCIBusInfoPropertiesEXT::default();
     let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
     let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut dot_props = vk::PhysicalDeviceShaderIntegerDotProductProperties::default();
     let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maintenance3).push_next(&mut subgroup);
+    if has_dot {
+        props2 = props2.push_next(&mut dot_props);
+    }
     if pci {
         props2 = props2.push_next(&mut pci_info);
     }
@@ -104,5 +147,10 @@ pub(crate) fn inspect(instance: &Instance, device: vk::PhysicalDevice) -> Result
         max_allocation: maintenance3.max_memory_allocation_size,
         subgroup_size: subgroup.subgroup_size,
         float16,
+        timestamp_period: (families[queue_family].timestamp_valid_bits > 0).then_some(props.limits.timestamp_period),
+        int8: f12.shader_int8 == vk::TRUE,
+        cooperative_matrix: has_coopmat && coopmat.cooperative_matrix == vk::TRUE,
+        integer_dot: has_dot && dot.shader_integer_dot_product == vk::TRUE,
+        integer_dot_accelerated: dot_props.integer_dot_product4x8_bit_packed_signed_accelerated == vk::TRUE,
     })
 }

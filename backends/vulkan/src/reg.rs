@@ -19,9 +19,19 @@ pub static VULKAN_REG: VulkanReg = VulkanReg { devices: OnceLock::new() };
 /// How enumeration went, once done.
 static STATUS: OnceLock<String> = OnceLock::new();
 
+/// `STATUS`, then one entry per device: what it offers the shaders.
 fn features() -> &'static [(&'static str, &'static str)] {
-    static FEATURES: OnceLock<[(&'static str, &'static str); 1]> = OnceLock::new();
-    FEATURES.get_or_init(|| [("STATUS", STATUS.get().map_or("not enumerated yet", String::as_str))])
+    static FEATURES: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    FEATURES.get_or_init(|| {
+        let mut list = vec![("STATUS", STATUS.get().map_or("not enumerated yet", String::as_str))];
+        for d in VULKAN_REG.devices.get().into_iter().flatten() {
+            // Leaked once per device, which lives for the process anyway.
+            let name: &'static str = Box::leak(d.name_string().into_boxed_str());
+            let summary: &'static str = Box::leak(d.summary().into_boxed_str());
+            list.push((name, summary));
+        }
+        list
+    })
 }
 
 /// The usable devices, each opened, and what was skipped and why.
