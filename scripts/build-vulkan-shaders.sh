@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 exec cargo run --quiet --release --locked \
     --manifest-path backends/vulkan/shader-gen/Cargo.toml \
-    --target-dir "${CARGO_TARGET_DIR:-target}/shader-gen" -- "$@"
+    --target-dir "${CARGO_TARGET_DIR:-target}/shader-gen" -- "$@" "$PWD/backends/vulkan/shaders"

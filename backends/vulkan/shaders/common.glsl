@@ -6,11 +6,7 @@
 // the op's integer and float parameters. A tensor is its address, byte strides and sizes,
 // as ggml lays it out: element (i0, i1, i2, i3) starts at data + i0*nb0 + ... + i3*nb3, and
 // for a block-quantized type i0 counts blocks.
-#version 460
-#extension GL_EXT_buffer_reference : require
-#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
-#extension GL_EXT_shader_16bit_storage : require
-#extension GL_EXT_shader_8bit_storage : require
+#include "version.glsl"
 
 // Type codes, as `dtype_code` in the backend's args.rs writes them.
 #define T_F32 0u

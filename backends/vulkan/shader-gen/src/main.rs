@@ -3,7 +3,7 @@
 //! of the `glslang` crate: a pinned compiler whose output is the same on every machine, so the
 //! committed binaries can be checked against their sources.
 //!
-//! `tessera-vulkan-shaders [--check] [SHADER_DIR]`: without `--check`, writes every binary
+//! `tessera-vulkan-shaders [--check] SHADER_DIR`: without `--check`, writes every binary
 //! (and removes binaries no source makes); with it, compiles in memory and fails listing
 //! every binary that is missing, stale or left over.
 //!
@@ -22,17 +22,21 @@ use glslang::{SpirvVersion, Target, VulkanVersion};
 
 fn main() -> ExitCode {
     let mut check = false;
-    let mut dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shaders"));
+    let mut dir = None;
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "--check" => check = true,
             "-h" | "--help" => {
-                println!("usage: tessera-vulkan-shaders [--check] [SHADER_DIR]");
+                println!("usage: tessera-vulkan-shaders [--check] SHADER_DIR");
                 return ExitCode::SUCCESS;
             }
-            _ => dir = PathBuf::from(arg),
+            _ => dir = Some(PathBuf::from(arg)),
         }
     }
+    let Some(dir) = dir else {
+        eprintln!("usage: tessera-vulkan-shaders [--check] SHADER_DIR");
+        return ExitCode::FAILURE;
+    };
     match run(&dir, check) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
