@@ -32,6 +32,7 @@ pub struct VulkanBackend {
     submitted: u64,
     /// What `compute` submitted, kept until the work is done.
     transient: Vec<Recorded>,
+    caps: ops::Caps,
 }
 
 // SAFETY: the semaphore is an identifier any thread may use; the backend is used through
@@ -56,7 +57,7 @@ impl VulkanBackend {
         // SAFETY: a valid create info for this device.
         let timeline =
             unsafe { ctx.device.create_semaphore(&info, None) }.map_err(|e| ctx.err("creating a semaphore", e))?;
-        Ok(VulkanBackend { device, ctx, timeline, submitted: 0, transient: Vec::new() })
+        Ok(VulkanBackend { device, ctx, timeline, submitted: 0, transient: Vec::new(), caps: device.caps() })
     }
 
     /// Submits `cmd` (or nothing, only to signal) and returns the timeline value it signals.
@@ -149,7 +150,7 @@ impl VulkanBackend {
                 access.reads.push(read);
             }
         }
-        let dispatch = ops::plan(op, dst, &srcs).map_err(|message| Error::Unsupported {
+        let dispatch = ops::plan(&self.caps, op, dst, &srcs).map_err(|message| Error::Unsupported {
             backend: format!("{} ({message})", self.device.name()),
             op: op.name(),
             tensor: graph.label(id),

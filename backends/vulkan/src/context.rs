@@ -48,7 +48,8 @@ impl Context {
             .timeline_semaphore(true)
             .storage_buffer8_bit_access(true)
             .shader_float16(physical.float16)
-            .shader_int8(physical.int8);
+            .shader_int8(physical.int8)
+            .vulkan_memory_model(physical.memory_model);
         let core = vk::PhysicalDeviceFeatures::default().shader_int64(true);
         let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
         let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default().shader_integer_dot_product(true);

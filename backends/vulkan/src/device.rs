@@ -64,6 +64,11 @@ impl VulkanDevice {
         self.ctx.physical.summary()
     }
 
+    /// The shader paths this device has.
+    pub(crate) fn caps(&self) -> ops::Caps {
+        ops::Caps { coopmat_f16: self.ctx.physical.coopmat_f16 && !coopmat_disabled() }
+    }
+
     /// The subgroup size the device reports.
     pub fn subgroup_size(&self) -> u32 {
         self.ctx.physical.subgroup_size
@@ -85,7 +90,7 @@ pub(crate) fn supports(graph: &Graph, node: TensorId) -> bool {
         }
     }
     let Some(dst) = operand(node) else { return false };
-    ops::plan(t.op(), dst, &srcs).is_ok()
+    ops::plan(&ops::Caps::default(), t.op(), dst, &srcs).is_ok()
 }
 
 impl Device for VulkanDevice {
@@ -161,4 +166,9 @@ impl Device for VulkanDevice {
     fn new_timing_event(&self) -> Result<Option<Box<dyn Event>>> {
         Ok(VulkanEvent::new(&self.ctx, true)?.map(|e| Box::new(e) as Box<dyn Event>))
     }
+}
+
+/// `TESSERA_VULKAN_COOPMAT=0` keeps MUL_MAT off cooperative matrices (to compare paths).
+fn coopmat_disabled() -> bool {
+    std::env::var("TESSERA_VULKAN_COOPMAT").is_ok_and(|v| v.trim() == "0")
 }

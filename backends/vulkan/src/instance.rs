@@ -12,7 +12,6 @@ use std::sync::OnceLock;
 use ash::{ext, vk, Entry, Instance};
 
 /// The loader and the instance every device of the family belongs to.
-#[allow(dead_code)] // `entry` is only held
 pub(crate) struct Vk {
     /// The loaded library: kept open as long as the instance.
     pub entry: Entry,

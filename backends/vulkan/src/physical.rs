@@ -7,7 +7,9 @@
 
 use std::ffi::CStr;
 
-use ash::{ext, khr, vk, Instance};
+use ash::{ext, khr, vk};
+
+use crate::instance::Vk;
 use tessera_core::DeviceType;
 
 /// A physical device tessera can run on, with what it was found to offer.
@@ -33,6 +35,11 @@ pub(crate) struct Physical {
     /// accelerated (an instruction, not emulated).
     pub integer_dot: bool,
     pub integer_dot_accelerated: bool,
+    /// The Vulkan memory model (the cooperative-matrix shaders are written against it).
+    pub memory_model: bool,
+    /// 16x16x16 f16 tiles accumulating in f32 over subgroups of 32: the tensor-core
+    /// MUL_MAT shader runs here.
+    pub coopmat_f16: bool,
 }
 
 impl Physical {
@@ -40,12 +47,13 @@ impl Physical {
     pub(crate) fn summary(&self) -> String {
         let yes = |b: bool| if b { "yes" } else { "no" };
         format!(
-            "{}: subgroup {}, fp16 {}, int8 {}, cooperative matrix {}, int8 dot product {}{}, timestamps {}",
+            "{}: subgroup {}, fp16 {}, int8 {}, cooperative matrix {}{}, int8 dot product {}{}, timestamps {}",
             self.name,
             self.subgroup_size,
             yes(self.float16),
             yes(self.int8),
             yes(self.cooperative_matrix),
+            if self.coopmat_f16 { " (f16 16x16x16 MUL_MAT)" } else { "" },
             yes(self.integer_dot),
             if self.integer_dot_accelerated { " (accelerated)" } else { "" },
             yes(self.timestamp_period.is_some()),
@@ -59,7 +67,8 @@ fn has(extensions: &[vk::ExtensionProperties], name: &CStr) -> bool {
 }
 
 /// `device` as tessera would use it, or why it cannot.
-pub(crate) fn inspect(instance: &Instance, device: vk::PhysicalDevice) -> Result<Physical, String> {
+pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, String> {
+    let instance = &vk.instance;
     // SAFETY: `device` was enumerated from this instance, which is alive.
     let props = unsafe { instance.get_physical_device_properties(device) };
     let name = props.device_name_as_c_str().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -152,5 +161,26 @@ pub(crate) fn inspect(instance: &Instance, device: vk::PhysicalDevice) -> Result
         cooperative_matrix: has_coopmat && coopmat.cooperative_matrix == vk::TRUE,
         integer_dot: has_dot && dot.shader_integer_dot_product == vk::TRUE,
         integer_dot_accelerated: dot_props.integer_dot_product4x8_bit_packed_signed_accelerated == vk::TRUE,
+        memory_model: f12.vulkan_memory_model == vk::TRUE,
+        coopmat_f16: has_coopmat
+            && coopmat.cooperative_matrix == vk::TRUE
+            && f12.vulkan_memory_model == vk::TRUE
+            && f12.shader_float16 == vk::TRUE
+            && subgroup.subgroup_size == 32
+            && has_f16_tiles(vk, device),
+    })
+}
+
+/// Whether the device multiplies 16x16x16 f16 tiles into f32 at subgroup scope.
+fn has_f16_tiles(vk: &Vk, device: vk::PhysicalDevice) -> bool {
+    let coopmat = khr::cooperative_matrix::Instance::new(&vk.entry, &vk.instance);
+    // SAFETY: the device has the extension (checked by the caller) and belongs to the instance.
+    let shapes = unsafe { coopmat.get_physical_device_cooperative_matrix_properties(device) }.unwrap_or_default();
+    let f16 = vk::ComponentTypeKHR::FLOAT16;
+    let f32 = vk::ComponentTypeKHR::FLOAT32;
+    shapes.iter().any(|p| {
+        (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+            && (p.a_type, p.b_type, p.c_type, p.result_type) == (f16, f16, f32, f32)
+            && p.scope == vk::ScopeKHR::SUBGROUP
     })
 }

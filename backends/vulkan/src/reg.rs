@@ -47,8 +47,8 @@ fn enumerate() -> (Vec<&'static VulkanDevice>, Vec<String>) {
     };
     let (mut devices, mut skipped) = (Vec::new(), Vec::new());
     for handle in handles {
-        let opened = physical::inspect(&vk.instance, handle)
-            .and_then(|p| Context::open(vk, p, format!("Vulkan{}", devices.len())));
+        let opened =
+            physical::inspect(vk, handle).and_then(|p| Context::open(vk, p, format!("Vulkan{}", devices.len())));
         match opened {
             Ok(ctx) => devices.push(VulkanDevice::create(ctx)),
             Err(why) => skipped.push(why),

@@ -24,6 +24,7 @@ macro_rules! shaders {
 shaders! {
     Unary => "unary",
     Binary => "binary",
+    MulMatCoopmat => "mul_mat_coopmat",
 }
 
 impl Shader {

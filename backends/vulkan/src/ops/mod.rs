@@ -5,6 +5,7 @@
 //! op family checks the types, shapes and strides its shader relies on.
 
 mod elementwise;
+mod mul_mat_coopmat;
 
 use tessera_core::tensor::MAX_SRC;
 use tessera_core::{DType, Op};
@@ -14,6 +15,14 @@ use crate::shaders::Shader;
 
 /// Why a node cannot run, built only when a check fails.
 pub(crate) type Why = String;
+
+/// The shader paths a device has beyond the portable ones. Which nodes run never depends on
+/// these (the portable shaders cover every case); only how they run does.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Caps {
+    /// `mul_mat_coopmat.comp`: f16 cooperative matrices over subgroups of 32.
+    pub coopmat_f16: bool,
+}
 
 /// A tensor as a shader takes it, with its type.
 #[derive(Clone, Copy, Debug)]
@@ -96,7 +105,7 @@ fn addressable(t: &Operand) -> Result<(), Why> {
 }
 
 /// The dispatch computing `op` into `dst` from `srcs`, or why the shaders cannot.
-pub(crate) fn plan(op: Op, dst: Operand, srcs: &[Option<Operand>; MAX_SRC]) -> Result<Dispatch, Why> {
+pub(crate) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>; MAX_SRC]) -> Result<Dispatch, Why> {
     addressable(&dst)?;
     for s in srcs.iter().flatten() {
         addressable(s)?;

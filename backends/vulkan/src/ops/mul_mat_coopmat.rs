@@ -1,0 +1,40 @@
+//! MUL_MAT of f16 weights on tensor cores (`mul_mat_coopmat.comp`), where the device has
+//! 16x16x16 f16 cooperative matrices over subgroups of 32 and the operands' rows are
+//! 16-byte aligned; every other product takes the portable shaders.
+
+use tessera_core::DType;
+
+use super::{args_of, Dispatch, Operand};
+use crate::shaders::Shader;
+
+/// Rows of a and columns of b per workgroup (`BM`, `BN` in the shader).
+const BLOCK: u32 = 128;
+
+/// Columns of b below which the matrix-vector shader is faster.
+const MIN_COLUMNS: u32 = 16;
+
+/// The tensor-core dispatch of a validated MUL_MAT, or `None` where it does not apply.
+pub(super) fn plan(a: Operand, b: Operand, dst: Operand, srcs: &[Option<Operand>]) -> Option<Dispatch> {
+    let (ad, bd, dd) = (&a.desc, &b.desc, &dst.desc);
+    let aligned = |t: &crate::args::TensorDesc| t.data % 16 == 0 && (1..4).all(|d| t.nb[d] % 16 == 0);
+    let fits = a.dtype == DType::F16
+        && b.dtype == DType::F32
+        && dst.dtype == DType::F32
+        && ad.ne[0] % 8 == 0
+        && ad.nb[0] == 2
+        && bd.nb[0] == 4
+        && dd.nb[0] == 4
+        && aligned(ad)
+        && aligned(bd)
+        && bd.ne[1] >= MIN_COLUMNS;
+    if !fits {
+        return None;
+    }
+    let x = dd.ne[0].div_ceil(BLOCK);
+    let y = dd.ne[1].div_ceil(BLOCK);
+    let z = dd.ne[2].checked_mul(dd.ne[3])?;
+    if x > 65535 || y > 65535 || z > 65535 {
+        return None;
+    }
+    Some(Dispatch { shader: Shader::MulMatCoopmat, args: args_of(dst, srcs), groups: [x, y, z] })
+}
