@@ -24,6 +24,14 @@ macro_rules! shaders {
 shaders! {
     Unary => "unary",
     Binary => "binary",
+    SumRows => "sum_rows",
+    Norm => "norm",
+    SoftMax => "soft_max",
+    Argmax => "argmax",
+    Rope => "rope",
+    Concat => "concat",
+    Im2Col => "im2col",
+    Pool2d => "pool2d",
 }
 
 impl Shader {
