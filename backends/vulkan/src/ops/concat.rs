@@ -29,3 +29,23 @@ pub(super) fn concat(dim: usize, dst: Operand, srcs: &[Option<Operand>]) -> Resu
     args.i[1] = bytes;
     Ok(Dispatch { shader: Shader::Concat, args, groups: linear_groups(dst.desc.nelements(), 256)? })
 }
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::tensor::MAX_SRC;
+
+    use super::*;
+    use crate::ops::plan;
+    use crate::ops::rows::dense;
+
+    #[test]
+    fn joins_along_one_dimension_by_value_size() {
+        let mut srcs = [None; MAX_SRC];
+        srcs[0] = Some(dense(DType::BF16, [10, 5, 4, 3]));
+        srcs[1] = Some(dense(DType::BF16, [10, 5, 1, 3]));
+        let d = plan(Op::Concat { dim: 2 }, dense(DType::BF16, [10, 5, 5, 3]), &srcs).expect("a join along dim 2");
+        assert_eq!((d.args.i[0], d.args.i[1]), (2, 2));
+        assert!(plan(Op::Concat { dim: 1 }, dense(DType::BF16, [10, 5, 5, 3]), &srcs).is_err());
+        assert!(plan(Op::Concat { dim: 2 }, dense(DType::F16, [10, 5, 5, 3]), &srcs).is_err());
+    }
+}

@@ -76,3 +76,62 @@ pub(super) fn argmax(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<D
     let args = args_of(dst, srcs);
     Ok(Dispatch { shader: Shader::Argmax, args, groups: row_groups(a.desc.ne)? })
 }
+
+/// A tensor of `dtype` and sizes `ne` laid out densely at address 0, as `supports_op` plans.
+#[cfg(test)]
+pub(super) fn dense(dtype: DType, ne: [usize; 4]) -> Operand {
+    let mut nb = [dtype.block_bytes(), 0, 0, 0];
+    for d in 1..4 {
+        nb[d] = nb[d - 1] * ne[d - 1];
+    }
+    Operand { desc: crate::args::TensorDesc::from_parts(0, dtype, ne, nb).expect("small sizes fit"), dtype }
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::tensor::MAX_SRC;
+
+    use super::*;
+    use crate::ops::plan;
+
+    fn srcs(list: &[Operand]) -> [Option<Operand>; MAX_SRC] {
+        let mut s = [None; MAX_SRC];
+        for (slot, o) in s.iter_mut().zip(list) {
+            *slot = Some(*o);
+        }
+        s
+    }
+
+    #[test]
+    fn soft_max_takes_masks_that_repeat_over_the_rows() {
+        let a = dense(DType::F32, [16, 5, 4, 3]);
+        let op = Op::SoftMax { scale: 0.5 };
+        for mne in [[16, 1, 1, 3], [16, 8, 2, 3], [16, 5, 4, 3]] {
+            let d = plan(op, a, &srcs(&[a, dense(DType::F16, mne)])).expect("a mask that repeats");
+            assert_eq!((d.shader, d.args.i[0], d.args.f[0], d.groups), (Shader::SoftMax, 1, 0.5, [60, 1, 1]));
+        }
+        assert!(plan(op, a, &srcs(&[a, dense(DType::F32, [15, 5, 1, 1])])).is_err(), "rows of another length");
+        assert!(plan(op, a, &srcs(&[a, dense(DType::F32, [16, 3, 1, 1])])).is_err(), "3 mask rows for 5");
+        assert!(plan(op, a, &srcs(&[a, dense(DType::BF16, [16, 5, 1, 1])])).is_err(), "a bf16 mask");
+        assert_eq!(plan(op, a, &srcs(&[a])).map(|d| d.args.i[0]), Ok(0));
+    }
+
+    #[test]
+    fn rows_spill_into_a_second_grid_dimension() {
+        let a = dense(DType::F16, [2, 70000, 1, 1]);
+        let d = plan(Op::RmsNorm { eps: 1e-6 }, a, &srcs(&[a])).expect("a plain f16 tensor");
+        assert_eq!(d.groups, [65535, 2, 1]);
+        let sums = dense(DType::F16, [1, 70000, 1, 1]);
+        assert_eq!(plan(Op::Mean, sums, &srcs(&[a])).map(|d| (d.shader, d.args.i[0])), Ok((Shader::SumRows, 1)));
+        assert!(plan(Op::SumRows, a, &srcs(&[a])).is_err(), "SUM_ROWS keeps one value a row");
+    }
+
+    #[test]
+    fn argmax_maps_a_matrix_to_i32_indices() {
+        let a = dense(DType::BF16, [33, 9, 1, 1]);
+        assert!(plan(Op::Argmax, dense(DType::I32, [9, 1, 1, 1]), &srcs(&[a])).is_ok());
+        assert!(plan(Op::Argmax, dense(DType::F32, [9, 1, 1, 1]), &srcs(&[a])).is_err());
+        let b = dense(DType::F32, [33, 9, 2, 1]);
+        assert!(plan(Op::Argmax, dense(DType::I32, [9, 1, 1, 1]), &srcs(&[b])).is_err());
+    }
+}

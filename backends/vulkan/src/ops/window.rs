@@ -51,3 +51,38 @@ pub(super) fn pool_2d(p: Pool2dParams, dst: Operand, srcs: &[Option<Operand>]) -
     args.i[..ints.len()].copy_from_slice(&ints);
     Ok(Dispatch { shader: Shader::Pool2d, args, groups: linear_groups(dst.desc.nelements(), 256)? })
 }
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::tensor::MAX_SRC;
+    use tessera_core::DType;
+
+    use super::*;
+    use crate::ops::plan;
+    use crate::ops::rows::dense;
+
+    #[test]
+    fn im2col_results_fit_the_input_and_kernel() {
+        let mut srcs = [None; MAX_SRC];
+        srcs[0] = Some(dense(DType::F16, [3, 3, 3, 4]));
+        srcs[1] = Some(dense(DType::F32, [10, 9, 3, 2]));
+        let p = Im2ColParams { s0: 1, s1: 1, p0: 0, p1: 0, d0: 1, d1: 1, is_2d: true };
+        let d = plan(Op::Im2Col(p), dense(DType::F16, [27, 8, 7, 2]), &srcs).expect("a 2-D unfolding");
+        assert_eq!(&d.args.i[..7], &[1, 1, 0, 0, 1, 1, 1]);
+        assert!(plan(Op::Im2Col(p), dense(DType::F16, [26, 8, 7, 2]), &srcs).is_err());
+        let one_d = Im2ColParams { is_2d: false, ..p };
+        srcs[0] = Some(dense(DType::F16, [5, 3, 4, 1]));
+        srcs[1] = Some(dense(DType::F32, [20, 3, 2, 1]));
+        assert!(plan(Op::Im2Col(one_d), dense(DType::F32, [15, 16, 2, 1]), &srcs).is_ok());
+    }
+
+    #[test]
+    fn pool_parameters_reach_the_shader() {
+        let mut srcs = [None; MAX_SRC];
+        srcs[0] = Some(dense(DType::BF16, [10, 9, 3, 2]));
+        let p = Pool2dParams { kind: PoolKind::Avg, k0: 3, k1: 2, s0: 1, s1: 2, p0: 1, p1: 0 };
+        let d = plan(Op::Pool2d(p), dense(DType::F32, [10, 4, 3, 2]), &srcs).expect("a pooling");
+        assert_eq!(&d.args.i[..7], &[1, 3, 2, 1, 2, 1, 0]);
+        assert!(plan(Op::Pool2d(p), dense(DType::F32, [10, 4, 2, 2]), &srcs).is_err());
+    }
+}
