@@ -25,6 +25,14 @@ shaders! {
     Unary => "unary",
     Binary => "binary",
     MulMatCoopmat => "mul_mat_coopmat",
+    SumRows => "sum_rows",
+    Norm => "norm",
+    SoftMax => "soft_max",
+    Argmax => "argmax",
+    Rope => "rope",
+    Concat => "concat",
+    Im2Col => "im2col",
+    Pool2d => "pool2d",
 }
 
 impl Shader {

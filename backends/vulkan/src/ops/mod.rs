@@ -4,8 +4,12 @@
 //! addresses 0) and builds the dispatch the program records, so the two never disagree. Each
 //! op family checks the types, shapes and strides its shader relies on.
 
+mod concat;
 mod elementwise;
 mod mul_mat_coopmat;
+mod rope;
+mod rows;
+mod window;
 
 use tessera_core::tensor::MAX_SRC;
 use tessera_core::{DType, Op};
@@ -113,6 +117,14 @@ pub(crate) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>; M
     match op {
         Op::Unary(_) | Op::Scale(_) | Op::DiagMaskInf { .. } => elementwise::unary(op, dst, srcs),
         Op::Binary(_) => elementwise::binary(op, dst, srcs),
+        Op::SumRows | Op::Mean => rows::sum_rows(op, dst, srcs),
+        Op::Norm { .. } | Op::RmsNorm { .. } => rows::norm(op, dst, srcs),
+        Op::SoftMax { .. } => rows::soft_max(op, dst, srcs),
+        Op::Argmax => rows::argmax(op, dst, srcs),
+        Op::Rope(p) => rope::rope(p, dst, srcs),
+        Op::Concat { dim } => concat::concat(dim, dst, srcs),
+        Op::Im2Col(p) => window::im2col(p, dst, srcs),
+        Op::Pool2d(p) => window::pool_2d(p, dst, srcs),
         _ => Err(format!("no Vulkan shader computes {} yet", op.name())),
     }
 }
