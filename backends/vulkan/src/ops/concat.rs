@@ -43,9 +43,13 @@ mod tests {
         let mut srcs = [None; MAX_SRC];
         srcs[0] = Some(dense(DType::BF16, [10, 5, 4, 3]));
         srcs[1] = Some(dense(DType::BF16, [10, 5, 1, 3]));
-        let d = plan(Op::Concat { dim: 2 }, dense(DType::BF16, [10, 5, 5, 3]), &srcs).expect("a join along dim 2");
+        let d = plan(&crate::ops::Caps::default(), Op::Concat { dim: 2 }, dense(DType::BF16, [10, 5, 5, 3]), &srcs)
+            .expect("a join along dim 2");
         assert_eq!((d.args.i[0], d.args.i[1]), (2, 2));
-        assert!(plan(Op::Concat { dim: 1 }, dense(DType::BF16, [10, 5, 5, 3]), &srcs).is_err());
-        assert!(plan(Op::Concat { dim: 2 }, dense(DType::F16, [10, 5, 5, 3]), &srcs).is_err());
+        assert!(plan(&crate::ops::Caps::default(), Op::Concat { dim: 1 }, dense(DType::BF16, [10, 5, 5, 3]), &srcs)
+            .is_err());
+        assert!(
+            plan(&crate::ops::Caps::default(), Op::Concat { dim: 2 }, dense(DType::F16, [10, 5, 5, 3]), &srcs).is_err()
+        );
     }
 }

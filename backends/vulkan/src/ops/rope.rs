@@ -46,14 +46,20 @@ mod tests {
         srcs[0] = Some(a);
         srcs[1] = Some(dense(DType::I32, [5, 1, 1, 1]));
         let p = RopeParams { mode: RopeMode::Neox, n_dims: 6, freq_base: 10000.0, freq_scale: 1.0 };
-        let d = plan(Op::Rope(p), a, &srcs).expect("a rope the shader runs");
+        let d = plan(&crate::ops::Caps::default(), Op::Rope(p), a, &srcs).expect("a rope the shader runs");
         // (10 - 3) items in each of 30 rows.
         assert_eq!((d.args.i[0], d.args.i[1], d.groups), (1, 6, [1, 1, 1]));
         assert!((d.args.f[1] - 10000f32.log2()).abs() < 1e-6);
         for n_dims in [0, 7, 12] {
-            assert!(plan(Op::Rope(RopeParams { n_dims, ..p }), a, &srcs).is_err(), "n_dims {n_dims}");
+            assert!(
+                plan(&crate::ops::Caps::default(), Op::Rope(RopeParams { n_dims, ..p }), a, &srcs).is_err(),
+                "n_dims {n_dims}"
+            );
         }
         srcs[1] = Some(dense(DType::I32, [3, 1, 1, 1]));
-        assert!(plan(Op::Rope(p), a, &srcs).is_err(), "one position per index of dimension 2");
+        assert!(
+            plan(&crate::ops::Caps::default(), Op::Rope(p), a, &srcs).is_err(),
+            "one position per index of dimension 2"
+        );
     }
 }

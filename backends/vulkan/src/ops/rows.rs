@@ -107,31 +107,48 @@ mod tests {
         let a = dense(DType::F32, [16, 5, 4, 3]);
         let op = Op::SoftMax { scale: 0.5 };
         for mne in [[16, 1, 1, 3], [16, 8, 2, 3], [16, 5, 4, 3]] {
-            let d = plan(op, a, &srcs(&[a, dense(DType::F16, mne)])).expect("a mask that repeats");
+            let d = plan(&crate::ops::Caps::default(), op, a, &srcs(&[a, dense(DType::F16, mne)]))
+                .expect("a mask that repeats");
             assert_eq!((d.shader, d.args.i[0], d.args.f[0], d.groups), (Shader::SoftMax, 1, 0.5, [60, 1, 1]));
         }
-        assert!(plan(op, a, &srcs(&[a, dense(DType::F32, [15, 5, 1, 1])])).is_err(), "rows of another length");
-        assert!(plan(op, a, &srcs(&[a, dense(DType::F32, [16, 3, 1, 1])])).is_err(), "3 mask rows for 5");
-        assert!(plan(op, a, &srcs(&[a, dense(DType::BF16, [16, 5, 1, 1])])).is_err(), "a bf16 mask");
-        assert_eq!(plan(op, a, &srcs(&[a])).map(|d| d.args.i[0]), Ok(0));
+        assert!(
+            plan(&crate::ops::Caps::default(), op, a, &srcs(&[a, dense(DType::F32, [15, 5, 1, 1])])).is_err(),
+            "rows of another length"
+        );
+        assert!(
+            plan(&crate::ops::Caps::default(), op, a, &srcs(&[a, dense(DType::F32, [16, 3, 1, 1])])).is_err(),
+            "3 mask rows for 5"
+        );
+        assert!(
+            plan(&crate::ops::Caps::default(), op, a, &srcs(&[a, dense(DType::BF16, [16, 5, 1, 1])])).is_err(),
+            "a bf16 mask"
+        );
+        assert_eq!(plan(&crate::ops::Caps::default(), op, a, &srcs(&[a])).map(|d| d.args.i[0]), Ok(0));
     }
 
     #[test]
     fn rows_spill_into_a_second_grid_dimension() {
         let a = dense(DType::F16, [2, 70000, 1, 1]);
-        let d = plan(Op::RmsNorm { eps: 1e-6 }, a, &srcs(&[a])).expect("a plain f16 tensor");
+        let d =
+            plan(&crate::ops::Caps::default(), Op::RmsNorm { eps: 1e-6 }, a, &srcs(&[a])).expect("a plain f16 tensor");
         assert_eq!(d.groups, [65535, 2, 1]);
         let sums = dense(DType::F16, [1, 70000, 1, 1]);
-        assert_eq!(plan(Op::Mean, sums, &srcs(&[a])).map(|d| (d.shader, d.args.i[0])), Ok((Shader::SumRows, 1)));
-        assert!(plan(Op::SumRows, a, &srcs(&[a])).is_err(), "SUM_ROWS keeps one value a row");
+        assert_eq!(
+            plan(&crate::ops::Caps::default(), Op::Mean, sums, &srcs(&[a])).map(|d| (d.shader, d.args.i[0])),
+            Ok((Shader::SumRows, 1))
+        );
+        assert!(
+            plan(&crate::ops::Caps::default(), Op::SumRows, a, &srcs(&[a])).is_err(),
+            "SUM_ROWS keeps one value a row"
+        );
     }
 
     #[test]
     fn argmax_maps_a_matrix_to_i32_indices() {
         let a = dense(DType::BF16, [33, 9, 1, 1]);
-        assert!(plan(Op::Argmax, dense(DType::I32, [9, 1, 1, 1]), &srcs(&[a])).is_ok());
-        assert!(plan(Op::Argmax, dense(DType::F32, [9, 1, 1, 1]), &srcs(&[a])).is_err());
+        assert!(plan(&crate::ops::Caps::default(), Op::Argmax, dense(DType::I32, [9, 1, 1, 1]), &srcs(&[a])).is_ok());
+        assert!(plan(&crate::ops::Caps::default(), Op::Argmax, dense(DType::F32, [9, 1, 1, 1]), &srcs(&[a])).is_err());
         let b = dense(DType::F32, [33, 9, 2, 1]);
-        assert!(plan(Op::Argmax, dense(DType::I32, [9, 1, 1, 1]), &srcs(&[b])).is_err());
+        assert!(plan(&crate::ops::Caps::default(), Op::Argmax, dense(DType::I32, [9, 1, 1, 1]), &srcs(&[b])).is_err());
     }
 }

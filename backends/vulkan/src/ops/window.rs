@@ -67,13 +67,14 @@ mod tests {
         srcs[0] = Some(dense(DType::F16, [3, 3, 3, 4]));
         srcs[1] = Some(dense(DType::F32, [10, 9, 3, 2]));
         let p = Im2ColParams { s0: 1, s1: 1, p0: 0, p1: 0, d0: 1, d1: 1, is_2d: true };
-        let d = plan(Op::Im2Col(p), dense(DType::F16, [27, 8, 7, 2]), &srcs).expect("a 2-D unfolding");
+        let d = plan(&crate::ops::Caps::default(), Op::Im2Col(p), dense(DType::F16, [27, 8, 7, 2]), &srcs)
+            .expect("a 2-D unfolding");
         assert_eq!(&d.args.i[..7], &[1, 1, 0, 0, 1, 1, 1]);
-        assert!(plan(Op::Im2Col(p), dense(DType::F16, [26, 8, 7, 2]), &srcs).is_err());
+        assert!(plan(&crate::ops::Caps::default(), Op::Im2Col(p), dense(DType::F16, [26, 8, 7, 2]), &srcs).is_err());
         let one_d = Im2ColParams { is_2d: false, ..p };
         srcs[0] = Some(dense(DType::F16, [5, 3, 4, 1]));
         srcs[1] = Some(dense(DType::F32, [20, 3, 2, 1]));
-        assert!(plan(Op::Im2Col(one_d), dense(DType::F32, [15, 16, 2, 1]), &srcs).is_ok());
+        assert!(plan(&crate::ops::Caps::default(), Op::Im2Col(one_d), dense(DType::F32, [15, 16, 2, 1]), &srcs).is_ok());
     }
 
     #[test]
@@ -81,8 +82,9 @@ mod tests {
         let mut srcs = [None; MAX_SRC];
         srcs[0] = Some(dense(DType::BF16, [10, 9, 3, 2]));
         let p = Pool2dParams { kind: PoolKind::Avg, k0: 3, k1: 2, s0: 1, s1: 2, p0: 1, p1: 0 };
-        let d = plan(Op::Pool2d(p), dense(DType::F32, [10, 4, 3, 2]), &srcs).expect("a pooling");
+        let d = plan(&crate::ops::Caps::default(), Op::Pool2d(p), dense(DType::F32, [10, 4, 3, 2]), &srcs)
+            .expect("a pooling");
         assert_eq!(&d.args.i[..7], &[1, 3, 2, 1, 2, 1, 0]);
-        assert!(plan(Op::Pool2d(p), dense(DType::F32, [10, 4, 2, 2]), &srcs).is_err());
+        assert!(plan(&crate::ops::Caps::default(), Op::Pool2d(p), dense(DType::F32, [10, 4, 2, 2]), &srcs).is_err());
     }
 }
