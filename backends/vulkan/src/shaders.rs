@@ -24,6 +24,8 @@ macro_rules! shaders {
 shaders! {
     Unary => "unary",
     Binary => "binary",
+    UnaryF32 => "unary_f32",
+    BinaryF32 => "binary_f32",
     MulMatCoopmat => "mul_mat_coopmat",
     SumRows => "sum_rows",
     Norm => "norm",

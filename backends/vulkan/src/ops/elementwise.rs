@@ -1,5 +1,6 @@
 //! Value-by-value ops: the unary ops, SCALE, DIAG_MASK_INF (`unary.comp`) and the binary
-//! ops with broadcasting (`binary.comp`).
+//! ops with broadcasting (`binary.comp`); packed f32 rows of a multiple of 4 values take
+//! `unary_f32.comp` and `binary_f32.comp`, four values per invocation with 16-byte accesses.
 
 use tessera_core::{BinaryOp, DType, Op, UnaryOp};
 
@@ -8,6 +9,24 @@ use crate::shaders::Shader;
 
 fn is_float(t: DType) -> bool {
     matches!(t, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// Packed f32 (rows after rows, no gaps) in rows of a multiple of 4 values, 16-byte aligned.
+fn packed_f32(t: &Operand) -> bool {
+    let d = &t.desc;
+    let mut stride = 4u64;
+    for i in 0..4 {
+        if d.ne[i] > 1 && d.nb[i] != stride {
+            return false;
+        }
+        stride *= u64::from(d.ne[i]);
+    }
+    t.dtype == DType::F32 && d.ne[0] % 4 == 0 && d.data % 16 == 0
+}
+
+/// Ops whose result depends on the value alone (not DIAG_MASK_INF, which needs coordinates).
+fn op_is_value_only(op: Op) -> bool {
+    !matches!(op, Op::DiagMaskInf { .. })
 }
 
 /// The op's code in `unary.comp`.
@@ -46,6 +65,9 @@ pub(super) fn unary(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Di
         }
         _ => {}
     }
+    if op_is_value_only(op) && packed_f32(&a) && packed_f32(&dst) {
+        return Ok(Dispatch { shader: Shader::UnaryF32, args, groups: linear_groups(dst.desc.nelements() / 4, 256)? });
+    }
     Ok(Dispatch { shader: Shader::Unary, args, groups: linear_groups(dst.desc.nelements(), 256)? })
 }
 
@@ -66,5 +88,13 @@ pub(super) fn binary(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<D
         BinaryOp::Mul => 2,
         BinaryOp::Div => 3,
     };
+    let b_rows = b.dtype == DType::F32
+        && b.desc.ne[0] == a.desc.ne[0]
+        && b.desc.nb[0] == 4
+        && b.desc.data % 16 == 0
+        && (1..4).all(|d| b.desc.ne[d] <= 1 || b.desc.nb[d] % 16 == 0);
+    if packed_f32(&a) && packed_f32(&dst) && b_rows {
+        return Ok(Dispatch { shader: Shader::BinaryF32, args, groups: linear_groups(dst.desc.nelements() / 4, 256)? });
+    }
     Ok(Dispatch { shader: Shader::Binary, args, groups: linear_groups(dst.desc.nelements(), 256)? })
 }

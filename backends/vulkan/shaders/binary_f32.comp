@@ -1,0 +1,35 @@
+// binary.comp for packed f32 a and destination with rows of a multiple of 4 values, and b
+// with packed rows of the same length repeated over a's rows: four values per invocation with
+// 16-byte loads and stores.
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4Ref { vec4 v; };
+
+void main() {
+    Tensor dst = pc.args.dst;
+    Tensor a = pc.args.src[0];
+    Tensor b = pc.args.src[1];
+    uint i = global_index(256);
+    if (i >= nelements(dst) / 4) {
+        return;
+    }
+    uint e = i * 4;
+    uint row = e / a.ne[0];
+    uint col = e - row * a.ne[0];
+    uint i1 = row % a.ne[1];
+    uint i23 = row / a.ne[1];
+    uint i2 = i23 % a.ne[2];
+    uint i3 = i23 / a.ne[2];
+    vec4 x = V4Ref(a.data + uint64_t(e) * 4).v;
+    vec4 y = V4Ref(row_at(b, i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]) + uint64_t(col) * 4).v;
+    vec4 r;
+    switch (pc.args.i[0]) {
+    case 0: r = x + y; break;
+    case 1: r = x - y; break;
+    case 2: r = x * y; break;
+    default: r = x / y; break;
+    }
+    V4Ref(dst.data + uint64_t(e) * 4).v = r;
+}
