@@ -26,3 +26,41 @@ pub(super) fn plan(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dis
     }
     Ok(Dispatch { shader: Shader::Copy, args, groups: linear_groups(n, 256)? })
 }
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::tensor::MAX_SRC;
+
+    use super::*;
+    use crate::ops::plan as plan_node;
+    use crate::ops::rows::dense;
+
+    fn copy(op: Op, src: Operand, dst: Operand) -> Result<Dispatch, Why> {
+        let mut srcs = [None; MAX_SRC];
+        srcs[0] = Some(src);
+        if op == Op::Cpy {
+            srcs[1] = Some(dst);
+        }
+        plan_node(&crate::ops::Caps::default(), op, dst, &srcs)
+    }
+
+    #[test]
+    fn quantized_destinations_take_one_invocation_per_block() {
+        let src = dense(DType::Q4_0, [32, 8, 2, 1]);
+        let d = copy(Op::Cpy, src, dense(DType::Q6_K, [256, 2, 1, 1])).expect("values in another shape");
+        assert_eq!((d.shader, d.groups), (Shader::Quantize, [1, 1, 1]));
+        // CPY's second source is the destination itself: the shader gets only the first.
+        assert_eq!(d.args.src[1], crate::args::TensorDesc::default());
+        let d = copy(Op::Cont, src, dense(DType::BF16, [32, 8, 2, 1])).expect("a dequantizing copy");
+        assert_eq!((d.shader, d.groups), (Shader::Copy, [2, 1, 1]));
+    }
+
+    #[test]
+    fn i32_copies_only_to_i32_and_value_counts_match() {
+        let ints = dense(DType::I32, [10, 5, 1, 1]);
+        assert!(copy(Op::Cpy, ints, dense(DType::I32, [50, 1, 1, 1])).is_ok());
+        assert!(copy(Op::Cpy, ints, dense(DType::F32, [10, 5, 1, 1])).is_err());
+        assert!(copy(Op::Cpy, dense(DType::F16, [10, 5, 1, 1]), ints).is_err());
+        assert!(copy(Op::Cpy, dense(DType::F32, [10, 4, 1, 1]), dense(DType::F32, [10, 5, 1, 1])).is_err());
+    }
+}

@@ -43,3 +43,54 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
     }
     Ok(Dispatch { shader: Shader::MulMat, args, groups: [m.div_ceil(TILE), n.div_ceil(TILE), layers] })
 }
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::tensor::MAX_SRC;
+
+    use super::*;
+    use crate::ops::plan as plan_node;
+    use crate::ops::rows::dense;
+
+    fn product(caps: &Caps, a: Operand, b: Operand) -> Result<Dispatch, Why> {
+        let dst = dense(
+            DType::F32,
+            [a.desc.ne[1] as usize, b.desc.ne[1] as usize, b.desc.ne[2] as usize, b.desc.ne[3] as usize],
+        );
+        let mut srcs = [None; MAX_SRC];
+        srcs[0] = Some(a);
+        srcs[1] = Some(b);
+        plan_node(caps, Op::MulMat, dst, &srcs)
+    }
+
+    #[test]
+    fn one_column_takes_the_matrix_vector_shader_and_more_the_tiles() {
+        let caps = Caps::default();
+        let a = dense(DType::Q4_K, [512, 67, 2, 1]);
+        let d = product(&caps, a, dense(DType::F32, [512, 1, 4, 3])).expect("a q4_K matrix-vector product");
+        assert_eq!((d.shader, d.groups), (Shader::MulMatVec, [34, 1, 12]));
+        let d = product(&caps, a, dense(DType::F32, [512, 65, 2, 3])).expect("a q4_K product");
+        assert_eq!((d.shader, d.groups), (Shader::MulMat, [2, 2, 6]));
+    }
+
+    #[test]
+    fn b_repeats_a_over_dims_2_and_3_only_by_whole_multiples() {
+        let caps = Caps::default();
+        let a = dense(DType::F16, [32, 7, 2, 3]);
+        assert!(product(&caps, a, dense(DType::F32, [32, 5, 4, 3])).is_ok());
+        assert!(product(&caps, a, dense(DType::F32, [32, 5, 3, 3])).is_err(), "3 matrices for 2");
+        assert!(product(&caps, a, dense(DType::F32, [33, 5, 2, 3])).is_err(), "another k");
+        assert!(product(&caps, dense(DType::I32, [32, 7, 1, 1]), dense(DType::F32, [32, 5, 1, 1])).is_err());
+        assert!(product(&caps, a, dense(DType::F16, [32, 5, 2, 3])).is_err(), "b is f32");
+    }
+
+    #[test]
+    fn tensor_cores_take_the_f16_products_that_fit_them_where_the_device_has_them() {
+        let (a, b) = (dense(DType::F16, [256, 64, 1, 1]), dense(DType::F32, [256, 32, 1, 1]));
+        let with = Caps { coopmat_f16: true };
+        assert_eq!(product(&with, a, b).map(|d| d.shader), Ok(Shader::MulMatCoopmat));
+        assert_eq!(product(&Caps::default(), a, b).map(|d| d.shader), Ok(Shader::MulMat));
+        let q = dense(DType::Q8_0, [256, 64, 1, 1]);
+        assert_eq!(product(&with, q, b).map(|d| d.shader), Ok(Shader::MulMat));
+    }
+}
