@@ -13,8 +13,8 @@ use crate::shaders::Shader;
 const VEC_ROWS: u32 = 2;
 /// The tile of the result per workgroup of `mul_mat.comp` (`BM`, `BN` there).
 const TILE: u32 = 64;
-/// The most workgroups along z: the matrices of the result, one per workgroup layer.
-const MAX_GROUPS_Z: u32 = 65535;
+/// The most workgroups along any side of a dispatch (z counts the matrices of the result).
+const MAX_GROUPS: u32 = 65535;
 
 pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dispatch, Why> {
     let (a, b) = (src(srcs, 0)?, src(srcs, 1)?);
@@ -28,9 +28,10 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
             a.desc.ne, b.desc.ne, dst.desc.ne
         )
     })?;
-    let layers = b2.checked_mul(b3).filter(|&z| z <= MAX_GROUPS_Z).ok_or_else(|| {
-        format!("{b2} x {b3} matrices are more than the {MAX_GROUPS_Z} workgroup layers of a dispatch")
-    })?;
+    let layers = b2
+        .checked_mul(b3)
+        .filter(|&z| z <= MAX_GROUPS)
+        .ok_or_else(|| format!("{b2} x {b3} matrices are more than the {MAX_GROUPS} workgroup layers of a dispatch"))?;
     if caps.coopmat_f16 {
         if let Some(d) = mul_mat_coopmat::plan(a, b, dst, srcs) {
             return Ok(d);
@@ -41,7 +42,11 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
         let [x, y, _] = linear_groups(u64::from(m), VEC_ROWS)?;
         return Ok(Dispatch { shader: Shader::MulMatVec, args, groups: [x, y, layers] });
     }
-    Ok(Dispatch { shader: Shader::MulMat, args, groups: [m.div_ceil(TILE), n.div_ceil(TILE), layers] })
+    let (x, y) = (m.div_ceil(TILE), n.div_ceil(TILE));
+    need(x <= MAX_GROUPS && y <= MAX_GROUPS, || {
+        format!("a {m} x {n} result needs more than 65535 tiles of {TILE} along a side")
+    })?;
+    Ok(Dispatch { shader: Shader::MulMat, args, groups: [x, y, layers] })
 }
 
 #[cfg(test)]
@@ -71,6 +76,8 @@ mod tests {
         assert_eq!((d.shader, d.groups), (Shader::MulMatVec, [34, 1, 12]));
         let d = product(&caps, a, dense(DType::F32, [512, 65, 2, 3])).expect("a q4_K product");
         assert_eq!((d.shader, d.groups), (Shader::MulMat, [2, 2, 6]));
+        let wide = product(&caps, dense(DType::F32, [4, 8, 1, 1]), dense(DType::F32, [4, 65536 * 64 + 1, 1, 1]));
+        assert!(wide.is_err(), "more tiles than a dispatch has");
     }
 
     #[test]
