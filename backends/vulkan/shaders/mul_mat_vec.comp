@@ -8,7 +8,7 @@
 #include "common.glsl"
 #include "quant.glsl"
 
-#define ROWS 2
+#define ROWS 4
 #define WG 128
 
 layout(local_size_x = WG) in;

@@ -10,7 +10,7 @@ use super::{args_of, linear_groups, mul_mat_coopmat, need, no_shader, src, Caps,
 use crate::shaders::Shader;
 
 /// Rows of the result per workgroup of `mul_mat_vec.comp` (`ROWS` there).
-const VEC_ROWS: u32 = 2;
+const VEC_ROWS: u32 = 4;
 /// The tile of the result per workgroup of `mul_mat.comp` (`BM`, `BN` there).
 const TILE: u32 = 64;
 /// The most workgroups along any side of a dispatch (z counts the matrices of the result).
@@ -73,7 +73,7 @@ mod tests {
         let caps = Caps::default();
         let a = dense(DType::Q4_K, [512, 67, 2, 1]);
         let d = product(&caps, a, dense(DType::F32, [512, 1, 4, 3])).expect("a q4_K matrix-vector product");
-        assert_eq!((d.shader, d.groups), (Shader::MulMatVec, [34, 1, 12]));
+        assert_eq!((d.shader, d.groups), (Shader::MulMatVec, [17, 1, 12]));
         let d = product(&caps, a, dense(DType::F32, [512, 65, 2, 3])).expect("a q4_K product");
         assert_eq!((d.shader, d.groups), (Shader::MulMat, [2, 2, 6]));
         let wide = product(&caps, dense(DType::F32, [4, 8, 1, 1]), dense(DType::F32, [4, 65536 * 64 + 1, 1, 1]));
