@@ -35,6 +35,11 @@ shaders! {
     Concat => "concat",
     Im2Col => "im2col",
     Pool2d => "pool2d",
+    Copy => "copy",
+    Quantize => "quantize",
+    GetRows => "get_rows",
+    MulMat => "mul_mat",
+    MulMatVec => "mul_mat_vec",
 }
 
 impl Shader {

@@ -5,7 +5,10 @@
 //! op family checks the types, shapes and strides its shader relies on.
 
 mod concat;
+mod copy;
 mod elementwise;
+mod get_rows;
+mod mul_mat;
 mod mul_mat_coopmat;
 mod rope;
 mod rows;
@@ -125,6 +128,9 @@ pub(crate) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>; M
         Op::Concat { dim } => concat::concat(dim, dst, srcs),
         Op::Im2Col(p) => window::im2col(p, dst, srcs),
         Op::Pool2d(p) => window::pool_2d(p, dst, srcs),
+        Op::Cpy | Op::Cont => copy::plan(op, dst, srcs),
+        Op::GetRows => get_rows::plan(op, dst, srcs),
+        Op::MulMat => mul_mat::plan(caps, op, dst, srcs),
         _ => Err(format!("no Vulkan shader computes {} yet", op.name())),
     }
 }

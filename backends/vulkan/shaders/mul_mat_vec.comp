@@ -1,0 +1,61 @@
+// MUL_MAT with one column (n = 1): the matrix-vector products of decoding. Same operands
+// and broadcasting as mul_mat.comp.
+//
+// A workgroup computes ROWS consecutive rows of the result for one (i2, i3) (workgroup z is
+// i2 + b2 * i3; the row group spreads over x and y). Its invocations stride over k, 4
+// values at a time (one load of the vector serves all ROWS rows), and the partial sums are
+// added up in shared memory, without relying on the subgroup size.
+#include "common.glsl"
+#include "quant.glsl"
+
+#define ROWS 4
+#define WG 128
+
+layout(local_size_x = WG) in;
+
+shared float partial[ROWS * WG];
+
+void main() {
+    Tensor dst = pc.args.dst;
+    Tensor a = pc.args.src[0];
+    Tensor b = pc.args.src[1];
+    uint K = a.ne[0];
+    uint M = a.ne[1];
+    uint i2 = gl_WorkGroupID.z % b.ne[2];
+    uint i3 = gl_WorkGroupID.z / b.ne[2];
+    uint a2 = i2 / (b.ne[2] / a.ne[2]);
+    uint a3 = i3 / (b.ne[3] / a.ne[3]);
+    uint row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;
+    uint lid = gl_LocalInvocationID.x;
+
+    uint64_t b_row = row_at(b, 0u, i2, i3);
+    uint64_t a_rows[ROWS];
+    float acc[ROWS];
+    for (uint r = 0u; r < ROWS; r++) {
+        a_rows[r] = row_at(a, min(row0 + r, M - 1u), a2, a3);
+        acc[r] = 0.0;
+    }
+    for (uint k = lid * 4u; k < K; k += WG * 4u) {
+        vec4 vb = load4(b, b_row, k, K);
+        for (uint r = 0u; r < ROWS; r++) {
+            if (row0 + r < M) {
+                acc[r] += dot(load4(a, a_rows[r], k, K), vb);
+            }
+        }
+    }
+    for (uint r = 0u; r < ROWS; r++) {
+        partial[r * WG + lid] = acc[r];
+    }
+    barrier();
+    for (uint s = WG / 2u; s > 0u; s >>= 1) {
+        if (lid < s) {
+            for (uint r = 0u; r < ROWS; r++) {
+                partial[r * WG + lid] += partial[r * WG + lid + s];
+            }
+        }
+        barrier();
+    }
+    if (lid < ROWS && row0 + lid < M) {
+        F32Ref(at(dst, uvec4(row0 + lid, 0u, i2, i3))).v = partial[lid * WG];
+    }
+}

@@ -1,0 +1,103 @@
+//! MUL_MAT: a (f32, f16, bf16 or quantized) times f32 b into f32, broadcasting a over dims 2
+//! and 3 as ggml does. One column (n = 1) takes the matrix-vector shader, where each
+//! workgroup reduces a few rows over k (`mul_mat_vec.comp`); wider products take the tiled
+//! shader, 64 x 64 results per workgroup (`mul_mat.comp`), or the tensor-core shader where
+//! the device has it and the operands fit it (`mul_mat_coopmat.rs`).
+
+use tessera_core::{DType, Op};
+
+use super::{args_of, linear_groups, mul_mat_coopmat, need, no_shader, src, Caps, Dispatch, Operand, Why};
+use crate::shaders::Shader;
+
+/// Rows of the result per workgroup of `mul_mat_vec.comp` (`ROWS` there).
+const VEC_ROWS: u32 = 4;
+/// The tile of the result per workgroup of `mul_mat.comp` (`BM`, `BN` there).
+const TILE: u32 = 64;
+/// The most workgroups along any side of a dispatch (z counts the matrices of the result).
+const MAX_GROUPS: u32 = 65535;
+
+pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dispatch, Why> {
+    let (a, b) = (src(srcs, 0)?, src(srcs, 1)?);
+    need(a.dtype != DType::I32 && b.dtype == DType::F32 && dst.dtype == DType::F32, || {
+        no_shader(op, &[a.dtype, b.dtype, dst.dtype])
+    })?;
+    let ([k, m, a2, a3], [bk, n, b2, b3]) = (a.desc.ne, b.desc.ne);
+    need(bk == k && dst.desc.ne == [m, n, b2, b3] && a2 > 0 && a3 > 0 && b2 % a2 == 0 && b3 % a3 == 0, || {
+        format!(
+            "a {:?}, b {:?}, dst {:?} do not form a product [K, M, a2, a3] x [K, N, b2, b3] -> [M, N, b2, b3]",
+            a.desc.ne, b.desc.ne, dst.desc.ne
+        )
+    })?;
+    let layers = b2
+        .checked_mul(b3)
+        .filter(|&z| z <= MAX_GROUPS)
+        .ok_or_else(|| format!("{b2} x {b3} matrices are more than the {MAX_GROUPS} workgroup layers of a dispatch"))?;
+    if caps.coopmat_f16 {
+        if let Some(d) = mul_mat_coopmat::plan(a, b, dst, srcs) {
+            return Ok(d);
+        }
+    }
+    let args = args_of(dst, srcs);
+    if n == 1 {
+        let [x, y, _] = linear_groups(u64::from(m), VEC_ROWS)?;
+        return Ok(Dispatch { shader: Shader::MulMatVec, args, groups: [x, y, layers] });
+    }
+    let (x, y) = (m.div_ceil(TILE), n.div_ceil(TILE));
+    need(x <= MAX_GROUPS && y <= MAX_GROUPS, || {
+        format!("a {m} x {n} result needs more than 65535 tiles of {TILE} along a side")
+    })?;
+    Ok(Dispatch { shader: Shader::MulMat, args, groups: [x, y, layers] })
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::tensor::MAX_SRC;
+
+    use super::*;
+    use crate::ops::plan as plan_node;
+    use crate::ops::rows::dense;
+
+    fn product(caps: &Caps, a: Operand, b: Operand) -> Result<Dispatch, Why> {
+        let dst = dense(
+            DType::F32,
+            [a.desc.ne[1] as usize, b.desc.ne[1] as usize, b.desc.ne[2] as usize, b.desc.ne[3] as usize],
+        );
+        let mut srcs = [None; MAX_SRC];
+        srcs[0] = Some(a);
+        srcs[1] = Some(b);
+        plan_node(caps, Op::MulMat, dst, &srcs)
+    }
+
+    #[test]
+    fn one_column_takes_the_matrix_vector_shader_and_more_the_tiles() {
+        let caps = Caps::default();
+        let a = dense(DType::Q4_K, [512, 67, 2, 1]);
+        let d = product(&caps, a, dense(DType::F32, [512, 1, 4, 3])).expect("a q4_K matrix-vector product");
+        assert_eq!((d.shader, d.groups), (Shader::MulMatVec, [17, 1, 12]));
+        let d = product(&caps, a, dense(DType::F32, [512, 65, 2, 3])).expect("a q4_K product");
+        assert_eq!((d.shader, d.groups), (Shader::MulMat, [2, 2, 6]));
+        let wide = product(&caps, dense(DType::F32, [4, 8, 1, 1]), dense(DType::F32, [4, 65536 * 64 + 1, 1, 1]));
+        assert!(wide.is_err(), "more tiles than a dispatch has");
+    }
+
+    #[test]
+    fn b_repeats_a_over_dims_2_and_3_only_by_whole_multiples() {
+        let caps = Caps::default();
+        let a = dense(DType::F16, [32, 7, 2, 3]);
+        assert!(product(&caps, a, dense(DType::F32, [32, 5, 4, 3])).is_ok());
+        assert!(product(&caps, a, dense(DType::F32, [32, 5, 3, 3])).is_err(), "3 matrices for 2");
+        assert!(product(&caps, a, dense(DType::F32, [33, 5, 2, 3])).is_err(), "another k");
+        assert!(product(&caps, dense(DType::I32, [32, 7, 1, 1]), dense(DType::F32, [32, 5, 1, 1])).is_err());
+        assert!(product(&caps, a, dense(DType::F16, [32, 5, 2, 3])).is_err(), "b is f32");
+    }
+
+    #[test]
+    fn tensor_cores_take_the_f16_products_that_fit_them_where_the_device_has_them() {
+        let (a, b) = (dense(DType::F16, [256, 64, 1, 1]), dense(DType::F32, [256, 32, 1, 1]));
+        let with = Caps { coopmat_f16: true };
+        assert_eq!(product(&with, a, b).map(|d| d.shader), Ok(Shader::MulMatCoopmat));
+        assert_eq!(product(&Caps::default(), a, b).map(|d| d.shader), Ok(Shader::MulMat));
+        let q = dense(DType::Q8_0, [256, 64, 1, 1]);
+        assert_eq!(product(&with, q, b).map(|d| d.shader), Ok(Shader::MulMat));
+    }
+}
