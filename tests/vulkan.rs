@@ -256,3 +256,44 @@ fn quantized_copies_are_bit_identical_to_the_cpu() {
     }
     validation_clean();
 }
+
+/// The reference sentences' tokens (tests/data/minilm/reference.json).
+fn minilm_tokens() -> Vec<Vec<u32>> {
+    let text = std::fs::read_to_string("tests/data/minilm/reference.json").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tokens = v["tokens"].as_array().unwrap();
+    tokens.iter().map(|t| t.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()).collect()
+}
+
+fn minilm_embeddings(backend: &str, devices: &[&'static dyn Device], tokens: &[Vec<u32>]) -> Vec<Vec<f32>> {
+    use tessera::runtime::placement::Placement;
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("weights/all-MiniLM-L6-v2/model.safetensors");
+    assert!(model.exists(), "{} not found: fetch it with scripts/fetch_minilm.sh", model.display());
+    let placement = Placement::resolve(backend, "", &tessera_models::MODULES, devices).unwrap();
+    let mut embedder = tessera_models::Embedder::load(&model, placement).unwrap();
+    embedder.embed_tokens(tokens).unwrap()
+}
+
+fn worst_cosine(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
+    let cos = |x: &[f32], y: &[f32]| {
+        let dot: f64 = x.iter().zip(y).map(|(p, q)| *p as f64 * *q as f64).sum();
+        let n = |v: &[f32]| v.iter().map(|p| (*p as f64).powi(2)).sum::<f64>().sqrt();
+        dot / (n(x) * n(y))
+    };
+    a.iter().zip(b).map(|(x, y)| cos(x, y)).fold(1.0, f64::min)
+}
+
+#[test]
+#[ignore = "needs the MiniLM weights: scripts/fetch_minilm.sh"]
+fn minilm_on_vulkan_and_split_with_the_cpu_matches_the_cpu() {
+    let Some(dev) = vulkan() else { return };
+    let tokens: Vec<Vec<u32>> = minilm_tokens().into_iter().take(16).collect();
+    let devices = [dev, &tessera::cpu::CPU_DEVICE as &'static dyn Device];
+    let cpu = minilm_embeddings("cpu", &devices, &tokens);
+    let all = minilm_embeddings(dev.name(), &devices, &tokens);
+    let mixed = minilm_embeddings(&format!("embed=cpu,encoder={}", dev.name()), &devices, &tokens);
+    let (w_all, w_mixed) = (worst_cosine(&all, &cpu), worst_cosine(&mixed, &cpu));
+    println!("MiniLM on {}: worst cosine {w_all:.9}; embed=cpu,encoder={}: {w_mixed:.9}", dev.name(), dev.name());
+    assert!(w_all >= 0.999999 && w_mixed >= 0.999999, "{w_all} {w_mixed}");
+    validation_clean();
+}
