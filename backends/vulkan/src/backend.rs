@@ -21,6 +21,7 @@ use crate::context::Context;
 use crate::device::VulkanDevice;
 use crate::event::VulkanEvent;
 use crate::ops::{self, Dispatch, Operand};
+use crate::profile;
 use crate::program::{Access, Recorded};
 
 /// A queue of work on one Vulkan device.
@@ -33,6 +34,8 @@ pub struct VulkanBackend {
     /// What `compute` submitted, kept until the work is done.
     transient: Vec<Recorded>,
     caps: ops::Caps,
+    /// Dispatch times, when `TESSERA_VULKAN_PROFILE` asks for them.
+    profile: Option<profile::Shared>,
 }
 
 // SAFETY: the semaphore is an identifier any thread may use; the backend is used through
@@ -57,7 +60,7 @@ impl VulkanBackend {
         // SAFETY: a valid create info for this device.
         let timeline =
             unsafe { ctx.device.create_semaphore(&info, None) }.map_err(|e| ctx.err("creating a semaphore", e))?;
-        Ok(VulkanBackend { device, ctx, timeline, submitted: 0, transient: Vec::new(), caps: device.caps() })
+        Ok(VulkanBackend { device, ctx, timeline, submitted: 0, transient: Vec::new(), caps: device.caps(), profile: profile::enabled().then(profile::Shared::default) })
     }
 
     /// Submits `cmd` (or nothing, only to signal) and returns the timeline value it signals.
@@ -222,14 +225,14 @@ impl Backend for VulkanBackend {
         if dispatches.is_empty() {
             return Ok(());
         }
-        let mut recorded = Recorded::record(&self.ctx, &dispatches)?;
+        let mut recorded = Recorded::record(&self.ctx, &dispatches, self.profile.as_ref())?;
         recorded.last_submit = self.submit(Some(recorded.cmd), &[])?;
         self.transient.push(recorded);
         Ok(())
     }
     fn prepare(&mut self, split: &SplitRef<'_>) -> Result<Box<dyn Program>> {
         let dispatches = self.dispatches(split.graph, split.nodes.clone())?;
-        Ok(Box::new(RecordedSplit(Recorded::record(&self.ctx, &dispatches)?)))
+        Ok(Box::new(RecordedSplit(Recorded::record(&self.ctx, &dispatches, self.profile.as_ref())?)))
     }
     fn run(&mut self, program: &mut dyn Program, _graph: &Graph) -> Result<()> {
         let Some(RecordedSplit(p)) = program.as_any_mut().downcast_mut::<RecordedSplit>() else {
@@ -244,6 +247,7 @@ impl Backend for VulkanBackend {
         // A command buffer is resubmitted only once its previous submission finished.
         let previous = p.last_submit;
         self.wait_for(previous)?;
+        p.collect();
         let cmd = p.cmd;
         p.last_submit = self.submit(Some(cmd), &[])?;
         Ok(())
@@ -267,6 +271,9 @@ impl Drop for VulkanBackend {
     fn drop(&mut self) {
         self.synchronize().ok();
         self.transient.clear();
+        if let Some(profile) = &self.profile {
+            eprint!("{}", profile.lock().unwrap_or_else(|p| p.into_inner()).report(self.device.name()));
+        }
         // SAFETY: no submission that signals the semaphore is pending (waited above).
         unsafe { self.ctx.device.destroy_semaphore(self.timeline, None) };
     }

@@ -23,6 +23,7 @@ mod memory;
 mod ops;
 mod physical;
 mod pipelines;
+mod profile;
 mod program;
 mod reg;
 mod shaders;

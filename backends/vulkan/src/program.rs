@@ -15,6 +15,7 @@ use crate::barrier;
 use crate::context::Context;
 use crate::memory::{Allocation, MemoryKind};
 use crate::ops::Dispatch;
+use crate::profile::{self, Stamps};
 
 /// The device-address ranges a dispatch reads and writes.
 #[derive(Clone, Debug, Default)]
@@ -36,6 +37,8 @@ pub(crate) struct Recorded {
     /// The backend timeline value its last submission signals (0: never submitted).
     pub last_submit: u64,
     pub dispatches: usize,
+    /// Timestamps around each dispatch, when profiling.
+    stamps: Option<Stamps>,
 }
 
 // SAFETY: the handles are identifiers any thread may use; a recorded split is only reached
@@ -44,7 +47,11 @@ unsafe impl Send for Recorded {}
 
 impl Recorded {
     /// Records `dispatches` in order, with the barriers their accesses need.
-    pub(crate) fn record(ctx: &Arc<Context>, dispatches: &[(Dispatch, Access)]) -> Result<Recorded> {
+    pub(crate) fn record(
+        ctx: &Arc<Context>,
+        dispatches: &[(Dispatch, Access)],
+        profile: Option<&profile::Shared>,
+    ) -> Result<Recorded> {
         let device = &ctx.device;
         let pool_info = vk::CommandPoolCreateInfo::default().queue_family_index(ctx.physical.queue_family);
         // SAFETY: a valid create info for this device.
@@ -57,6 +64,7 @@ impl Recorded {
             _args: None,
             last_submit: 0,
             dispatches: dispatches.len(),
+            stamps: profile.and_then(|p| Stamps::new(ctx, dispatches.iter().map(|(d, _)| profile::label(d)).collect(), p)),
         };
         let alloc_info = vk::CommandBufferAllocateInfo::default()
             .command_pool(pool)
@@ -84,6 +92,11 @@ impl Recorded {
         unsafe { device.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()) }
             .map_err(|e| ctx.err("recording", e))?;
         barrier::full(device, cmd);
+        let queries = rec.stamps.as_ref().map(|s| s.queries);
+        if let Some(q) = queries {
+            // SAFETY: the pool holds two queries per dispatch.
+            unsafe { device.cmd_reset_query_pool(cmd, q, 0, (dispatches.len() * 2) as u32) };
+        }
         let mut bound = None;
         let mut pending = Access::default();
         for (i, (d, access)) in dispatches.iter().enumerate() {
@@ -114,9 +127,17 @@ impl Recorded {
                 )
             };
             let [x, y, z] = d.groups;
+            let stamp = |n: usize, stage| {
+                if let Some(q) = queries {
+                    // SAFETY: query `n` exists and was reset above.
+                    unsafe { device.cmd_write_timestamp(cmd, stage, q, n as u32) };
+                }
+            };
+            stamp(2 * i, vk::PipelineStageFlags::TOP_OF_PIPE);
             // SAFETY: the bound pipeline's arguments are written and its memory is alive
             // while the program is (the scheduler re-records when addresses change).
             unsafe { device.cmd_dispatch(cmd, x, y, z) };
+            stamp(2 * i + 1, vk::PipelineStageFlags::BOTTOM_OF_PIPE);
         }
         barrier::full(device, cmd);
         // SAFETY: as above.
@@ -125,10 +146,25 @@ impl Recorded {
     }
 }
 
+impl Recorded {
+    /// Adds the dispatch times of the last submission to the profile (when profiling); the
+    /// submission must be finished.
+    pub(crate) fn collect(&self) {
+        if let (Some(stamps), true) = (&self.stamps, self.last_submit > 0) {
+            stamps.collect(&self.ctx);
+        }
+    }
+}
+
 impl Drop for Recorded {
     fn drop(&mut self) {
         // Its last submission may still run: wait for the device first.
         self.ctx.wait_idle().ok();
+        self.collect();
+        if let Some(stamps) = &self.stamps {
+            // SAFETY: the queue is idle, so the queries are not in use.
+            unsafe { stamps.destroy(&self.ctx) };
+        }
         // SAFETY: the command buffer is not pending (the queue is idle); destroying the pool
         // frees it.
         unsafe { self.ctx.device.destroy_command_pool(self.pool, None) };
