@@ -10,6 +10,7 @@ mod elementwise;
 mod get_rows;
 mod mul_mat;
 mod mul_mat_coopmat;
+mod mul_mat_tiled;
 mod rope;
 mod rows;
 mod window;

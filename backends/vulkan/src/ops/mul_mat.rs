@@ -1,12 +1,14 @@
 //! MUL_MAT: a (f32, f16, bf16 or quantized) times f32 b into f32, broadcasting a over dims 2
 //! and 3 as ggml does. One column (n = 1) takes the matrix-vector shader, where each
-//! workgroup reduces a few rows over k (`mul_mat_vec.comp`); wider products take the tiled
-//! shader, 64 x 64 results per workgroup (`mul_mat.comp`), or the tensor-core shader where
-//! the device has it and the operands fit it (`mul_mat_coopmat.rs`).
+//! workgroup reduces a few rows over k (`mul_mat_vec.comp`); wider products take the
+//! tensor-core shader where the device has it and the operands fit it
+//! (`mul_mat_coopmat.rs`), else float weights with aligned rows the 128 x 128 tiled shader
+//! (`mul_mat_tiled.rs`), else the general one, 64 x 64 results per workgroup
+//! (`mul_mat.comp`).
 
 use tessera_core::{DType, Op};
 
-use super::{args_of, linear_groups, mul_mat_coopmat, need, no_shader, src, Caps, Dispatch, Operand, Why};
+use super::{args_of, linear_groups, mul_mat_coopmat, mul_mat_tiled, need, no_shader, src, Caps, Dispatch, Operand, Why};
 use crate::shaders::Shader;
 
 /// Rows of the result per workgroup of `mul_mat_vec.comp` (`ROWS` there).
@@ -41,6 +43,9 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
     if n == 1 {
         let [x, y, _] = linear_groups(u64::from(m), VEC_ROWS)?;
         return Ok(Dispatch { shader: Shader::MulMatVec, args, groups: [x, y, layers] });
+    }
+    if let Some(d) = mul_mat_tiled::plan(a, b, dst, srcs) {
+        return Ok(d);
     }
     let (x, y) = (m.div_ceil(TILE), n.div_ceil(TILE));
     need(x <= MAX_GROUPS && y <= MAX_GROUPS, || {
