@@ -1,6 +1,7 @@
 // binary.comp for packed f32 a and destination with rows of a multiple of 4 values, and b
 // with packed rows of the same length repeated over a's rows: four values per invocation with
-// 16-byte loads and stores.
+// 16-byte loads and stores. i[1] says how b repeats: 1, b is packed in a's shape; 2, b is one
+// row; 0, anything else (rows of b found from a's coordinates).
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
@@ -16,14 +17,22 @@ void main() {
         return;
     }
     uint e = i * 4;
-    uint row = e / a.ne[0];
-    uint col = e - row * a.ne[0];
-    uint i1 = row % a.ne[1];
-    uint i23 = row / a.ne[1];
-    uint i2 = i23 % a.ne[2];
-    uint i3 = i23 / a.ne[2];
+    uint64_t b_at;
+    if (pc.args.i[1] == 1) {
+        b_at = b.data + uint64_t(e) * 4;
+    } else if (pc.args.i[1] == 2) {
+        b_at = b.data + uint64_t(e % a.ne[0]) * 4;
+    } else {
+        uint row = e / a.ne[0];
+        uint col = e - row * a.ne[0];
+        uint i1 = row % a.ne[1];
+        uint i23 = row / a.ne[1];
+        uint i2 = i23 % a.ne[2];
+        uint i3 = i23 / a.ne[2];
+        b_at = row_at(b, i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]) + uint64_t(col) * 4;
+    }
     vec4 x = V4Ref(a.data + uint64_t(e) * 4).v;
-    vec4 y = V4Ref(row_at(b, i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]) + uint64_t(col) * 4).v;
+    vec4 y = V4Ref(b_at).v;
     vec4 r;
     switch (pc.args.i[0]) {
     case 0: r = x + y; break;

@@ -10,6 +10,11 @@
 // blocks at the edges are padded with zeros and stored through shared memory.
 //
 // dst is [M, N, b2, b3]; a is [K, M, a2, a3] and repeats over b's dims 2 and 3.
+//
+// Variants: the a tile in shared memory row by row of a (`am`, loaded column-major as the
+// right operand) or k by k (`ak`, loaded row-major).
+// variant: am A_KMAJOR=0
+// variant: ak A_KMAJOR=1
 #include "version.glsl"
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -29,7 +34,13 @@ layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4Ref { vec4 v; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32Array { float v[]; };
 
+#if A_KMAJOR
+// k-major rows of BM + 8 halves (272 bytes).
+#define SA 136
+shared float16_t As[BK * SA];
+#else
 shared float16_t As[BM * SK];
+#endif
 shared float16_t Bs[BN * SK];
 // One 16x16 f32 tile per subgroup, for stores at the edges.
 shared float Cs[8 * 256];
@@ -64,11 +75,17 @@ void store_step() {
     uint t = gl_LocalInvocationID.x;
     for (uint i = 0; i < 2; i++) {
         uint q = t + i * 256;
-        uint at = (q / 4) * SK + (q % 4) * 8;
+        uint row = q / 4;
+        uint k = (q % 4) * 8;
         for (uint w = 0; w < 4; w++) {
             f16vec2 h = unpackFloat2x16(ra[i][w]);
-            As[at + 2 * w] = h.x;
-            As[at + 2 * w + 1] = h.y;
+#if A_KMAJOR
+            As[(k + 2 * w) * SA + row] = h.x;
+            As[(k + 2 * w + 1) * SA + row] = h.y;
+#else
+            As[row * SK + k + 2 * w] = h.x;
+            As[row * SK + k + 2 * w + 1] = h.y;
+#endif
         }
     }
     for (uint i = 0; i < 4; i++) {
@@ -120,7 +137,11 @@ void main() {
                 coopMatLoad(fb[i], Bs, (wn + i * 16) * SK + kk, SK, gl_CooperativeMatrixLayoutRowMajor);
             }
             for (uint j = 0; j < 2; j++) {
+#if A_KMAJOR
+                coopMatLoad(fa[j], As, kk * SA + wm + j * 16, SA, gl_CooperativeMatrixLayoutRowMajor);
+#else
                 coopMatLoad(fa[j], As, (wm + j * 16) * SK + kk, SK, gl_CooperativeMatrixLayoutColumnMajor);
+#endif
             }
             for (uint i = 0; i < 4; i++) {
                 for (uint j = 0; j < 2; j++) {

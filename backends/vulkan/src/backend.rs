@@ -60,7 +60,15 @@ impl VulkanBackend {
         // SAFETY: a valid create info for this device.
         let timeline =
             unsafe { ctx.device.create_semaphore(&info, None) }.map_err(|e| ctx.err("creating a semaphore", e))?;
-        Ok(VulkanBackend { device, ctx, timeline, submitted: 0, transient: Vec::new(), caps: device.caps(), profile: profile::enabled().then(profile::Shared::default) })
+        Ok(VulkanBackend {
+            device,
+            ctx,
+            timeline,
+            submitted: 0,
+            transient: Vec::new(),
+            caps: device.caps(),
+            profile: profile::enabled().then(profile::Shared::default),
+        })
     }
 
     /// Submits `cmd` (or nothing, only to signal) and returns the timeline value it signals.

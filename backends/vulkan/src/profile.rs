@@ -55,9 +55,8 @@ impl Stamps {
     pub(crate) fn collect(&self, ctx: &Context) {
         let mut ticks = vec![0u64; self.labels.len() * 2];
         // SAFETY: every query was written by the finished submission (callers wait for it).
-        let read = unsafe {
-            ctx.device.get_query_pool_results(self.queries, 0, &mut ticks, vk::QueryResultFlags::TYPE_64)
-        };
+        let read =
+            unsafe { ctx.device.get_query_pool_results(self.queries, 0, &mut ticks, vk::QueryResultFlags::TYPE_64) };
         if read.is_err() {
             return;
         }

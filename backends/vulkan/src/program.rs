@@ -64,7 +64,8 @@ impl Recorded {
             _args: None,
             last_submit: 0,
             dispatches: dispatches.len(),
-            stamps: profile.and_then(|p| Stamps::new(ctx, dispatches.iter().map(|(d, _)| profile::label(d)).collect(), p)),
+            stamps: profile
+                .and_then(|p| Stamps::new(ctx, dispatches.iter().map(|(d, _)| profile::label(d)).collect(), p)),
         };
         let alloc_info = vk::CommandBufferAllocateInfo::default()
             .command_pool(pool)

@@ -4,24 +4,11 @@
 
 use tessera_core::{BinaryOp, DType, Op, UnaryOp};
 
-use super::{args_of, linear_groups, need, no_shader, src, Dispatch, Operand, Why};
+use super::{args_of, linear_groups, need, no_shader, packed_f32, src, Dispatch, Operand, Why};
 use crate::shaders::Shader;
 
 fn is_float(t: DType) -> bool {
     matches!(t, DType::F32 | DType::F16 | DType::BF16)
-}
-
-/// Packed f32 (rows after rows, no gaps) in rows of a multiple of 4 values, 16-byte aligned.
-fn packed_f32(t: &Operand) -> bool {
-    let d = &t.desc;
-    let mut stride = 4u64;
-    for i in 0..4 {
-        if d.ne[i] > 1 && d.nb[i] != stride {
-            return false;
-        }
-        stride *= u64::from(d.ne[i]);
-    }
-    t.dtype == DType::F32 && d.ne[0] % 4 == 0 && d.data % 16 == 0
 }
 
 /// Ops whose result depends on the value alone (not DIAG_MASK_INF, which needs coordinates).
@@ -94,6 +81,13 @@ pub(super) fn binary(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<D
         && b.desc.data % 16 == 0
         && (1..4).all(|d| b.desc.ne[d] <= 1 || b.desc.nb[d] % 16 == 0);
     if packed_f32(&a) && packed_f32(&dst) && b_rows {
+        args.i[1] = if packed_f32(&b) && b.desc.ne == a.desc.ne {
+            1
+        } else if b.desc.ne[1..].iter().all(|&n| n == 1) {
+            2
+        } else {
+            0
+        };
         return Ok(Dispatch { shader: Shader::BinaryF32, args, groups: linear_groups(dst.desc.nelements() / 4, 256)? });
     }
     Ok(Dispatch { shader: Shader::Binary, args, groups: linear_groups(dst.desc.nelements(), 256)? })

@@ -112,6 +112,19 @@ fn addressable(t: &Operand) -> Result<(), Why> {
     need(d.data % align == 0, || format!("a {} tensor at an address not a multiple of {align}", dtype.name()))
 }
 
+/// Packed f32 (rows after rows, no gaps) in rows of a multiple of 4 values, 16-byte aligned.
+pub(crate) fn packed_f32(t: &Operand) -> bool {
+    let d = &t.desc;
+    let mut stride = 4u64;
+    for i in 0..4 {
+        if d.ne[i] > 1 && d.nb[i] != stride {
+            return false;
+        }
+        stride *= u64::from(d.ne[i]);
+    }
+    t.dtype == DType::F32 && d.ne[0] % 4 == 0 && d.data % 16 == 0
+}
+
 /// The dispatch computing `op` into `dst` from `srcs`, or why the shaders cannot.
 pub(crate) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>; MAX_SRC]) -> Result<Dispatch, Why> {
     addressable(&dst)?;

@@ -8,7 +8,9 @@
 
 use tessera_core::{DType, Op};
 
-use super::{args_of, linear_groups, mul_mat_coopmat, mul_mat_tiled, need, no_shader, src, Caps, Dispatch, Operand, Why};
+use super::{
+    args_of, linear_groups, mul_mat_coopmat, mul_mat_tiled, need, no_shader, src, Caps, Dispatch, Operand, Why,
+};
 use crate::shaders::Shader;
 
 /// Rows of the result per workgroup of `mul_mat_vec.comp` (`ROWS` there).

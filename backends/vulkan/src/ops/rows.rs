@@ -4,13 +4,26 @@
 
 use tessera_core::{soft_max_mask_fits, DType, Op};
 
-use super::{args_of, linear_groups, need, no_shader, src, Dispatch, Operand, Why};
+use super::{args_of, linear_groups, need, no_shader, packed_f32, src, Dispatch, Operand, Why};
 use crate::shaders::Shader;
 
 /// One workgroup for each row `(i1, i2, i3)` of a tensor of sizes `ne`.
 fn row_groups(ne: [u32; 4]) -> Result<[u32; 3], Why> {
     let rows = u64::from(ne[1]) * u64::from(ne[2]) * u64::from(ne[3]);
     linear_groups(rows, 1)
+}
+
+/// The packed-row shader (`rows_f32.comp`) for packed f32 rows of a multiple of 4 values up
+/// to 8192 (8 vectors per invocation): `args.i[4]` = invocations per row, the workgroups.
+fn packed_rows(a: &Operand, dst: &Operand, args: &mut crate::args::Args) -> Option<[u32; 3]> {
+    let n = a.desc.ne[0];
+    if !(packed_f32(a) && packed_f32(dst) && n > 0 && n <= 8192) {
+        return None;
+    }
+    let per_row = (n / 4).div_ceil(8).next_power_of_two().clamp(32, 256);
+    args.i[4] = i32::try_from(per_row).ok()?;
+    let rows = u64::from(a.desc.ne[1]) * u64::from(a.desc.ne[2]) * u64::from(a.desc.ne[3]);
+    linear_groups(rows, 256 / per_row).ok()
 }
 
 fn same_shape(dst: &Operand, a: &Operand) -> Result<(), Why> {
@@ -43,6 +56,9 @@ pub(super) fn norm(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dis
     let mut args = args_of(dst, srcs);
     args.i[0] = i32::from(rms);
     args.f[0] = eps;
+    if let Some(groups) = packed_rows(&a, &dst, &mut args) {
+        return Ok(Dispatch { shader: Shader::NormF32, args, groups });
+    }
     Ok(Dispatch { shader: Shader::Norm, args, groups: row_groups(a.desc.ne)? })
 }
 
@@ -62,6 +78,9 @@ pub(super) fn soft_max(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result
     let mut args = args_of(dst, srcs);
     args.i[0] = i32::from(mask.is_some());
     args.f[0] = scale;
+    if let Some(groups) = packed_rows(&a, &dst, &mut args) {
+        return Ok(Dispatch { shader: Shader::SoftMaxF32, args, groups });
+    }
     Ok(Dispatch { shader: Shader::SoftMax, args, groups: row_groups(a.desc.ne)? })
 }
 

@@ -1,0 +1,161 @@
+// SOFT_MAX, NORM and RMS_NORM (the variants) of packed f32 rows of a multiple of 4 values, up
+// to 8192: each row is read once into registers with 16-byte loads (up to 8 vectors per
+// invocation) and written once. A workgroup of 256 holds 256 / T rows of T invocations each
+// (T = i[4], a power of two from 32 to 256 chosen from the row length), reducing within its
+// row's invocations through shared memory. Parameters and results as soft_max.comp and
+// norm.comp; the destination may be the source.
+//
+// variant: soft_max SOFT_MAX=1
+// variant: norm SOFT_MAX=0
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4Ref { vec4 v; };
+
+#define VECS 8
+
+const float NEG_INF = uintBitsToFloat(0xff800000u);
+const float NAN = uintBitsToFloat(0x7fc00000u);
+
+shared float red[256];
+
+uint T;
+uint lane;
+uint base;
+
+float row_sum(float x) {
+    red[gl_LocalInvocationID.x] = x;
+    barrier();
+    for (uint s = T / 2; s > 0; s /= 2) {
+        if (lane < s) {
+            red[base + lane] += red[base + lane + s];
+        }
+        barrier();
+    }
+    float r = red[base];
+    barrier();
+    return r;
+}
+
+float row_max(float x) {
+    red[gl_LocalInvocationID.x] = x;
+    barrier();
+    for (uint s = T / 2; s > 0; s /= 2) {
+        if (lane < s) {
+            // NaN-skipping maximum: a NaN never wins.
+            float o = red[base + lane + s];
+            if (o > red[base + lane]) {
+                red[base + lane] = o;
+            }
+        }
+        barrier();
+    }
+    float r = red[base];
+    barrier();
+    return r;
+}
+
+float vmax(vec4 v, float m) {
+    for (uint e = 0; e < 4; e++) {
+        if (v[e] > m) {
+            m = v[e];
+        }
+    }
+    return m;
+}
+
+void main() {
+    Tensor src = pc.args.src[0];
+    Tensor dst = pc.args.dst;
+    T = uint(pc.args.i[4]);
+    lane = gl_LocalInvocationID.x % T;
+    base = gl_LocalInvocationID.x - lane;
+    uint rows = src.ne[1] * src.ne[2] * src.ne[3];
+    uint row = group_index() * (256 / T) + gl_LocalInvocationID.x / T;
+    // Rows past the end still take part in the barriers.
+    bool live = row < rows;
+    uint n4 = src.ne[0] / 4;
+    uint64_t at = uint64_t(live ? row : 0) * src.nb[1];
+
+    vec4 v[VECS];
+    for (uint j = 0; j < VECS; j++) {
+        uint i = lane + j * T;
+        v[j] = live && i < n4 ? V4Ref(src.data + at + uint64_t(i) * 16).v : vec4(0.0);
+    }
+
+#if SOFT_MAX
+    Tensor mask = pc.args.src[1];
+    bool masked = pc.args.i[0] == 1;
+    float scale = pc.args.f[0];
+    uint i1 = row % src.ne[1];
+    uint i2 = (row / src.ne[1]) % src.ne[2];
+    uint i3 = row / (src.ne[1] * src.ne[2]);
+    uint64_t mask_row = masked ? row_at(mask, i1 % mask.ne[1], i2 % mask.ne[2], i3 % mask.ne[3]) : 0ul;
+    float m = NEG_INF;
+    for (uint j = 0; j < VECS; j++) {
+        uint i = lane + j * T;
+        if (live && i < n4) {
+            v[j] *= scale;
+            if (masked) {
+                for (uint e = 0; e < 4; e++) {
+                    v[j][e] += load_plain(mask.type, mask_row + uint64_t(4 * i + e) * mask.nb[0]);
+                }
+            }
+            m = vmax(v[j], m);
+        }
+    }
+    m = row_max(m);
+    // With no finite or +inf value the row is all -inf (zeros) unless it holds a NaN.
+    bool none = m == NEG_INF;
+    float s = 0.0;
+    for (uint j = 0; j < VECS; j++) {
+        uint i = lane + j * T;
+        if (live && i < n4) {
+            for (uint e = 0; e < 4; e++) {
+                float x = v[j][e];
+                float y = none ? (isnan(x) ? NAN : 0.0) : exp(x - m);
+                v[j][e] = y;
+                s += y;
+            }
+        }
+    }
+    s = row_sum(s);
+    float inv = none ? (isnan(s) ? NAN : 0.0) : 1.0 / s;
+    for (uint j = 0; j < VECS; j++) {
+        uint i = lane + j * T;
+        if (live && i < n4) {
+            // exp(x - m) / s as the general shader computes it, value by value.
+            vec4 y = none ? vec4(inv) : v[j] / s;
+            V4Ref(dst.data + uint64_t(row) * dst.nb[1] + uint64_t(i) * 16).v = y;
+        }
+    }
+#else
+    bool rms = pc.args.i[0] == 1;
+    float eps = pc.args.f[0];
+    float n = float(src.ne[0]);
+    float mean = 0.0;
+    if (!rms) {
+        float s = 0.0;
+        for (uint j = 0; j < VECS; j++) {
+            s += v[j].x + v[j].y + v[j].z + v[j].w;
+        }
+        mean = row_sum(s) / n;
+    }
+    float sq = 0.0;
+    for (uint j = 0; j < VECS; j++) {
+        uint i = lane + j * T;
+        if (live && i < n4) {
+            vec4 d = v[j] - mean;
+            sq += dot(d, d);
+        }
+    }
+    float inv = 1.0 / sqrt(row_sum(sq) / n + eps);
+    for (uint j = 0; j < VECS; j++) {
+        uint i = lane + j * T;
+        if (live && i < n4) {
+            V4Ref(dst.data + uint64_t(row) * dst.nb[1] + uint64_t(i) * 16).v = (v[j] - mean) * inv;
+        }
+    }
+#endif
+}
