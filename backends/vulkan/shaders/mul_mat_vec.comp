@@ -1,5 +1,6 @@
 // MUL_MAT with one column (n = 1): the matrix-vector products of decoding. Same operands
-// and broadcasting as mul_mat.comp.
+// and broadcasting as mul_mat.comp. With i[2] = 1, a product of a few columns of one matrix
+// (b2 = b3 = 1) as one matrix-vector product per column: workgroup z is the column.
 //
 // A workgroup computes ROWS consecutive rows of the result for one (i2, i3) (workgroup z is
 // i2 + b2 * i3; the row group spreads over x and y). Its invocations stride over k, 4
@@ -21,14 +22,16 @@ void main() {
     Tensor b = pc.args.src[1];
     uint K = a.ne[0];
     uint M = a.ne[1];
-    uint i2 = gl_WorkGroupID.z % b.ne[2];
-    uint i3 = gl_WorkGroupID.z / b.ne[2];
+    bool columns = pc.args.i[2] == 1;
+    uint col = columns ? gl_WorkGroupID.z : 0u;
+    uint i2 = columns ? 0u : gl_WorkGroupID.z % b.ne[2];
+    uint i3 = columns ? 0u : gl_WorkGroupID.z / b.ne[2];
     uint a2 = i2 / (b.ne[2] / a.ne[2]);
     uint a3 = i3 / (b.ne[3] / a.ne[3]);
     uint row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;
     uint lid = gl_LocalInvocationID.x;
 
-    uint64_t b_row = row_at(b, 0u, i2, i3);
+    uint64_t b_row = row_at(b, col, i2, i3);
     uint64_t a_rows[ROWS];
     float acc[ROWS];
     for (uint r = 0u; r < ROWS; r++) {
@@ -56,6 +59,6 @@ void main() {
         barrier();
     }
     if (lid < ROWS && row0 + lid < M) {
-        F32Ref(at(dst, uvec4(row0 + lid, 0u, i2, i3))).v = partial[lid * WG];
+        F32Ref(at(dst, uvec4(row0 + lid, col, i2, i3))).v = partial[lid * WG];
     }
 }

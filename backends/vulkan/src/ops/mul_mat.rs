@@ -17,6 +17,10 @@ use crate::shaders::Shader;
 const VEC_ROWS: u32 = 4;
 /// The tile of the result per workgroup of `mul_mat.comp` (`BM`, `BN` there).
 const TILE: u32 = 64;
+/// Columns up to which a product of few row tiles runs as matrix-vector products.
+const FEW_COLUMNS: u32 = 32;
+/// Row tiles (of `TILE`) below which a product counts as small.
+const FEW_TILES: u32 = 64;
 /// The most workgroups along any side of a dispatch (z counts the matrices of the result).
 const MAX_GROUPS: u32 = 65535;
 
@@ -45,6 +49,14 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
     if n == 1 {
         let [x, y, _] = linear_groups(u64::from(m), VEC_ROWS)?;
         return Ok(Dispatch { shader: Shader::MulMatVec, args, groups: [x, y, layers] });
+    }
+    // A few columns of one small matrix would leave the tiled shaders a handful of
+    // workgroups: one matrix-vector product per column spreads them over the device.
+    if n <= FEW_COLUMNS && layers == 1 && m.div_ceil(TILE) < FEW_TILES {
+        let mut args = args;
+        args.i[2] = 1;
+        let [x, y, _] = linear_groups(u64::from(m), VEC_ROWS)?;
+        return Ok(Dispatch { shader: Shader::MulMatVec, args, groups: [x, y, n] });
     }
     if let Some(d) = mul_mat_tiled::plan(a, b, dst, srcs) {
         return Ok(d);
@@ -100,11 +112,14 @@ mod tests {
 
     #[test]
     fn tensor_cores_take_the_f16_products_that_fit_them_where_the_device_has_them() {
-        let (a, b) = (dense(DType::F16, [256, 64, 1, 1]), dense(DType::F32, [256, 32, 1, 1]));
+        let (a, b) = (dense(DType::F16, [256, 64, 1, 1]), dense(DType::F32, [256, 64, 1, 1]));
         let with = Caps { coopmat_f16: true };
         assert_eq!(product(&with, a, b).map(|d| d.shader), Ok(Shader::MulMatCoopmat));
-        assert_eq!(product(&Caps::default(), a, b).map(|d| d.shader), Ok(Shader::MulMat));
+        assert_eq!(product(&Caps::default(), a, b).map(|d| d.shader), Ok(Shader::MulMatTiledF16));
         let q = dense(DType::Q8_0, [256, 64, 1, 1]);
         assert_eq!(product(&with, q, b).map(|d| d.shader), Ok(Shader::MulMat));
+        // A few columns of a small matrix: one matrix-vector product per column.
+        let few = product(&Caps::default(), a, dense(DType::F32, [256, 16, 1, 1])).unwrap();
+        assert_eq!((few.shader, few.groups, few.args.i[2]), (Shader::MulMatVec, [16, 1, 16], 1));
     }
 }

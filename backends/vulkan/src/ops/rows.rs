@@ -128,7 +128,11 @@ mod tests {
         for mne in [[16, 1, 1, 3], [16, 8, 2, 3], [16, 5, 4, 3]] {
             let d = plan(&crate::ops::Caps::default(), op, a, &srcs(&[a, dense(DType::F16, mne)]))
                 .expect("a mask that repeats");
-            assert_eq!((d.shader, d.args.i[0], d.args.f[0], d.groups), (Shader::SoftMax, 1, 0.5, [60, 1, 1]));
+            // Packed f32 rows of 16: 32 invocations a row, 8 rows a workgroup.
+            assert_eq!(
+                (d.shader, d.args.i[0], d.args.f[0], d.args.i[4], d.groups),
+                (Shader::SoftMaxF32, 1, 0.5, 32, [8, 1, 1])
+            );
         }
         assert!(
             plan(&crate::ops::Caps::default(), op, a, &srcs(&[a, dense(DType::F32, [15, 5, 1, 1])])).is_err(),
