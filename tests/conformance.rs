@@ -25,6 +25,13 @@ fn every_op_matches_the_reference_on_every_device() {
     let summary = conformance::run_suite(&devices);
     summary.print();
     assert_eq!(summary.failed, 0, "{} case(s) failed: {}", summary.failed, summary.line());
+    // With TESSERA_VULKAN_VALIDATION=1 the Khronos layer checked every Vulkan call above.
+    #[cfg(feature = "vulkan")]
+    assert_eq!(
+        tessera::vulkan::validation_messages(),
+        0,
+        "the Vulkan validation layer reported problems (see the log)"
+    );
     assert!(
         summary.ops >= 30 || std::env::var("TESSERA_CONFORMANCE_FILTER").is_ok(),
         "only {} ops covered",
