@@ -7,6 +7,8 @@
 // row of a (dequantized to f32) and of b into shared memory, then accumulates TM x TN
 // outputs in f32. Invocation (tx, ty) owns rows tx + 16 r and columns ty + 16 c, so that
 // neighbours read neighbouring words of the a tile.
+#include "version.glsl"
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "quant.glsl"
 
@@ -47,8 +49,8 @@ void main() {
     uint64_t b_row = row_at(b, b_in ? n0 + lr : 0u, i2, i3);
 
     float acc[TM][TN];
-    for (uint r = 0u; r < TM; r++) {
-        for (uint c = 0u; c < TN; c++) {
+    [[unroll]] for (uint r = 0u; r < TM; r++) {
+        [[unroll]] for (uint c = 0u; c < TN; c++) {
             acc[r][c] = 0.0;
         }
     }
@@ -56,7 +58,7 @@ void main() {
     for (uint k0 = 0u; k0 < K; k0 += BK) {
         vec4 va = a_in ? load4(a, a_row, k0 + lk, K) : vec4(0.0);
         vec4 vb = b_in ? load4(b, b_row, k0 + lk, K) : vec4(0.0);
-        for (uint e = 0u; e < 4u; e++) {
+        [[unroll]] for (uint e = 0u; e < 4u; e++) {
             tile_a[(lk + e) * BM + lr] = va[e];
             tile_b[(lk + e) * BN + lr] = vb[e];
         }
@@ -64,14 +66,14 @@ void main() {
         for (uint kk = 0u; kk < BK; kk++) {
             float ra[TM];
             float rb[TN];
-            for (uint r = 0u; r < TM; r++) {
+            [[unroll]] for (uint r = 0u; r < TM; r++) {
                 ra[r] = tile_a[kk * BM + tx + 16u * r];
             }
-            for (uint c = 0u; c < TN; c++) {
+            [[unroll]] for (uint c = 0u; c < TN; c++) {
                 rb[c] = tile_b[kk * BN + ty + 16u * c];
             }
-            for (uint r = 0u; r < TM; r++) {
-                for (uint c = 0u; c < TN; c++) {
+            [[unroll]] for (uint r = 0u; r < TM; r++) {
+                [[unroll]] for (uint c = 0u; c < TN; c++) {
                     acc[r][c] += ra[r] * rb[c];
                 }
             }
@@ -79,12 +81,12 @@ void main() {
         barrier();
     }
 
-    for (uint c = 0u; c < TN; c++) {
+    [[unroll]] for (uint c = 0u; c < TN; c++) {
         uint n = n0 + ty + 16u * c;
         if (n >= N) {
             continue;
         }
-        for (uint r = 0u; r < TM; r++) {
+        [[unroll]] for (uint r = 0u; r < TM; r++) {
             uint m = m0 + tx + 16u * r;
             if (m < M) {
                 F32Ref(at(dst, uvec4(m, n, i2, i3))).v = acc[r][c];

@@ -9,24 +9,25 @@
 // operands must be 16-byte aligned with k a multiple of 8 (the backend checks); partial
 // blocks at the edges are padded with zeros and stored through shared memory.
 //
-// dst is [M, N, b2, b3]; a is [K, M, a2, a3] and repeats over b's dims 2 and 3.
-//
-// Variants: the a tile in shared memory row by row of a (`am`, loaded column-major as the
-// right operand) or k by k (`ak`, loaded row-major).
-// variant: am A_KMAJOR=0
-// variant: ak A_KMAJOR=1
+// dst is [M, N, b2, b3]; a is [K, M, a2, a3] and repeats over b's dims 2 and 3. Every loop
+// over accumulators and fragments is unrolled: arrays of cooperative matrices indexed at
+// run time would live in memory (3.5x slower on an H100).
 #include "version.glsl"
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 #define BM 128
 #define BN 128
-#define BK 32
-// Shared rows are BK + 8 halves long (80 bytes): 16-byte aligned and off the bank period.
-#define SK 40
+// Steps of 64 values of k (138 against 106 TFLOPS for steps of 32 on an H100). Shared rows
+// are BK + 8 halves long (144 bytes): 16-byte aligned and off the bank period.
+#define BK 64
+#define SK (BK + 8)
+#define A_LOADS (BM * BK / 8 / 256)
+#define B_LOADS (BN * BK / 4 / 256)
 
 layout(local_size_x = 256) in;
 
@@ -34,36 +35,30 @@ layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4Ref { vec4 v; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32Array { float v[]; };
 
-#if A_KMAJOR
-// k-major rows of BM + 8 halves (272 bytes).
-#define SA 136
-shared float16_t As[BK * SA];
-#else
 shared float16_t As[BM * SK];
-#endif
 shared float16_t Bs[BN * SK];
 // One 16x16 f32 tile per subgroup, for stores at the edges.
 shared float Cs[8 * 256];
 
-// What one invocation stages per step: 2 x 8 halves of a, 4 x 4 floats of b.
-uvec4 ra[2];
-vec4 rb[4];
+// What one invocation stages per step: A_LOADS x 8 halves of a, B_LOADS x 4 floats of b.
+uvec4 ra[A_LOADS];
+vec4 rb[B_LOADS];
 
 void load_step(Tensor a, Tensor b, uint64_t a_base, uint64_t b_base, uint m0, uint n0, uint k0) {
     uint t = gl_LocalInvocationID.x;
-    for (uint i = 0; i < 2; i++) {
+    [[unroll]] for (uint i = 0; i < A_LOADS; i++) {
         uint q = t + i * 256;
-        uint row = q / 4;
-        uint k = k0 + (q % 4) * 8;
+        uint row = q / (BK / 8);
+        uint k = k0 + (q % (BK / 8)) * 8;
         ra[i] = uvec4(0);
         if (m0 + row < a.ne[1] && k < a.ne[0]) {
             ra[i] = U4Ref(a_base + uint64_t(m0 + row) * a.nb[1] + uint64_t(k) * 2).v;
         }
     }
-    for (uint i = 0; i < 4; i++) {
+    [[unroll]] for (uint i = 0; i < B_LOADS; i++) {
         uint q = t + i * 256;
-        uint col = q / 8;
-        uint k = k0 + (q % 8) * 4;
+        uint col = q / (BK / 4);
+        uint k = k0 + (q % (BK / 4)) * 4;
         rb[i] = vec4(0.0);
         if (n0 + col < b.ne[1] && k < b.ne[0]) {
             rb[i] = V4Ref(b_base + uint64_t(n0 + col) * b.nb[1] + uint64_t(k) * 4).v;
@@ -73,25 +68,20 @@ void load_step(Tensor a, Tensor b, uint64_t a_base, uint64_t b_base, uint m0, ui
 
 void store_step() {
     uint t = gl_LocalInvocationID.x;
-    for (uint i = 0; i < 2; i++) {
+    [[unroll]] for (uint i = 0; i < A_LOADS; i++) {
         uint q = t + i * 256;
-        uint row = q / 4;
-        uint k = (q % 4) * 8;
-        for (uint w = 0; w < 4; w++) {
+        uint row = q / (BK / 8);
+        uint k = (q % (BK / 8)) * 8;
+        [[unroll]] for (uint w = 0; w < 4; w++) {
             f16vec2 h = unpackFloat2x16(ra[i][w]);
-#if A_KMAJOR
-            As[(k + 2 * w) * SA + row] = h.x;
-            As[(k + 2 * w + 1) * SA + row] = h.y;
-#else
             As[row * SK + k + 2 * w] = h.x;
             As[row * SK + k + 2 * w + 1] = h.y;
-#endif
         }
     }
-    for (uint i = 0; i < 4; i++) {
+    [[unroll]] for (uint i = 0; i < B_LOADS; i++) {
         uint q = t + i * 256;
-        uint at = (q / 8) * SK + (q % 8) * 4;
-        for (uint w = 0; w < 4; w++) {
+        uint at = (q / (BK / 4)) * SK + (q % (BK / 4)) * 4;
+        [[unroll]] for (uint w = 0; w < 4; w++) {
             Bs[at + w] = float16_t(rb[i][w]);
         }
     }
@@ -115,8 +105,8 @@ void main() {
     uint wm = (sg / 2) * 32; // and rows of a
 
     coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[4][2];
-    for (uint i = 0; i < 4; i++) {
-        for (uint j = 0; j < 2; j++) {
+    [[unroll]] for (uint i = 0; i < 4; i++) {
+        [[unroll]] for (uint j = 0; j < 2; j++) {
             acc[i][j] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
         }
     }
@@ -129,22 +119,18 @@ void main() {
         if (k0 + BK < K) {
             load_step(a, b, a_base, b_base, m0, n0, k0 + BK);
         }
-        for (uint kk = 0; kk < BK; kk += 16) {
+        [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
             // C tile (n, m) = B rows (n, k) x A^T (k, m): b is the left operand.
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> fb[4];
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> fa[2];
-            for (uint i = 0; i < 4; i++) {
+            [[unroll]] for (uint i = 0; i < 4; i++) {
                 coopMatLoad(fb[i], Bs, (wn + i * 16) * SK + kk, SK, gl_CooperativeMatrixLayoutRowMajor);
             }
-            for (uint j = 0; j < 2; j++) {
-#if A_KMAJOR
-                coopMatLoad(fa[j], As, kk * SA + wm + j * 16, SA, gl_CooperativeMatrixLayoutRowMajor);
-#else
+            [[unroll]] for (uint j = 0; j < 2; j++) {
                 coopMatLoad(fa[j], As, (wm + j * 16) * SK + kk, SK, gl_CooperativeMatrixLayoutColumnMajor);
-#endif
             }
-            for (uint i = 0; i < 4; i++) {
-                for (uint j = 0; j < 2; j++) {
+            [[unroll]] for (uint i = 0; i < 4; i++) {
+                [[unroll]] for (uint j = 0; j < 2; j++) {
                     acc[i][j] = coopMatMulAdd(fb[i], fa[j], acc[i][j]);
                 }
             }
@@ -156,8 +142,8 @@ void main() {
     uint stride = uint(dst.nb[1] / 4);
     bool aligned = dst.nb[1] % 16 == 0 && d_base % 16 == 0;
     uint lane = gl_LocalInvocationID.x % 32;
-    for (uint i = 0; i < 4; i++) {
-        for (uint j = 0; j < 2; j++) {
+    [[unroll]] for (uint i = 0; i < 4; i++) {
+        [[unroll]] for (uint j = 0; j < 2; j++) {
             uint n = n0 + wn + i * 16;
             uint m = m0 + wm + j * 16;
             if (n >= dst.ne[1] || m >= dst.ne[0]) {

@@ -14,6 +14,8 @@
 // variant: f32 A_TYPE=0
 // variant: f16 A_TYPE=1
 // variant: bf16 A_TYPE=2
+#include "version.glsl"
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 #define BM 128
@@ -50,7 +52,7 @@ void load_step(Tensor a, Tensor b, uint64_t a_base, uint64_t b_base, uint m0, ui
     uint t = gl_LocalInvocationID.x;
     uint K = a.ne[0];
 #if A_TYPE == 0
-    for (uint i = 0; i < 2; i++) {
+    [[unroll]] for (uint i = 0; i < 2; i++) {
         uint q = t + i * 256;
         uint row = q / 4;
         uint k = k0 + (q % 4) * 4;
@@ -69,7 +71,7 @@ void load_step(Tensor a, Tensor b, uint64_t a_base, uint64_t b_base, uint m0, ui
         }
     }
 #endif
-    for (uint i = 0; i < 2; i++) {
+    [[unroll]] for (uint i = 0; i < 2; i++) {
         uint q = t + i * 256;
         uint col = q / 4;
         uint k = k0 + (q % 4) * 4;
@@ -83,11 +85,11 @@ void load_step(Tensor a, Tensor b, uint64_t a_base, uint64_t b_base, uint m0, ui
 void store_step() {
     uint t = gl_LocalInvocationID.x;
 #if A_TYPE == 0
-    for (uint i = 0; i < 2; i++) {
+    [[unroll]] for (uint i = 0; i < 2; i++) {
         uint q = t + i * 256;
         uint row = q / 4;
         uint k = (q % 4) * 4;
-        for (uint e = 0; e < 4; e++) {
+        [[unroll]] for (uint e = 0; e < 4; e++) {
             As[((k + e) * BM + row) / 4][row % 4] = ra[i][e];
         }
     }
@@ -95,18 +97,18 @@ void store_step() {
     {
         uint row = t / 2;
         uint k = (t % 2) * 8;
-        for (uint w = 0; w < 4; w++) {
+        [[unroll]] for (uint w = 0; w < 4; w++) {
             vec2 h = halves(ra[w]);
             As[((k + 2 * w) * BM + row) / 4][row % 4] = h.x;
             As[((k + 2 * w + 1) * BM + row) / 4][row % 4] = h.y;
         }
     }
 #endif
-    for (uint i = 0; i < 2; i++) {
+    [[unroll]] for (uint i = 0; i < 2; i++) {
         uint q = t + i * 256;
         uint col = q / 4;
         uint k = (q % 4) * 4;
-        for (uint e = 0; e < 4; e++) {
+        [[unroll]] for (uint e = 0; e < 4; e++) {
             Bs[((k + e) * BN + col) / 4][col % 4] = rb[i][e];
         }
     }
@@ -128,7 +130,7 @@ void main() {
     uint ty = gl_LocalInvocationID.x / 16;
 
     vec4 acc[8][2]; // [column][row group]: rows tx*4 + {0..3} and 64 + tx*4 + {0..3}
-    for (uint c = 0; c < 8; c++) {
+    [[unroll]] for (uint c = 0; c < 8; c++) {
         acc[c][0] = vec4(0.0);
         acc[c][1] = vec4(0.0);
     }
@@ -141,12 +143,12 @@ void main() {
         if (k0 + BK < K) {
             load_step(a, b, a_base, b_base, m0, n0, k0 + BK);
         }
-        for (uint kk = 0; kk < BK; kk++) {
+        [[unroll]] for (uint kk = 0; kk < BK; kk++) {
             vec4 a0 = As[(kk * BM) / 4 + tx];
             vec4 a1 = As[(kk * BM + 64) / 4 + tx];
             vec4 b0 = Bs[(kk * BN) / 4 + ty];
             vec4 b1 = Bs[(kk * BN + 64) / 4 + ty];
-            for (uint c = 0; c < 4; c++) {
+            [[unroll]] for (uint c = 0; c < 4; c++) {
                 acc[c][0] += a0 * b0[c];
                 acc[c][1] += a1 * b0[c];
                 acc[c + 4][0] += a0 * b1[c];
@@ -156,12 +158,12 @@ void main() {
     }
 
     bool vec_ok = dst.nb[1] % 16 == 0 && d_base % 16 == 0;
-    for (uint c = 0; c < 8; c++) {
+    [[unroll]] for (uint c = 0; c < 8; c++) {
         uint n = n0 + (c < 4 ? ty * 4 + c : 64 + ty * 4 + c - 4);
         if (n >= dst.ne[1]) {
             continue;
         }
-        for (uint g = 0; g < 2; g++) {
+        [[unroll]] for (uint g = 0; g < 2; g++) {
             uint m = m0 + g * 64 + tx * 4;
             uint64_t at_m = d_base + uint64_t(n) * dst.nb[1] + uint64_t(m) * 4;
             if (vec_ok && m + 4 <= dst.ne[0]) {

@@ -6,6 +6,8 @@
 // i2 + b2 * i3; the row group spreads over x and y). Its invocations stride over k, 4
 // values at a time (one load of the vector serves all ROWS rows), and the partial sums are
 // added up in shared memory, without relying on the subgroup size.
+#include "version.glsl"
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "quant.glsl"
 
@@ -34,25 +36,25 @@ void main() {
     uint64_t b_row = row_at(b, col, i2, i3);
     uint64_t a_rows[ROWS];
     float acc[ROWS];
-    for (uint r = 0u; r < ROWS; r++) {
+    [[unroll]] for (uint r = 0u; r < ROWS; r++) {
         a_rows[r] = row_at(a, min(row0 + r, M - 1u), a2, a3);
         acc[r] = 0.0;
     }
     for (uint k = lid * 4u; k < K; k += WG * 4u) {
         vec4 vb = load4(b, b_row, k, K);
-        for (uint r = 0u; r < ROWS; r++) {
+        [[unroll]] for (uint r = 0u; r < ROWS; r++) {
             if (row0 + r < M) {
                 acc[r] += dot(load4(a, a_rows[r], k, K), vb);
             }
         }
     }
-    for (uint r = 0u; r < ROWS; r++) {
+    [[unroll]] for (uint r = 0u; r < ROWS; r++) {
         partial[r * WG + lid] = acc[r];
     }
     barrier();
     for (uint s = WG / 2u; s > 0u; s >>= 1) {
         if (lid < s) {
-            for (uint r = 0u; r < ROWS; r++) {
+            [[unroll]] for (uint r = 0u; r < ROWS; r++) {
                 partial[r * WG + lid] += partial[r * WG + lid + s];
             }
         }

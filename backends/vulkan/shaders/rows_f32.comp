@@ -7,6 +7,8 @@
 //
 // variant: soft_max SOFT_MAX=1
 // variant: norm SOFT_MAX=0
+#include "version.glsl"
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
@@ -57,7 +59,7 @@ float row_max(float x) {
 }
 
 float vmax(vec4 v, float m) {
-    for (uint e = 0; e < 4; e++) {
+    [[unroll]] for (uint e = 0; e < 4; e++) {
         if (v[e] > m) {
             m = v[e];
         }
@@ -79,7 +81,7 @@ void main() {
     uint64_t at = uint64_t(live ? row : 0) * src.nb[1];
 
     vec4 v[VECS];
-    for (uint j = 0; j < VECS; j++) {
+    [[unroll]] for (uint j = 0; j < VECS; j++) {
         uint i = lane + j * T;
         v[j] = live && i < n4 ? V4Ref(src.data + at + uint64_t(i) * 16).v : vec4(0.0);
     }
@@ -93,12 +95,12 @@ void main() {
     uint i3 = row / (src.ne[1] * src.ne[2]);
     uint64_t mask_row = masked ? row_at(mask, i1 % mask.ne[1], i2 % mask.ne[2], i3 % mask.ne[3]) : 0ul;
     float m = NEG_INF;
-    for (uint j = 0; j < VECS; j++) {
+    [[unroll]] for (uint j = 0; j < VECS; j++) {
         uint i = lane + j * T;
         if (live && i < n4) {
             v[j] *= scale;
             if (masked) {
-                for (uint e = 0; e < 4; e++) {
+                [[unroll]] for (uint e = 0; e < 4; e++) {
                     v[j][e] += load_plain(mask.type, mask_row + uint64_t(4 * i + e) * mask.nb[0]);
                 }
             }
@@ -109,10 +111,10 @@ void main() {
     // With no finite or +inf value the row is all -inf (zeros) unless it holds a NaN.
     bool none = m == NEG_INF;
     float s = 0.0;
-    for (uint j = 0; j < VECS; j++) {
+    [[unroll]] for (uint j = 0; j < VECS; j++) {
         uint i = lane + j * T;
         if (live && i < n4) {
-            for (uint e = 0; e < 4; e++) {
+            [[unroll]] for (uint e = 0; e < 4; e++) {
                 float x = v[j][e];
                 float y = none ? (isnan(x) ? NAN : 0.0) : exp(x - m);
                 v[j][e] = y;
@@ -122,7 +124,7 @@ void main() {
     }
     s = row_sum(s);
     float inv = none ? (isnan(s) ? NAN : 0.0) : 1.0 / s;
-    for (uint j = 0; j < VECS; j++) {
+    [[unroll]] for (uint j = 0; j < VECS; j++) {
         uint i = lane + j * T;
         if (live && i < n4) {
             // exp(x - m) / s as the general shader computes it, value by value.
@@ -137,13 +139,13 @@ void main() {
     float mean = 0.0;
     if (!rms) {
         float s = 0.0;
-        for (uint j = 0; j < VECS; j++) {
+        [[unroll]] for (uint j = 0; j < VECS; j++) {
             s += v[j].x + v[j].y + v[j].z + v[j].w;
         }
         mean = row_sum(s) / n;
     }
     float sq = 0.0;
-    for (uint j = 0; j < VECS; j++) {
+    [[unroll]] for (uint j = 0; j < VECS; j++) {
         uint i = lane + j * T;
         if (live && i < n4) {
             vec4 d = v[j] - mean;
@@ -151,7 +153,7 @@ void main() {
         }
     }
     float inv = 1.0 / sqrt(row_sum(sq) / n + eps);
-    for (uint j = 0; j < VECS; j++) {
+    [[unroll]] for (uint j = 0; j < VECS; j++) {
         uint i = lane + j * T;
         if (live && i < n4) {
             V4Ref(dst.data + uint64_t(row) * dst.nb[1] + uint64_t(i) * 16).v = (v[j] - mean) * inv;

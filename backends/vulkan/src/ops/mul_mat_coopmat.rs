@@ -36,7 +36,5 @@ pub(super) fn plan(a: Operand, b: Operand, dst: Operand, srcs: &[Option<Operand>
     if x > 65535 || y > 65535 || z > 65535 {
         return None;
     }
-    let shader =
-        if std::env::var("TESSERA_VULKAN_COOPMAT_AK").is_ok() { Shader::MulMatCoopmatK } else { Shader::MulMatCoopmat };
-    Some(Dispatch { shader, args: args_of(dst, srcs), groups: [x, y, z] })
+    Some(Dispatch { shader: Shader::MulMatCoopmat, args: args_of(dst, srcs), groups: [x, y, z] })
 }
