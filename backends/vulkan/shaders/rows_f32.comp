@@ -2,13 +2,20 @@
 // to 8192: each row is read once into registers with 16-byte loads (up to 8 vectors per
 // invocation) and written once. A workgroup of 256 holds 256 / T rows of T invocations each
 // (T = i[4], a power of two from 32 to 256 chosen from the row length), reducing within its
-// row's invocations through shared memory. Parameters and results as soft_max.comp and
-// norm.comp; the destination may be the source.
+// row's invocations through shared memory, or (the `_sg` variants, on devices with subgroup
+// arithmetic) within each subgroup first, then across the row's subgroups. Parameters and
+// results as soft_max.comp and norm.comp; the destination may be the source.
 //
-// variant: soft_max SOFT_MAX=1
-// variant: norm SOFT_MAX=0
+// variant: soft_max SOFT_MAX=1 SUBGROUP=0
+// variant: norm SOFT_MAX=0 SUBGROUP=0
+// variant: soft_max_sg SOFT_MAX=1 SUBGROUP=1
+// variant: norm_sg SOFT_MAX=0 SUBGROUP=1
 #include "version.glsl"
 #extension GL_EXT_control_flow_attributes : require
+#if SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
@@ -26,7 +33,32 @@ uint T;
 uint lane;
 uint base;
 
+#if SUBGROUP
+// The row's subgroups are consecutive invocations (1-D workgroups are split into subgroups in
+// order on every implementation), each wholly inside the row when the subgroup is no wider
+// than the row's invocations; otherwise the shared-memory tree below is used.
+float across_subgroups(float partial, bool is_max) {
+    if (subgroupElect()) {
+        red[gl_SubgroupID] = partial;
+    }
+    barrier();
+    uint first = base / gl_SubgroupSize;
+    float r = red[first];
+    for (uint i = 1; i < T / gl_SubgroupSize; i++) {
+        float o = red[first + i];
+        r = is_max ? max(r, o) : r + o;
+    }
+    barrier();
+    return r;
+}
+#endif
+
 float row_sum(float x) {
+#if SUBGROUP
+    if (gl_SubgroupSize <= T) {
+        return across_subgroups(subgroupAdd(x), false);
+    }
+#endif
     red[gl_LocalInvocationID.x] = x;
     barrier();
     for (uint s = T / 2; s > 0; s /= 2) {
@@ -41,6 +73,13 @@ float row_sum(float x) {
 }
 
 float row_max(float x) {
+#if SUBGROUP
+    if (gl_SubgroupSize <= T) {
+        // NaN never wins: it takes no part (the callers' values are never NaN here, as the
+        // running maximum skips them).
+        return across_subgroups(subgroupMax(x), true);
+    }
+#endif
     red[gl_LocalInvocationID.x] = x;
     barrier();
     for (uint s = T / 2; s > 0; s /= 2) {

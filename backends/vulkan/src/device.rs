@@ -66,7 +66,10 @@ impl VulkanDevice {
 
     /// The shader paths this device has.
     pub(crate) fn caps(&self) -> ops::Caps {
-        ops::Caps { coopmat_f16: self.ctx.physical.coopmat_f16 && !coopmat_disabled() }
+        ops::Caps {
+            coopmat_f16: self.ctx.physical.coopmat_f16 && !coopmat_disabled(),
+            subgroup_arithmetic: self.ctx.physical.subgroup_arithmetic,
+        }
     }
 
     /// The subgroup size the device reports.

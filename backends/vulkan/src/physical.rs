@@ -24,6 +24,8 @@ pub(crate) struct Physical {
     pub memory_budget: bool,
     pub max_allocation: u64,
     pub subgroup_size: u32,
+    /// Subgroup reductions (add, max) in compute shaders.
+    pub subgroup_arithmetic: bool,
     pub float16: bool,
     /// Nanoseconds per timestamp tick, where the compute queue writes timestamps.
     pub timestamp_period: Option<f32>,
@@ -155,6 +157,8 @@ pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, S
         memory_budget: has(&extensions, ext::memory_budget::NAME),
         max_allocation: maintenance3.max_memory_allocation_size,
         subgroup_size: subgroup.subgroup_size,
+        subgroup_arithmetic: subgroup.supported_operations.contains(vk::SubgroupFeatureFlags::ARITHMETIC)
+            && subgroup.supported_stages.contains(vk::ShaderStageFlags::COMPUTE),
         float16,
         timestamp_period: (families[queue_family].timestamp_valid_bits > 0).then_some(props.limits.timestamp_period),
         int8: f12.shader_int8 == vk::TRUE,

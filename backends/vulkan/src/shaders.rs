@@ -35,6 +35,8 @@ shaders! {
     SoftMax => "soft_max",
     SoftMaxF32 => "rows_f32_soft_max",
     NormF32 => "rows_f32_norm",
+    SoftMaxF32Subgroup => "rows_f32_soft_max_sg",
+    NormF32Subgroup => "rows_f32_norm_sg",
     Argmax => "argmax",
     Rope => "rope",
     Concat => "concat",

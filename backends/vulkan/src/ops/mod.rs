@@ -30,6 +30,8 @@ pub(crate) type Why = String;
 pub(crate) struct Caps {
     /// `mul_mat_coopmat.comp`: f16 cooperative matrices over subgroups of 32.
     pub coopmat_f16: bool,
+    /// Subgroup add and max: the packed-row shaders' `_sg` variants.
+    pub subgroup_arithmetic: bool,
 }
 
 /// A tensor as a shader takes it, with its type.
@@ -135,8 +137,8 @@ pub(crate) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>; M
         Op::Unary(_) | Op::Scale(_) | Op::DiagMaskInf { .. } => elementwise::unary(op, dst, srcs),
         Op::Binary(_) => elementwise::binary(op, dst, srcs),
         Op::SumRows | Op::Mean => rows::sum_rows(op, dst, srcs),
-        Op::Norm { .. } | Op::RmsNorm { .. } => rows::norm(op, dst, srcs),
-        Op::SoftMax { .. } => rows::soft_max(op, dst, srcs),
+        Op::Norm { .. } | Op::RmsNorm { .. } => rows::norm(caps, op, dst, srcs),
+        Op::SoftMax { .. } => rows::soft_max(caps, op, dst, srcs),
         Op::Argmax => rows::argmax(op, dst, srcs),
         Op::Rope(p) => rope::rope(p, dst, srcs),
         Op::Concat { dim } => concat::concat(dim, dst, srcs),

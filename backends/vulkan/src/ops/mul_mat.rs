@@ -113,7 +113,7 @@ mod tests {
     #[test]
     fn tensor_cores_take_the_f16_products_that_fit_them_where_the_device_has_them() {
         let (a, b) = (dense(DType::F16, [256, 64, 1, 1]), dense(DType::F32, [256, 64, 1, 1]));
-        let with = Caps { coopmat_f16: true };
+        let with = Caps { coopmat_f16: true, ..Caps::default() };
         assert_eq!(product(&with, a, b).map(|d| d.shader), Ok(Shader::MulMatCoopmat));
         assert_eq!(product(&Caps::default(), a, b).map(|d| d.shader), Ok(Shader::MulMatTiledF16));
         let q = dense(DType::Q8_0, [256, 64, 1, 1]);

@@ -4,7 +4,7 @@
 
 use tessera_core::{soft_max_mask_fits, DType, Op};
 
-use super::{args_of, linear_groups, need, no_shader, packed_f32, src, Dispatch, Operand, Why};
+use super::{args_of, linear_groups, need, no_shader, packed_f32, src, Caps, Dispatch, Operand, Why};
 use crate::shaders::Shader;
 
 /// One workgroup for each row `(i1, i2, i3)` of a tensor of sizes `ne`.
@@ -48,7 +48,7 @@ pub(super) fn sum_rows(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result
 }
 
 /// NORM and RMS_NORM, in the source's shape.
-pub(super) fn norm(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dispatch, Why> {
+pub(super) fn norm(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dispatch, Why> {
     let a = src(srcs, 0)?;
     let (rms, eps) = match op {
         Op::Norm { eps } => (false, eps),
@@ -61,14 +61,15 @@ pub(super) fn norm(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dis
     args.i[0] = i32::from(rms);
     args.f[0] = eps;
     if let Some(groups) = packed_rows(&a, &dst, &mut args, 8192) {
-        return Ok(Dispatch { shader: Shader::NormF32, args, groups });
+        let shader = if caps.subgroup_arithmetic { Shader::NormF32Subgroup } else { Shader::NormF32 };
+        return Ok(Dispatch { shader, args, groups });
     }
     Ok(Dispatch { shader: Shader::Norm, args, groups: row_groups(a.desc.ne)? })
 }
 
 /// SOFT_MAX with an optional f32 or f16 mask repeated over the rows as
 /// [`tessera_core::soft_max_mask_row`] says.
-pub(super) fn soft_max(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dispatch, Why> {
+pub(super) fn soft_max(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dispatch, Why> {
     let a = src(srcs, 0)?;
     let Op::SoftMax { scale } = op else { return Err(no_shader(op, &[a.dtype])) };
     need(a.dtype.is_float() && dst.dtype.is_float(), || no_shader(op, &[a.dtype, dst.dtype]))?;
@@ -85,7 +86,8 @@ pub(super) fn soft_max(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result
     // Measured on an H100: rows in registers win for attention-length rows (128: 3.0 against
     // 5.5 ms for MiniLM's 1024 x 128 batch), three passes over memory for rows of 4096.
     if let Some(groups) = packed_rows(&a, &dst, &mut args, SOFT_MAX_PACKED_ROWS) {
-        return Ok(Dispatch { shader: Shader::SoftMaxF32, args, groups });
+        let shader = if caps.subgroup_arithmetic { Shader::SoftMaxF32Subgroup } else { Shader::SoftMaxF32 };
+        return Ok(Dispatch { shader, args, groups });
     }
     Ok(Dispatch { shader: Shader::SoftMax, args, groups: row_groups(a.desc.ne)? })
 }
