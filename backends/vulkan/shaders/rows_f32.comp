@@ -133,12 +133,16 @@ void main() {
     uint i2 = (row / src.ne[1]) % src.ne[2];
     uint i3 = row / (src.ne[1] * src.ne[2]);
     uint64_t mask_row = masked ? row_at(mask, i1 % mask.ne[1], i2 % mask.ne[2], i3 % mask.ne[3]) : 0ul;
+    // Packed f32 mask rows on 16-byte boundaries are read as vectors.
+    bool mask_vec = masked && mask.type == T_F32 && mask.nb[0] == 4 && mask_row % 16 == 0;
     float m = NEG_INF;
     [[unroll]] for (uint j = 0; j < VECS; j++) {
         uint i = lane + j * T;
         if (live && i < n4) {
             v[j] *= scale;
-            if (masked) {
+            if (mask_vec) {
+                v[j] += V4Ref(mask_row + uint64_t(i) * 16).v;
+            } else if (masked) {
                 [[unroll]] for (uint e = 0; e < 4; e++) {
                     v[j][e] += load_plain(mask.type, mask_row + uint64_t(4 * i + e) * mask.nb[0]);
                 }

@@ -11,6 +11,9 @@ fn is_float(t: DType) -> bool {
     matches!(t, DType::F32 | DType::F16 | DType::BF16)
 }
 
+/// Vectors of 4 values per invocation of the packed shaders (`VPI` there).
+const VPI: u32 = 4;
+
 /// Ops whose result depends on the value alone (not DIAG_MASK_INF, which needs coordinates).
 fn op_is_value_only(op: Op) -> bool {
     !matches!(op, Op::DiagMaskInf { .. })
@@ -53,7 +56,11 @@ pub(super) fn unary(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Di
         _ => {}
     }
     if op_is_value_only(op) && packed_f32(&a) && packed_f32(&dst) {
-        return Ok(Dispatch { shader: Shader::UnaryF32, args, groups: linear_groups(dst.desc.nelements() / 4, 256)? });
+        return Ok(Dispatch {
+            shader: Shader::UnaryF32,
+            args,
+            groups: linear_groups(dst.desc.nelements() / 4, 256 * VPI)?,
+        });
     }
     Ok(Dispatch { shader: Shader::Unary, args, groups: linear_groups(dst.desc.nelements(), 256)? })
 }
@@ -88,7 +95,11 @@ pub(super) fn binary(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<D
         } else {
             0
         };
-        return Ok(Dispatch { shader: Shader::BinaryF32, args, groups: linear_groups(dst.desc.nelements() / 4, 256)? });
+        return Ok(Dispatch {
+            shader: Shader::BinaryF32,
+            args,
+            groups: linear_groups(dst.desc.nelements() / 4, 256 * VPI)?,
+        });
     }
     Ok(Dispatch { shader: Shader::Binary, args, groups: linear_groups(dst.desc.nelements(), 256)? })
 }
