@@ -297,3 +297,40 @@ fn minilm_on_vulkan_and_split_with_the_cpu_matches_the_cpu() {
     assert!(w_all >= 0.999999 && w_mixed >= 0.999999, "{w_all} {w_mixed}");
     validation_clean();
 }
+
+#[test]
+fn a_product_and_its_bias_fuse_into_one_dispatch_with_the_same_bits() {
+    let Some(dev) = vulkan() else { return };
+    let mut g = Graph::new();
+    let w = g.new_tensor(DType::F32, &[64, 96]).unwrap();
+    let x = g.new_tensor(DType::F32, &[64, 40]).unwrap();
+    let bias = g.new_tensor(DType::F32, &[96]).unwrap();
+    let y = g.mul_mat(w, x).unwrap();
+    let z = g.add(y, bias).unwrap();
+    let out = g.scale(z, 0.5).unwrap();
+    g.build_forward(out).unwrap();
+    let _buffers = alloc_tensors(&mut g, &[w, x, bias, y, z, out], dev.buffer_type()).unwrap();
+    let values = |n: usize, f: f32| (0..n).map(|i| ((i as f32) * f).sin()).collect::<Vec<f32>>();
+    g.set_f32(w, &values(64 * 96, 0.37)).unwrap();
+    g.set_f32(x, &values(64 * 40, 0.11)).unwrap();
+    g.set_f32(bias, &values(96, 1.3)).unwrap();
+    let mut backend = dev.init_backend().unwrap();
+    backend.compute_graph(&g).unwrap();
+    backend.synchronize().unwrap();
+    let one_by_one = g.get_f32(out).unwrap();
+    g.set_f32(out, &vec![0.0; one_by_one.len()]).unwrap();
+    // Readers per tensor: the product's result is read by the ADD alone.
+    let consumers: Vec<u32> = (0..g.tensors().len())
+        .map(|i| {
+            g.nodes().iter().filter(|&&id| g.tensor(id).unwrap().srcs().any(|(_, s)| s.index() == i)).count() as u32
+        })
+        .collect();
+    let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
+    let mut program = backend.prepare(&split).unwrap();
+    backend.run(&mut *program, &g).unwrap();
+    backend.synchronize().unwrap();
+    let fused = g.get_f32(out).unwrap();
+    assert!(one_by_one.iter().zip(&fused).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(fused.iter().any(|v| *v != 0.0));
+    validation_clean();
+}

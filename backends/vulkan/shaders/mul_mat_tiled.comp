@@ -9,7 +9,9 @@
 // operands must be 16-byte aligned with k a multiple of 8 (the backend checks); rows and
 // columns past the edges read zeros and are not written.
 //
-// dst is [M, N, b2, b3]; a is [K, M, a2, a3] and repeats over b's dims 2 and 3.
+// dst is [M, N, b2, b3]; a is [K, M, a2, a3] and repeats over b's dims 2 and 3. With i[3] = 1,
+// source 2 is a packed f32 row of M values (a bias, 16-byte aligned) added to every column
+// as it is stored: a product and the ADD after it in one dispatch, with the same bits.
 //
 // variant: f32 A_TYPE=0
 // variant: f16 A_TYPE=1
@@ -158,6 +160,8 @@ void main() {
     }
 
     bool vec_ok = dst.nb[1] % 16 == 0 && d_base % 16 == 0;
+    bool biased = pc.args.i[3] == 1;
+    uint64_t bias = pc.args.src[2].data;
     [[unroll]] for (uint c = 0; c < 8; c++) {
         uint n = n0 + (c < 4 ? ty * 4 + c : 64 + ty * 4 + c - 4);
         if (n >= dst.ne[1]) {
@@ -167,10 +171,10 @@ void main() {
             uint m = m0 + g * 64 + tx * 4;
             uint64_t at_m = d_base + uint64_t(n) * dst.nb[1] + uint64_t(m) * 4;
             if (vec_ok && m + 4 <= dst.ne[0]) {
-                W4Ref(at_m).v = acc[c][g];
+                W4Ref(at_m).v = biased ? acc[c][g] + V4Ref(bias + uint64_t(m) * 4).v : acc[c][g];
             } else {
                 for (uint e = 0; e < 4 && m + e < dst.ne[0]; e++) {
-                    F32Ref(at_m + e * 4).v = acc[c][g][e];
+                    F32Ref(at_m + e * 4).v = biased ? acc[c][g][e] + F32Ref(bias + uint64_t(m + e) * 4).v : acc[c][g][e];
                 }
             }
         }

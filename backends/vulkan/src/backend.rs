@@ -131,18 +131,81 @@ impl VulkanBackend {
     }
 
     /// The dispatches of `graph.nodes()[nodes]` with the memory each touches.
-    fn dispatches(&self, graph: &Graph, nodes: Range<usize>) -> Result<Vec<(Dispatch, Access)>> {
+    /// With the split's consumer counts, a product followed by the ADD of a bias row that
+    /// alone reads it becomes one dispatch ([`Self::fused_bias`]).
+    fn dispatches(
+        &self,
+        graph: &Graph,
+        nodes: Range<usize>,
+        consumers: Option<&[u32]>,
+    ) -> Result<Vec<(Dispatch, Access)>> {
         let ids = graph.nodes().get(nodes.clone()).ok_or_else(|| Error::InvalidParam {
             op: "COMPUTE",
             message: format!("node range {nodes:?} is outside the graph's {} nodes", graph.nodes().len()),
         })?;
         let mut out = Vec::with_capacity(ids.len());
-        for &id in ids {
-            if let Some(d) = self.dispatch(graph, id)? {
+        let mut i = 0;
+        while i < ids.len() {
+            if let (Some(c), Some(&next)) = (consumers, ids.get(i + 1)) {
+                if let Some(d) = self.fused_bias(graph, ids[i], next, c)? {
+                    out.push(d);
+                    i += 2;
+                    continue;
+                }
+            }
+            if let Some(d) = self.dispatch(graph, ids[i])? {
                 out.push(d);
             }
+            i += 1;
         }
         Ok(out)
+    }
+
+    /// MUL_MAT `mm` and the ADD `add` of a packed f32 bias row to its result, as one dispatch
+    /// of a product shader that adds the row as it stores (the same bits as the two nodes):
+    /// `None` where `mm`'s result has other readers or its shader cannot add a bias.
+    fn fused_bias(
+        &self,
+        graph: &Graph,
+        mm: TensorId,
+        add: TensorId,
+        consumers: &[u32],
+    ) -> Result<Option<(Dispatch, Access)>> {
+        let (m, a) = (graph.tensor(mm)?, graph.tensor(add)?);
+        let adds_bias = m.op() == Op::MulMat
+            && a.op() == Op::Binary(tessera_core::BinaryOp::Add)
+            && a.src(0) == Some(mm)
+            && consumers.get(mm.index()) == Some(&1);
+        if !adds_bias {
+            return Ok(None);
+        }
+        let (product, add_node) = (graph.node_view(mm)?, graph.node_view(add)?);
+        let (Some(Some(av)), Some(Some(bv)), Some(Some(biasv))) =
+            (product.src.first(), product.src.get(1), add_node.src.get(1))
+        else {
+            return Ok(None);
+        };
+        let (dst, written) = self.operand(&add_node.dst)?;
+        let (a_op, a_read) = self.operand(av)?;
+        let (b_op, b_read) = self.operand(bv)?;
+        let (bias, bias_read) = self.operand(biasv)?;
+        let one_row = bias.dtype == tessera_core::DType::F32
+            && bias.desc.ne == [dst.desc.ne[0], 1, 1, 1]
+            && bias.desc.nb[0] == 4
+            && bias.desc.data % 16 == 0;
+        if !one_row || dst.dtype != tessera_core::DType::F32 {
+            return Ok(None);
+        }
+        let mut srcs = [None; MAX_SRC];
+        srcs[0] = Some(a_op);
+        srcs[1] = Some(b_op);
+        let Ok(mut d) = ops::plan(&self.caps, Op::MulMat, dst, &srcs) else { return Ok(None) };
+        if !d.shader.adds_bias() {
+            return Ok(None);
+        }
+        d.args.src[2] = bias.desc;
+        d.args.i[3] = 1;
+        Ok(Some((d, Access { reads: vec![a_read, b_read, bias_read], writes: vec![written] })))
     }
 
     fn dispatch(&self, graph: &Graph, id: TensorId) -> Result<Option<(Dispatch, Access)>> {
@@ -229,7 +292,7 @@ impl Backend for VulkanBackend {
         Ok(())
     }
     fn compute(&mut self, graph: &Graph, nodes: Range<usize>) -> Result<()> {
-        let dispatches = self.dispatches(graph, nodes)?;
+        let dispatches = self.dispatches(graph, nodes, None)?;
         if dispatches.is_empty() {
             return Ok(());
         }
@@ -239,7 +302,7 @@ impl Backend for VulkanBackend {
         Ok(())
     }
     fn prepare(&mut self, split: &SplitRef<'_>) -> Result<Box<dyn Program>> {
-        let dispatches = self.dispatches(split.graph, split.nodes.clone())?;
+        let dispatches = self.dispatches(split.graph, split.nodes.clone(), Some(split.consumers))?;
         Ok(Box::new(RecordedSplit(Recorded::record(&self.ctx, &dispatches, self.profile.as_ref())?)))
     }
     fn run(&mut self, program: &mut dyn Program, _graph: &Graph) -> Result<()> {

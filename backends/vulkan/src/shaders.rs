@@ -50,6 +50,11 @@ shaders! {
 }
 
 impl Shader {
+    /// Whether the shader adds a bias row (source 2) to what it stores when `i[3]` is 1.
+    pub(crate) fn adds_bias(self) -> bool {
+        matches!(self, Shader::MulMatTiledF32 | Shader::MulMatTiledF16 | Shader::MulMatTiledBf16)
+    }
+
     /// The shader's SPIR-V words (copied out of the embedded bytes, which carry no alignment).
     pub(crate) fn spirv(self) -> Vec<u32> {
         self.bytes().chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()
