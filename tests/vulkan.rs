@@ -319,12 +319,8 @@ fn a_product_and_its_bias_fuse_into_one_dispatch_with_the_same_bits() {
     backend.synchronize().unwrap();
     let one_by_one = g.get_f32(out).unwrap();
     g.set_f32(out, &vec![0.0; one_by_one.len()]).unwrap();
-    // Readers per tensor: the product's result is read by the ADD alone.
-    let consumers: Vec<u32> = (0..g.tensors().len())
-        .map(|i| {
-            g.nodes().iter().filter(|&&id| g.tensor(id).unwrap().srcs().any(|(_, s)| s.index() == i)).count() as u32
-        })
-        .collect();
+    // Readers of each tensor: intermediate results read once may be fused away.
+    let consumers = tessera::consumer_counts(&g).unwrap();
     let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
     let mut program = backend.prepare(&split).unwrap();
     backend.run(&mut *program, &g).unwrap();

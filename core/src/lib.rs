@@ -48,6 +48,6 @@ pub use op::{
     UnaryOp,
 };
 pub use registry::{BackendReg, Extension, Registry};
-pub use sched::{Completion, Scheduler, SchedulerOptions, SplitPlan};
+pub use sched::{consumer_counts, Completion, Scheduler, SchedulerOptions, SplitPlan};
 pub use tensor::{Tensor, TensorFlags, TensorId};
 pub use tensor_view::{NodeView, TensorView};

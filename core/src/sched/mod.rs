@@ -23,7 +23,7 @@ use alloc::vec::Vec;
 
 pub use assign::Cause;
 pub use plan::{Detailed, NodeAssignment, SplitPlan};
-pub use programs::ProgramStats;
+pub use programs::{consumer_counts, ProgramStats};
 pub use split::{Split, SplitInput};
 
 use crate::allocator::GraphAllocator;

@@ -77,7 +77,7 @@ pub(crate) fn layout_stamp(graph: &Graph, allocator_generation: u64) -> u64 {
 
 /// How many nodes read each tensor of `graph` (a view's reads count for its source too),
 /// outputs counted once more.
-pub(crate) fn consumer_counts(graph: &Graph) -> Result<Vec<u32>> {
+pub fn consumer_counts(graph: &Graph) -> Result<Vec<u32>> {
     let mut counts = Vec::new();
     counts
         .try_reserve_exact(graph.tensors().len())

@@ -19,26 +19,16 @@ fn op_is_value_only(op: Op) -> bool {
     !matches!(op, Op::DiagMaskInf { .. })
 }
 
-/// The op's code in `unary.comp`.
+/// The op's code in `unary_ops.glsl`: the unary ops in `UnaryOp::ALL` order, then SCALE and
+/// DIAG_MASK_INF.
 fn unary_code(op: Op) -> Option<i32> {
-    Some(match op {
-        Op::Unary(u) => match u {
-            UnaryOp::Sqr => 0,
-            UnaryOp::Sqrt => 1,
-            UnaryOp::Neg => 2,
-            UnaryOp::Abs => 3,
-            UnaryOp::Exp => 4,
-            UnaryOp::Relu => 5,
-            UnaryOp::Gelu => 6,
-            UnaryOp::GeluErf => 7,
-            UnaryOp::Silu => 8,
-            UnaryOp::Sigmoid => 9,
-            UnaryOp::Tanh => 10,
-        },
-        Op::Scale(_) => 11,
-        Op::DiagMaskInf { .. } => 12,
+    let code = match op {
+        Op::Unary(u) => UnaryOp::ALL.iter().position(|&x| x == u)?,
+        Op::Scale(_) => UnaryOp::ALL.len(),
+        Op::DiagMaskInf { .. } => UnaryOp::ALL.len() + 1,
         _ => return None,
-    })
+    };
+    i32::try_from(code).ok()
 }
 
 pub(super) fn unary(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dispatch, Why> {

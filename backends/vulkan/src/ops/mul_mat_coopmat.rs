@@ -4,6 +4,7 @@
 
 use tessera_core::DType;
 
+use super::mul_mat_tiled::aligned_rows;
 use super::{args_of, Dispatch, Operand};
 use crate::shaders::Shader;
 
@@ -16,7 +17,6 @@ const MIN_COLUMNS: u32 = 16;
 /// The tensor-core dispatch of a validated MUL_MAT, or `None` where it does not apply.
 pub(super) fn plan(a: Operand, b: Operand, dst: Operand, srcs: &[Option<Operand>]) -> Option<Dispatch> {
     let (ad, bd, dd) = (&a.desc, &b.desc, &dst.desc);
-    let aligned = |t: &crate::args::TensorDesc| t.data % 16 == 0 && (1..4).all(|d| t.nb[d] % 16 == 0);
     let fits = a.dtype == DType::F16
         && b.dtype == DType::F32
         && dst.dtype == DType::F32
@@ -24,8 +24,8 @@ pub(super) fn plan(a: Operand, b: Operand, dst: Operand, srcs: &[Option<Operand>
         && ad.nb[0] == 2
         && bd.nb[0] == 4
         && dd.nb[0] == 4
-        && aligned(ad)
-        && aligned(bd)
+        && aligned_rows(ad)
+        && aligned_rows(bd)
         && bd.ne[1] >= MIN_COLUMNS;
     if !fits {
         return None;
