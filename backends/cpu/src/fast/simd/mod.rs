@@ -4,6 +4,9 @@
 //! Memory layouts shared by the drivers and the kernels (all little-endian):
 //! - packed float weights ("A"): `[k][mr]` f32 for a panel of `mr` rows, zero-padded rows;
 //! - packed float activations ("B"): `[k][nr]` f32 for a panel of `nr` columns, zero-padded;
+//! - the same panels for native bf16 dot products ([`GemmKernels::k_pack`] = 2): `[k / 2][mr]`
+//!   and `[k / 2][nr]` slots of two bf16 (value `2p` in the low half, `2p + 1` in the high
+//!   half, a missing last value zero);
 //! - packed int8 weights: per block of 32 values, `[8 groups][mr rows][4 values]` bytes, then
 //!   `mr` f32 scales ([`qa_block_bytes`]);
 //! - packed int8 activations: per block, `[nr][32]` i8 values, `nr` f32 scales, `nr` i32
@@ -129,6 +132,10 @@ pub type QGemv = unsafe fn(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize
 pub struct GemmKernels {
     pub mr: usize,
     pub nr: usize,
+    /// Values of `k` per 4-byte slot of a packed panel: 1 (f32) or 2 (a pair of bf16). The
+    /// packers and the tile take `k` ranges (even starts) and read or write
+    /// `kc.div_ceil(k_pack)` slots per row or column.
+    pub k_pack: usize,
     pub tile: GemmTile,
     pub pack_a: PackA,
     pub pack_b: PackB,
@@ -159,6 +166,10 @@ pub struct Kernels {
     /// Printed by the bench and the `features` extension: "avx512-vnni", "avx2", "scalar", ...
     pub name: &'static str,
     pub gemm: GemmKernels,
+    /// The GEMM of BF16 weights: native bf16 dot products where the set has them (`k_pack` 2:
+    /// activations rounded to bf16, as `gemv.bf16` then rounds them too), else `gemm`, which
+    /// widens the weights to f32.
+    pub gemm_bf16: GemmKernels,
     pub qgemm: QGemmKernels,
     pub gemv: GemvKernels,
     pub quantize: Quantize,

@@ -13,9 +13,14 @@ pub const QGEMM: QGemmKernels = QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, til
 pub const GEMV: GemvKernels =
     GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, q8_0: gemv::q8_0, q4_0: gemv::q4_0 };
 
+/// The float GEMM (BF16 weights widened to f32 while packing).
+const GEMM: GemmKernels =
+    GemmKernels { mr: gemm::MR, nr: gemm::NR, k_pack: 1, tile: gemm::tile, pack_a: gemm::pack_a, pack_b: gemm::pack_b };
+
 pub static KERNELS: Kernels = Kernels {
     name: "avx2",
-    gemm: GemmKernels { mr: gemm::MR, nr: gemm::NR, tile: gemm::tile, pack_a: gemm::pack_a, pack_b: gemm::pack_b },
+    gemm: GEMM,
+    gemm_bf16: GEMM,
     qgemm: QGEMM,
     gemv: GEMV,
     quantize: quantize::quantize,

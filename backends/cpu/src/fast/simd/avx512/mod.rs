@@ -1,6 +1,9 @@
-//! AVX-512 kernels (F, BW, VL, DQ; VNNI for the int8 dot products). Without VNNI the int8
-//! kernels are the AVX2 ones.
+//! AVX-512 kernels (F, BW, VL, DQ; VNNI for the int8 dot products, BF16 for the bf16 ones).
+//! Without VNNI the int8 kernels are the AVX2 ones; without BF16, BF16 weights are widened to
+//! f32.
 
+mod bf16_gemm;
+mod bf16_gemv;
 mod gemm;
 mod gemv;
 mod qgemm;
@@ -8,10 +11,15 @@ mod quantize;
 
 use super::{avx2, GemmKernels, GemvKernels, Kernels, QGemmKernels};
 
+/// The float GEMM (BF16 weights widened to f32 while packing).
+const GEMM: GemmKernels =
+    GemmKernels { mr: gemm::MR, nr: gemm::NR, k_pack: 1, tile: gemm::tile, pack_a: gemm::pack_a, pack_b: gemm::pack_b };
+
 /// The float kernels (AVX-512F) with the AVX2 int8 kernels.
 pub static KERNELS: Kernels = Kernels {
     name: "avx512",
-    gemm: GemmKernels { mr: gemm::MR, nr: gemm::NR, tile: gemm::tile, pack_a: gemm::pack_a, pack_b: gemm::pack_b },
+    gemm: GEMM,
+    gemm_bf16: GEMM,
     qgemm: avx2::QGEMM,
     gemv: GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, ..avx2::GEMV },
     quantize: quantize::quantize,
@@ -26,6 +34,21 @@ pub static KERNELS_VNNI: Kernels = Kernels {
     gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, ..KERNELS.gemv },
     unsigned_weights: true,
     ..KERNELS
+};
+
+/// Everything of [`KERNELS_VNNI`], BF16 weights on native bf16 dot products (`vdpbf16ps`).
+pub static KERNELS_BF16: Kernels = Kernels {
+    name: "avx512-bf16",
+    gemm_bf16: GemmKernels {
+        mr: bf16_gemm::MR,
+        nr: bf16_gemm::NR,
+        k_pack: 2,
+        tile: bf16_gemm::tile,
+        pack_a: bf16_gemm::pack_a,
+        pack_b: bf16_gemm::pack_b,
+    },
+    gemv: GemvKernels { bf16: bf16_gemv::bf16, ..KERNELS_VNNI.gemv },
+    ..KERNELS_VNNI
 };
 
 #[cfg(all(test, feature = "std"))]
