@@ -1,33 +1,30 @@
 //! Matrix-vector products of BF16 weights on native bf16 dot products (AVX-512 BF16): tiles of
-//! up to 4 rows by up to 8 columns. Each step takes 32 values of every row (one register, no
-//! widening) and of every column, rounded to bf16 once for all the tile's rows; one
+//! up to 4 rows by up to 8 columns, activations rounded to bf16 by the driver. Each step
+//! takes 32 values of every row and of every column (one register each, no widening); one
 //! `vdpbf16ps` per row and column adds their 32 products into 16 f32 lanes.
 
 use core::arch::x86_64::*;
 
 use tessera_core::DType;
 
+use super::gemv::{tiles, Sums};
 use crate::fast::simd::Rows;
 
-/// The first `R` of `rows` by `N` columns.
+/// [`super::gemv::Steps`] of BF16 rows, 32 values a step.
 ///
 /// # Safety
-/// The rows (BF16) and the columns (`ldx` f32 apart) must hold `k` values; outputs at
-/// `y + j * ldy + r`; AVX-512F/BW and AVX-512 BF16.
+/// As [`super::gemv::Steps`] for BF16 rows; AVX-512F/BW and AVX-512 BF16.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-unsafe fn tile<const R: usize, const N: usize>(
+unsafe fn steps<const R: usize, const N: usize>(
     k: usize,
     rows: &Rows,
-    x: *const f32,
+    x: *const u16,
     ldx: usize,
-    y: *mut f32,
-    ldy: usize,
+    acc: &mut Sums<R, N>,
 ) {
-    let mut acc = [[_mm512_setzero_ps(); N]; R];
     let mut kk = 0;
     while kk < k {
         let mask: __mmask32 = if k - kk >= 32 { !0 } else { (1 << (k - kk)) - 1 };
-        let (lo, hi) = (mask as __mmask16, (mask >> 16) as __mmask16);
         let mut w: [__m512bh; R] = [_mm512_cvtne2ps_pbh(_mm512_setzero_ps(), _mm512_setzero_ps()); R];
         for (r, wr) in w.iter_mut().enumerate() {
             // SAFETY: the masked values `kk..` of row `r`; bf16 bits are bf16 lanes.
@@ -39,12 +36,9 @@ unsafe fn tile<const R: usize, const N: usize>(
             };
         }
         for j in 0..N {
-            // Only the masked values are read: the second half's address may lie past the
-            // column when fewer than 16 values are left.
-            let p = x.wrapping_add(j * ldx + kk);
-            // SAFETY: the masked values `kk..` of column `j`.
+            // SAFETY: the masked values `kk..` of column `j`; bf16 bits are bf16 lanes.
             let xb = unsafe {
-                _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, p.wrapping_add(16)), _mm512_maskz_loadu_ps(lo, p))
+                core::mem::transmute::<__m512i, __m512bh>(_mm512_maskz_loadu_epi16(mask, x.add(j * ldx + kk).cast()))
             };
             for (accr, &wr) in acc.iter_mut().zip(&w) {
                 accr[j] = _mm512_dpbf16_ps(accr[j], wr, xb);
@@ -52,49 +46,31 @@ unsafe fn tile<const R: usize, const N: usize>(
         }
         kk += 32;
     }
-    for (r, accr) in acc.iter().enumerate() {
-        for (j, &a) in accr.iter().enumerate() {
-            // SAFETY: output `r` of column `j`.
-            unsafe { *y.add(j * ldy + r) = _mm512_reduce_add_ps(a) };
-        }
-    }
 }
 
-/// Every row by `N` columns, `R` rows at a time (then one by one).
+/// Every row by `N` columns, `R` rows at a time.
 ///
 /// # Safety
-/// As [`crate::fast::simd::Gemv`] for BF16 rows with `n = N`; AVX-512F/BW and AVX-512 BF16.
+/// As [`crate::fast::simd::GemvBf16`] with `n = N`; AVX-512F/BW and AVX-512 BF16.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 unsafe fn cols<const R: usize, const N: usize>(
     k: usize,
     rows: &Rows,
-    x: *const f32,
+    x: *const u16,
     ldx: usize,
     y: *mut f32,
     ldy: usize,
 ) {
-    let mut r = 0;
-    while r < rows.count {
-        // SAFETY: rows `r..` exist; outputs `r..` of each column.
-        unsafe {
-            let rest = Rows { ptr: rows.ptr.add(r * rows.stride), count: rows.count - r, ..*rows };
-            if rest.count >= R {
-                tile::<R, N>(k, &rest, x, ldx, y.add(r), ldy);
-                r += R;
-            } else {
-                tile::<1, N>(k, &rest, x, ldx, y.add(r), ldy);
-                r += 1;
-            }
-        }
-    }
+    // SAFETY: forwarded.
+    unsafe { tiles::<R, N, u16>(k, rows, x, ldx, y, ldy, steps::<R, N>, steps::<1, N>) }
 }
 
-/// [`crate::fast::simd::Gemv`] for BF16 rows.
+/// [`crate::fast::simd::GemvBf16`].
 ///
 /// # Safety
-/// As [`crate::fast::simd::Gemv`] for BF16 rows; AVX-512F/BW and AVX-512 BF16.
+/// As [`crate::fast::simd::GemvBf16`]; AVX-512F/BW and AVX-512 BF16.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-pub unsafe fn bf16(k: usize, rows: &Rows, x: *const f32, ldx: usize, n: usize, y: *mut f32, ldy: usize) {
+pub unsafe fn bf16(k: usize, rows: &Rows, x: *const u16, ldx: usize, n: usize, y: *mut f32, ldy: usize) {
     debug_assert_eq!(rows.dtype, DType::BF16);
     // SAFETY: forwarded; `n <= 8` columns exist.
     unsafe {

@@ -31,7 +31,7 @@ pub static KERNELS: Kernels = Kernels {
 pub static KERNELS_VNNI: Kernels = Kernels {
     name: "avx512-vnni",
     qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: qgemm::pack_a },
-    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, ..KERNELS.gemv },
+    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, arrange: gemv::arrange, ..KERNELS.gemv },
     unsigned_weights: true,
     ..KERNELS
 };
@@ -47,7 +47,7 @@ pub static KERNELS_BF16: Kernels = Kernels {
         pack_a: bf16_gemm::pack_a,
         pack_b: bf16_gemm::pack_b,
     },
-    gemv: GemvKernels { bf16: bf16_gemv::bf16, ..KERNELS_VNNI.gemv },
+    gemv: GemvKernels { bf16_rounded: Some(bf16_gemv::bf16), ..KERNELS_VNNI.gemv },
     ..KERNELS_VNNI
 };
 
@@ -99,10 +99,10 @@ mod tests {
             return;
         }
         use tessera_core::DType;
-        // 37 blocks: two groups of 16 and a tail of 5.
-        let (nb, m, n) = (37, 3, 2);
+        // 37 blocks: two groups of 16 and a tail of 5; 1 to 8 columns.
+        let (nb, m) = (37, 3);
         let k = nb * QK;
-        for dtype in [DType::Q8_0, DType::Q4_0] {
+        for (dtype, n) in [DType::Q8_0, DType::Q4_0].into_iter().flat_map(|t| (1..=8).map(move |n| (t, n))) {
             let w = tessera_core::convert::to_bytes(dtype, &data(k * m)).unwrap();
             let rows =
                 crate::fast::simd::Rows { ptr: w.as_ptr(), stride: dtype.row_bytes(k).unwrap(), count: m, dtype };
@@ -115,6 +115,7 @@ mod tests {
                     for j in 0..n {
                         let out = QvColumn::out(q.as_mut_ptr().add(j * nb * QV_BLOCK_BYTES), nb);
                         (table.quantize)(x[5 + j * k..].as_ptr(), nb, table.weight_bias(dtype), &out);
+                        (table.gemv.arrange)(q.as_mut_ptr().add(j * nb * QV_BLOCK_BYTES), nb);
                     }
                     let f = if dtype == DType::Q8_0 { table.gemv.q8_0 } else { table.gemv.q4_0 };
                     f(nb, &rows, q.as_ptr(), nb * QV_BLOCK_BYTES, n, y.as_mut_ptr(), m);
@@ -123,7 +124,7 @@ mod tests {
             };
             let (fast, slow) = (run(&KERNELS_VNNI), run(&crate::fast::simd::scalar::KERNELS));
             for (a, b) in fast.iter().zip(&slow) {
-                assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{dtype}: {fast:?} vs {slow:?}");
+                assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{dtype}, {n} columns: {fast:?} vs {slow:?}");
             }
         }
     }

@@ -33,6 +33,6 @@ pub static KERNELS: Kernels = Kernels {
 pub static KERNELS_DOT: Kernels = Kernels {
     name: "neon-dotprod",
     qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: scalar::pack::pack_a_q },
-    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, ..KERNELS.gemv },
+    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, arrange: super::as_quantized, ..KERNELS.gemv },
     ..KERNELS
 };
