@@ -8,8 +8,10 @@ mod gemm;
 mod gemv;
 mod qgemm;
 mod quantize;
+mod silu;
 
 use super::{avx2, GemmKernels, GemvKernels, Kernels, QGemmKernels};
+use crate::fast::vector::RowKernels;
 
 /// The float GEMM (BF16 weights widened to f32 while packing).
 const GEMM: GemmKernels =
@@ -23,7 +25,7 @@ pub static KERNELS: Kernels = Kernels {
     qgemm: avx2::QGEMM,
     gemv: GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, ..avx2::GEMV },
     quantize: quantize::quantize,
-    rows: crate::fast::vector::AVX512,
+    rows: RowKernels { unary: silu::unary, ..crate::fast::vector::AVX512 },
     unsigned_weights: false,
 };
 
