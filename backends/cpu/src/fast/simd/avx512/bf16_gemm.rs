@@ -49,13 +49,13 @@ pub unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: us
         // SAFETY: as above; a register of bf16 pairs is a register of bits either way.
         let (a0, a1): (__m512bh, __m512bh) = unsafe {
             (
-                core::mem::transmute(_mm512_loadu_si512(ap.cast())),
-                core::mem::transmute(_mm512_loadu_si512(ap.add(16).cast())),
+                core::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(ap.cast())),
+                core::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(ap.add(16).cast())),
             )
         };
         for (j, accj) in acc.iter_mut().enumerate() {
             // SAFETY: as above.
-            let bj: __m512bh = unsafe { core::mem::transmute(_mm512_set1_epi32(*bp.add(j) as i32)) };
+            let bj = unsafe { core::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(*bp.add(j) as i32)) };
             accj[0] = _mm512_dpbf16_ps(accj[0], a0, bj);
             accj[1] = _mm512_dpbf16_ps(accj[1], a1, bj);
         }
@@ -80,7 +80,7 @@ pub unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: us
 /// `kc.div_ceil(2) * mr` slots; AVX-512F.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn pack_a(rows: &Rows, k0: usize, kc: usize, mr: usize, dst: *mut f32) {
-    debug_assert!(rows.dtype == DType::BF16 && mr == MR && k0 % 2 == 0);
+    debug_assert!(rows.dtype == DType::BF16 && mr == MR && k0.is_multiple_of(2));
     let dst = dst.cast::<u32>();
     let value = |r: usize, kk: usize| -> u16 {
         // SAFETY: row `r` exists and holds value `k0 + kk` (callers check `kk < kc`).
@@ -126,7 +126,7 @@ pub unsafe fn pack_a(rows: &Rows, k0: usize, kc: usize, mr: usize, dst: *mut f32
 /// slots; AVX-512F and AVX-512 BF16.
 #[target_feature(enable = "avx512f,avx512bf16")]
 pub unsafe fn pack_b(cols: &Cols, k0: usize, kc: usize, nr: usize, dst: *mut f32) {
-    debug_assert!(nr == NR && k0 % 2 == 0);
+    debug_assert!(nr == NR && k0.is_multiple_of(2));
     let dst = dst.cast::<u32>();
     let mut p = 0;
     if cols.k_stride == 4 {
