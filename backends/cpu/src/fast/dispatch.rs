@@ -38,19 +38,21 @@ pub fn best() -> &'static Kernels {
     available().next().unwrap_or(&simd::scalar::KERNELS)
 }
 
-/// The table called `name` ("avx512-vnni", "avx2", "scalar", ...) if this processor can run it.
+/// The table called `name` ("avx512-bf16", "avx512-vnni", "avx2", "scalar", ...) if this processor can run it.
 pub fn by_name(name: &str) -> Option<&'static Kernels> {
     available().find(|k| k.name.eq_ignore_ascii_case(name))
 }
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
-fn candidates() -> [Option<&'static Kernels>; 4] {
+fn candidates() -> [Option<&'static Kernels>; 5] {
     extern crate std;
     use std::is_x86_feature_detected as has;
     let avx2 = has!("avx2") && has!("fma") && has!("f16c");
     let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512dq");
     let vnni = avx512 && has!("avx512vnni");
+    let bf16 = vnni && has!("avx512bf16");
     [
+        bf16.then_some(&simd::avx512::KERNELS_BF16),
         vnni.then_some(&simd::avx512::KERNELS_VNNI),
         avx512.then_some(&simd::avx512::KERNELS),
         avx2.then_some(&simd::avx2::KERNELS),
@@ -59,13 +61,13 @@ fn candidates() -> [Option<&'static Kernels>; 4] {
 }
 
 #[cfg(all(not(feature = "std"), target_arch = "x86_64"))]
-fn candidates() -> [Option<&'static Kernels>; 4] {
+fn candidates() -> [Option<&'static Kernels>; 5] {
     compiled_candidates()
 }
 
 /// The tables of the instruction sets this build was compiled for, in [`candidates`]' order.
 #[cfg(target_arch = "x86_64")]
-fn compiled_candidates() -> [Option<&'static Kernels>; 4] {
+fn compiled_candidates() -> [Option<&'static Kernels>; 5] {
     const AVX2: bool = cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "f16c"));
     const AVX512: bool = AVX2
         && cfg!(all(
@@ -75,7 +77,9 @@ fn compiled_candidates() -> [Option<&'static Kernels>; 4] {
             target_feature = "avx512dq"
         ));
     const VNNI: bool = AVX512 && cfg!(target_feature = "avx512vnni");
+    const BF16: bool = VNNI && cfg!(target_feature = "avx512bf16");
     [
+        BF16.then_some(&simd::avx512::KERNELS_BF16),
         VNNI.then_some(&simd::avx512::KERNELS_VNNI),
         AVX512.then_some(&simd::avx512::KERNELS),
         AVX2.then_some(&simd::avx2::KERNELS),

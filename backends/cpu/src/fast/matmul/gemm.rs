@@ -10,6 +10,9 @@
 //!    are instead packed once, like the activations, in step 1 (`[K][mr]` panels, shared):
 //!    otherwise every item of a row block would pack the same weights again.
 //!
+//! BF16 weights go to the table's `gemm_bf16` kernels, whose panels may hold two values of `k`
+//! per slot ([`GemmKernels::k_pack`]); sizes and offsets below count slots.
+//!
 //! Each output value is computed by one item: `KC`-long partial sums, started from zero and
 //! added to the output in increasing `k`, whatever the thread count.
 
@@ -20,11 +23,13 @@ use super::tile::Tile;
 use super::{rows_per_item, threads_for};
 use crate::fast::parallel::{Team, WorkCounter};
 use crate::fast::scratch::WorkMemory;
-use crate::fast::simd::Kernels;
+use crate::fast::simd::{GemmKernels, Kernels};
+use tessera_core::DType;
 
 /// Values of `k` per packed block: a `[KC][nr]` activation panel stays in L1 while the
 /// weight panels of a block (`MC x KC` f32, 576 KB) stay in L2 (1 MB or more on the
 /// processors this targets). Measured on a Xeon (2 MB L2): within 2% of the best sizes.
+/// Even, so that blocks of bf16-pair panels start at whole slots.
 const KC: usize = 384;
 /// Weight rows per work item (see [`KC`]).
 const MC: usize = 384;
@@ -32,11 +37,13 @@ const MC: usize = 384;
 const SHARED_WEIGHTS_MAX: usize = 8 << 20;
 
 pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
-    let g = &kernels.gemm;
+    let g: &GemmKernels = if mm.a_type == DType::BF16 { &kernels.gemm_bf16 } else { &kernels.gemm };
     let (mr, nr, k, m, n) = (g.mr, g.nr, mm.k, mm.m, mm.n);
+    // Packed slots of `k` values.
+    let slots = |k: usize| k.div_ceil(g.k_pack);
     let batches = mm.batches();
     let panels = n.div_ceil(nr);
-    let panel_len = k * nr;
+    let panel_len = slots(k) * nr;
     let kc_max = KC.min(k);
     let mc = rows_per_item(mr, MC);
     let row_blocks = m.div_ceil(mc);
@@ -47,12 +54,12 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
     let col_blocks = panels.div_ceil(panels_per_item);
     let items = batches * row_blocks * col_blocks;
     let m_panels = m.div_ceil(mr);
-    let weights_floats = batches * m_panels * k * mr;
+    let weights_floats = batches * m_panels * slots(k) * mr;
     let share_a = col_blocks > 1 && weights_floats * 4 <= SHARED_WEIGHTS_MAX;
 
     let b_floats = batches * panels * panel_len;
     let shared_bytes = (b_floats + if share_a { weights_floats } else { 0 }) * 4;
-    let a_floats = if share_a { 0 } else { mc * kc_max };
+    let a_floats = if share_a { 0 } else { mc * slots(kc_max) };
     let regions = memory.reserve(shared_bytes, (a_floats + mr * nr) * 4, threads)?;
     let (to_pack, to_pack_a, to_compute) = (WorkCounter::new(), WorkCounter::new(), WorkCounter::new());
 
@@ -71,9 +78,9 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
             while let Some(u) = to_pack_a.next(batches * m_panels) {
                 let (batch, r0) = (u / m_panels, u % m_panels * mr);
                 let rows = mm.weights(batch, r0, (m - r0).min(mr));
-                // SAFETY: row panel `u` (`k * mr` floats) of the shared weights, written by
-                // the one thread that drew `u`; the rows hold `k` values.
-                unsafe { (g.pack_a)(&rows, 0, k, mr, shared_a.add(u * k * mr)) };
+                // SAFETY: row panel `u` (`slots(k) * mr` floats) of the shared weights, written
+                // by the one thread that drew `u`; the rows hold `k` values.
+                unsafe { (g.pack_a)(&rows, 0, k, mr, shared_a.add(u * slots(k) * mr)) };
             }
         }
         w.barrier();
@@ -94,10 +101,11 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
                 let panel_a = |ir: usize| {
                     if share_a {
                         // SAFETY: panel `i0 / mr + ir` of this batch's shared weights, from step `k0`.
-                        unsafe { shared_a.add(((batch * m_panels + i0 / mr + ir) * k + k0) * mr) }
+                        unsafe { shared_a.add(((batch * m_panels + i0 / mr + ir) * slots(k) + slots(k0)) * mr) }
                     } else {
-                        // SAFETY: the private region holds `mc / mr` panels of `kc * mr` floats.
-                        unsafe { packed_a.add(ir * kc * mr) }
+                        // SAFETY: the private region holds `mc / mr` panels of `slots(kc) * mr`
+                        // floats.
+                        unsafe { packed_a.add(ir * slots(kc) * mr) }
                     }
                 };
                 if !share_a {
@@ -111,7 +119,7 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
                 for p in p0..p1 {
                     let j0 = p * nr;
                     // SAFETY: steps `k0..k0 + kc` of panel `p` of this batch.
-                    let b = unsafe { packed_b.add((batch * panels + p) * panel_len + k0 * nr) };
+                    let b = unsafe { packed_b.add((batch * panels + p) * panel_len + slots(k0) * nr) };
                     for ir in 0..row_panels {
                         let r0 = i0 + ir * mr;
                         // SAFETY: the output tile (rows `r0..`, columns `j0..`) belongs to this item

@@ -9,7 +9,7 @@ use super::operands::MatMul;
 use super::{gather_column, threads_for};
 use crate::fast::parallel::{Team, WorkCounter};
 use crate::fast::scratch::WorkMemory;
-use crate::fast::simd::{Kernels, QvColumn, Rows, QK, QV_BLOCK_BYTES};
+use crate::fast::simd::{GemvBf16, Kernels, QvColumn, Rows, QK, QV_BLOCK_BYTES};
 
 /// Weight rows per work item (enough to amortise a kernel call, few enough to balance).
 const ROWS: usize = 16;
@@ -18,6 +18,9 @@ const ROWS: usize = 16;
 /// else gathered first. Weights of other types (the K-quants) are dequantized an item's rows at
 /// a time into the thread's own memory and multiplied as f32.
 pub fn run_float(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
+    if let (DType::BF16, Some(native)) = (mm.a_type, kernels.gemv.bf16_rounded) {
+        return run_bf16(kernels, native, team, memory, mm);
+    }
     let dequantize = !mm.a_type.is_float();
     let gemv = match mm.a_type {
         DType::F16 => kernels.gemv.f16,
@@ -69,6 +72,42 @@ pub fn run_float(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm
     })
 }
 
+/// BF16 weights on native bf16 dot products: the activations are rounded to bf16 once (as
+/// the int8 path quantizes them), into columns of `k` values.
+fn run_bf16(kernels: &Kernels, gemv: GemvBf16, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
+    let (k, m, n, batches) = (mm.k, mm.m, mm.n, mm.batches());
+    let dense = mm.activations_dense();
+    let threads = threads_for(team.threads(), mm.work());
+    let regions = memory.reserve(batches * n * k * 2, if dense { 0 } else { k * 4 }, threads)?;
+    let items = batches * m.div_ceil(ROWS);
+    let to_compute = WorkCounter::new();
+    let from_f32 = kernels.rows.from_f32;
+
+    team.run(threads, &|w| {
+        let rounded = regions.shared();
+        for u in w.share(batches * n) {
+            let col = mm.activations(u / n, u % n, 1);
+            // SAFETY: the column exists; the private region has room for `k` floats; column
+            // `u` of the shared region (`k` bf16) is written by this thread only.
+            unsafe {
+                let x = gather_column(&col, k, dense, regions.private(w.ith).cast());
+                from_f32(DType::BF16, k, x, rounded.add(u * k * 2));
+            }
+        }
+        w.barrier();
+        while let Some(item) = to_compute.next(items) {
+            let (batch, r0) = (item / m.div_ceil(ROWS), item % m.div_ceil(ROWS) * ROWS);
+            let rows = mm.weights(batch, r0, ROWS.min(m - r0));
+            // SAFETY: this batch's `n` rounded columns of `k` values; the rows hold `k` values;
+            // the outputs (rows `r0..` of every column) belong to this item alone.
+            unsafe {
+                let x = rounded.add(batch * n * k * 2).cast::<u16>();
+                gemv(k, &rows, x, k, n, mm.out(batch).add(r0), m);
+            }
+        }
+    })
+}
+
 /// Q8_0 and Q4_0 weights: the activations are quantized to 8-bit blocks first.
 pub fn run_quant(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
     let gemv = if mm.a_type == DType::Q4_0 { kernels.gemv.q4_0 } else { kernels.gemv.q8_0 };
@@ -91,8 +130,11 @@ pub fn run_quant(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm
             // SAFETY: column `u` of the shared region, written by this thread only.
             let at = unsafe { quantized.add(u * column_bytes) };
             let out = QvColumn::out(at, nblocks);
-            // SAFETY: `x` holds `k` values, `out` addresses `nblocks` blocks.
-            unsafe { (kernels.quantize)(x, nblocks, bias, &out) };
+            // SAFETY: `x` holds `k` values, `out` addresses `nblocks` blocks, the column `at`.
+            unsafe {
+                (kernels.quantize)(x, nblocks, bias, &out);
+                (kernels.gemv.arrange)(at, nblocks);
+            }
         }
         w.barrier();
         while let Some(item) = to_compute.next(items) {

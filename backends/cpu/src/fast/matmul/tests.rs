@@ -6,7 +6,8 @@
 //! Every case runs on every kernel table this processor can run; under Miri that is the
 //! scalar table alone (feature detection reports only the target's compile-time features).
 //! The tolerance of each output value is derived from its inputs: the rounding of an f32 dot
-//! product, plus, for quantized weights, the 8-bit quantization of the activations.
+//! product, plus, for quantized weights, the 8-bit quantization of the activations, and for
+//! BF16 weights on native bf16 products, the rounding of the activations to bf16.
 
 use alloc::format;
 use alloc::vec;
@@ -197,10 +198,13 @@ struct Inputs {
     x_norm: Vec<f64>,
     w_l1: Vec<f64>,
     x_amax: Vec<f64>,
+    /// The relative rounding of the activations before they are multiplied (0 when they are
+    /// used as they are).
+    x_rounding: f64,
 }
 
 impl Inputs {
-    fn new(g: &Graph, case: &Case, a: TensorId, b: TensorId) -> Inputs {
+    fn new(g: &Graph, case: &Case, a: TensorId, b: TensorId, kernels: &Kernels) -> Inputs {
         let (w, x) = (g.get_f32(a).unwrap(), g.get_f32(b).unwrap());
         let k = case.k.max(1);
         let norm = |v: &[f32]| v.iter().map(|&t| f64::from(t) * f64::from(t)).sum::<f64>().sqrt();
@@ -210,7 +214,11 @@ impl Inputs {
             w_l1 = w.chunks(QK).map(|b| b.iter().map(|&v| f64::from(v).abs()).sum()).collect();
             x_amax = x.chunks(QK).map(|b| b.iter().fold(0.0, |m: f64, &v| m.max(f64::from(v).abs()))).collect();
         }
-        Inputs { case: *case, w, x, w_norm, x_norm, w_l1, x_amax }
+        // Tables with native bf16 products round the activations of BF16 weights to bf16 (8
+        // significant bits), in the GEMM and the matrix-vector kernels alike.
+        let native_bf16 = case.ta == BF16 && kernels.gemm_bf16.k_pack == 2;
+        let x_rounding = if native_bf16 { 2f64.powi(-8) } else { 0.0 };
+        Inputs { case: *case, w, x, w_norm, x_norm, w_l1, x_amax, x_rounding }
     }
 
     /// The weight row and activation column of output value `o` (in the output's order
@@ -238,7 +246,8 @@ impl Inputs {
     fn tolerance(&self, o: usize) -> f64 {
         let (row, col) = self.operands_of(o);
         let k = self.case.k;
-        let mut t = (k as f64 + 2.0) * f64::from(f32::EPSILON) * self.w_norm[row] * self.x_norm[col] * 1.01;
+        let rounding = (k as f64 + 2.0) * f64::from(f32::EPSILON) + self.x_rounding;
+        let mut t = rounding * self.w_norm[row] * self.x_norm[col] * 1.01;
         let blocks = if self.case.ta.is_quantized() { k / QK } else { 0 };
         for blk in 0..blocks {
             t += 1.001 * self.w_l1[row * blocks + blk] * self.x_amax[col * blocks + blk] / 254.0;
@@ -300,7 +309,7 @@ fn check(cases: &[Case]) {
             let got = runner.run(&g, out);
             assert_eq!(got.len(), want.len());
             let what = format!("{c:?} on {}", kernels.name);
-            Inputs::new(&g, c, a, b).check(&what, &got, 0..got.len(), |o| f64::from(want[o]));
+            Inputs::new(&g, c, a, b, kernels).check(&what, &got, 0..got.len(), |o| f64::from(want[o]));
         }
     }
 }
@@ -313,7 +322,6 @@ fn check(cases: &[Case]) {
 fn check_two_threads(c: &Case) {
     assert!(c.work() >= 2 * MIN_WORK_PER_THREAD, "{c:?} is too small for two threads");
     let (g, a, b, out) = build(c, c.work() as u64);
-    let inputs = Inputs::new(&g, c, a, b);
     let [b2, b3] = c.b_batch();
     let sample = |o: usize| {
         let (i, j) = (o % c.m, o / c.m % c.n);
@@ -321,6 +329,7 @@ fn check_two_threads(c: &Case) {
         (edge(i, 8, c.m) && edge(j, 4, c.n)) || i == j
     };
     for kernels in dispatch::available() {
+        let inputs = Inputs::new(&g, c, a, b, kernels);
         let mut first: Option<Vec<f32>> = None;
         let threads: &[usize] = if cfg!(miri) { &[2] } else { &[1, 2] };
         for &t in threads {

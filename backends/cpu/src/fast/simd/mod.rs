@@ -4,13 +4,17 @@
 //! Memory layouts shared by the drivers and the kernels (all little-endian):
 //! - packed float weights ("A"): `[k][mr]` f32 for a panel of `mr` rows, zero-padded rows;
 //! - packed float activations ("B"): `[k][nr]` f32 for a panel of `nr` columns, zero-padded;
+//! - the same panels for native bf16 dot products ([`GemmKernels::k_pack`] = 2): `[k / 2][mr]`
+//!   and `[k / 2][nr]` slots of two bf16 (value `2p` in the low half, `2p + 1` in the high
+//!   half, a missing last value zero);
 //! - packed int8 weights: per block of 32 values, `[8 groups][mr rows][4 values]` bytes, then
 //!   `mr` f32 scales ([`qa_block_bytes`]);
 //! - packed int8 activations: per block, `[nr][32]` i8 values, `nr` f32 scales, `nr` i32
 //!   corrections ([`qb_block_bytes`]);
 //! - int8 activations for the matrix-vector path: per column, `nblocks` blocks of 32 i8
 //!   values, then the `nblocks` f32 scales, then the `nblocks` i32 corrections
-//!   ([`QvColumn`]), so that kernels can load the scales of 16 blocks at once.
+//!   ([`QvColumn`]), so that kernels can load the scales of 16 blocks at once; a table's
+//!   [`GemvKernels::arrange`] may then reorder them within the column for its kernels.
 //!
 //! The correction of a block is `-bias * sum(q)`: kernels that take weights as unsigned bytes
 //! (`w + bias`, for `vpdpbusd`) start each block's integer sum from it.
@@ -121,6 +125,12 @@ pub type Quantize = unsafe fn(x: *const f32, nblocks: usize, bias: i32, out: &Qu
 /// Matrix-vector products of float weights: `y[j * ldy + r] = dot(row r, x[j * ldx..][..k])`
 /// for every row of `rows` and `j < n` (n <= 8).
 pub type Gemv = unsafe fn(k: usize, rows: &Rows, x: *const f32, ldx: usize, n: usize, y: *mut f32, ldy: usize);
+/// Matrix-vector products of BF16 weights with activations already rounded to bf16: columns of
+/// `k` bf16 values `ldx` values apart, otherwise as [`Gemv`].
+pub type GemvBf16 = unsafe fn(k: usize, rows: &Rows, x: *const u16, ldx: usize, n: usize, y: *mut f32, ldy: usize);
+/// Reorders a quantized activation column of `nblocks` blocks ([`QvColumn`]) in place into the
+/// order a table's int8 matrix-vector kernels read.
+pub type ArrangeColumn = unsafe fn(x: *mut u8, nblocks: usize);
 /// Matrix-vector products of Q8_0/Q4_0 weights with int8 activation columns `ldx` bytes apart.
 pub type QGemv = unsafe fn(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usize, y: *mut f32, ldy: usize);
 
@@ -129,6 +139,10 @@ pub type QGemv = unsafe fn(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize
 pub struct GemmKernels {
     pub mr: usize,
     pub nr: usize,
+    /// Values of `k` per 4-byte slot of a packed panel: 1 (f32) or 2 (a pair of bf16). The
+    /// packers and the tile take `k` ranges (even starts) and read or write
+    /// `kc.div_ceil(k_pack)` slots per row or column.
+    pub k_pack: usize,
     pub tile: GemmTile,
     pub pack_a: PackA,
     pub pack_b: PackB,
@@ -149,9 +163,20 @@ pub struct GemvKernels {
     pub f32: Gemv,
     pub f16: Gemv,
     pub bf16: Gemv,
+    /// BF16 weights on native bf16 dot products, where the set has them: the driver then
+    /// rounds the activations to bf16 once per product and calls this instead of `bf16`.
+    pub bf16_rounded: Option<GemvBf16>,
     pub q8_0: QGemv,
     pub q4_0: QGemv,
+    /// Applied to every activation column after quantizing, before `q8_0`/`q4_0` read it.
+    pub arrange: ArrangeColumn,
 }
+
+/// [`ArrangeColumn`] for kernels that read columns as they are quantized.
+///
+/// # Safety
+/// None needed: nothing is read or written.
+pub unsafe fn as_quantized(_x: *mut u8, _nblocks: usize) {}
 
 /// Everything the fast MUL_MAT needs on one instruction set.
 #[derive(Clone, Copy)]
@@ -159,6 +184,10 @@ pub struct Kernels {
     /// Printed by the bench and the `features` extension: "avx512-vnni", "avx2", "scalar", ...
     pub name: &'static str,
     pub gemm: GemmKernels,
+    /// The GEMM of BF16 weights: native bf16 dot products where the set has them (`k_pack` 2:
+    /// activations rounded to bf16, as `gemv.bf16` then rounds them too), else `gemm`, which
+    /// widens the weights to f32.
+    pub gemm_bf16: GemmKernels,
     pub qgemm: QGemmKernels,
     pub gemv: GemvKernels,
     pub quantize: Quantize,

@@ -16,20 +16,12 @@ const SIGN: u32 = 0x8000_0000;
 /// on some processors, and such values vanish in every sum they meet.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
-    const LOG2E: f32 = core::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
     // Clamped with comparisons (not `min`/`max`) so that NaN stays NaN; above the bound the
     // result is infinity anyway, below the other it is replaced by 0.
     let tiny = x < -87.336_54;
     let x = if tiny { -87.0 } else { x };
     let x = if x > 89.0 { 89.0 } else { x };
-    let t = x * LOG2E + ROUNDER;
-    let n = t - ROUNDER;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = ((((P[0] * r + P[1]) * r + P[2]) * r + P[3]) * r + P[4]) * r + P[5];
-    let er = 1.0 + r + r * r * p;
+    let (er, t) = exp_reduced(x);
     let ni = (t.to_bits() as i32).wrapping_sub(ROUNDER_BITS);
     let lo = ni >> 1;
     let hi = ni.wrapping_sub(lo);
@@ -39,6 +31,33 @@ pub fn exp(x: f32) -> f32 {
     } else {
         e
     }
+}
+
+/// `e^x` as [`exp`] for `-87 <= x <= 88`, and outside that range the value at the nearer
+/// bound (about 1.6e-38 or 1.7e38): for the functions that only need `e^x` to vanish next
+/// to 1 or to swamp it (sigmoid, SiLU, tanh, erf), whose results are the same. One
+/// power of two, no special case: about a quarter fewer instructions than [`exp`].
+#[inline(always)]
+fn exp_saturating(x: f32) -> f32 {
+    let x = if x < -87.0 { -87.0 } else { x };
+    let x = if x > 88.0 { 88.0 } else { x };
+    let (er, t) = exp_reduced(x);
+    er * pow2((t.to_bits() as i32).wrapping_sub(ROUNDER_BITS))
+}
+
+/// `e^r` for the reduced argument of `x` (in range), and `t`, whose low mantissa bits hold
+/// `n = round(x / ln2)` (`e^x = e^r 2^n`).
+#[inline(always)]
+fn exp_reduced(x: f32) -> (f32, f32) {
+    const LOG2E: f32 = core::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+    let t = x * LOG2E + ROUNDER;
+    let n = t - ROUNDER;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = ((((P[0] * r + P[1]) * r + P[2]) * r + P[3]) * r + P[4]) * r + P[5];
+    (1.0 + r + r * r * p, t)
 }
 
 /// `2^n` for `-126 <= n <= 127`.
@@ -78,7 +97,7 @@ pub fn erf(x: f32) -> f32 {
     let a = abs(x);
     let t = 1.0 / (1.0 + P * a);
     let poly = ((((A[4] * t + A[3]) * t + A[2]) * t + A[1]) * t + A[0]) * t;
-    let large = 1.0 - poly * exp(-a * a);
+    let large = 1.0 - poly * exp_saturating(-a * a);
     let z = a * a;
     let series = a * (T[0] + z * (T[1] + z * (T[2] + z * (T[3] + z * (T[4] + z * (T[5] + z * (T[6] + z * T[7])))))));
     with_sign_of(if a < 0.6 { series } else { large }, x)
@@ -87,18 +106,24 @@ pub fn erf(x: f32) -> f32 {
 /// `tanh(x) = (1 - e^-2|x|) / (1 + e^-2|x|)` with the sign of `x`.
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
-    let e = exp(-2.0 * abs(x));
+    let e = exp_saturating(-2.0 * abs(x));
     with_sign_of((1.0 - e) / (1.0 + e), x)
 }
 
 #[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
+    1.0 / (1.0 + exp_saturating(-x))
 }
 
 #[inline(always)]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + exp(-x))
+    // Below -88, `x e^x` is below 1e-36 in magnitude: 0 rather than `x / 1.7e38`.
+    let s = x / (1.0 + exp_saturating(-x));
+    if x < -88.0 {
+        -0.0
+    } else {
+        s
+    }
 }
 
 /// GELU, tanh form: `0.5 x (1 + tanh(u)) = x / (1 + e^-2u)` with
@@ -255,6 +280,9 @@ mod tests {
             assert!(f(f32::NAN).is_nan());
         }
         assert_eq!(gelu(-1e30), 0.0);
+        assert_eq!(silu(-1e30), 0.0);
+        assert_eq!(silu(1e30), 1e30);
+        assert!(sigmoid(-1e30) < 1e-38 && sigmoid(1e30) == 1.0);
     }
 
     #[test]

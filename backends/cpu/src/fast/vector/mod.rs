@@ -1,7 +1,8 @@
 //! Row kernels for the element-wise, normalisation, softmax and rotary ops: one portable body
 //! per kernel ([`bodies`], over the sixteen-lane arrays of [`lanes`]), compiled once per
 //! instruction set by [`row_kernels!`] inside `#[target_feature]` functions, where LLVM
-//! vectorises it for that set. One source, no intrinsics, every set fast.
+//! vectorises it for that set. One source, no intrinsics, every set fast. (A kernel table may
+//! still replace one of them where fused multiply-adds pay: the AVX-512 SiLU.)
 
 mod bodies;
 mod lanes;

@@ -10,12 +10,24 @@ use super::{GemmKernels, GemvKernels, Kernels, QGemmKernels};
 /// The int8 GEMM kernels (signed weights), also used by the AVX-512 table without VNNI.
 pub const QGEMM: QGemmKernels = QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: qgemm::pack_a };
 /// The matrix-vector kernels (int8 ones for signed weights).
-pub const GEMV: GemvKernels =
-    GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, q8_0: gemv::q8_0, q4_0: gemv::q4_0 };
+pub const GEMV: GemvKernels = GemvKernels {
+    f32: gemv::f32,
+    f16: gemv::f16,
+    bf16: gemv::bf16,
+    bf16_rounded: None,
+    q8_0: gemv::q8_0,
+    q4_0: gemv::q4_0,
+    arrange: super::as_quantized,
+};
+
+/// The float GEMM (BF16 weights widened to f32 while packing).
+const GEMM: GemmKernels =
+    GemmKernels { mr: gemm::MR, nr: gemm::NR, k_pack: 1, tile: gemm::tile, pack_a: gemm::pack_a, pack_b: gemm::pack_b };
 
 pub static KERNELS: Kernels = Kernels {
     name: "avx2",
-    gemm: GemmKernels { mr: gemm::MR, nr: gemm::NR, tile: gemm::tile, pack_a: gemm::pack_a, pack_b: gemm::pack_b },
+    gemm: GEMM,
+    gemm_bf16: GEMM,
     qgemm: QGEMM,
     gemv: GEMV,
     quantize: quantize::quantize,

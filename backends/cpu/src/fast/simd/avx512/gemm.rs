@@ -72,7 +72,7 @@ pub unsafe fn load16(dtype: DType, row: *const u8, k: usize, mask: __mmask16) ->
 /// Transposes a 16 x 16 block of f32 in registers.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn transpose16(r: &mut [__m512; 16]) {
+pub(super) fn transpose16(r: &mut [__m512; 16]) {
     let mut t = [_mm512_setzero_ps(); 16];
     for i in 0..8 {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);

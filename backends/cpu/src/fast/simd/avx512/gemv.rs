@@ -3,10 +3,11 @@
 //! Float weights: tiles of 4 rows by up to 4 columns (16 accumulators), so each activation
 //! vector loaded serves 4 rows and each weight vector up to 4 columns.
 //!
-//! Int8 weights: a row is taken 16 blocks at a time. Each `vpdpbusd` covers two blocks; a
-//! reduction tree turns the 8 results into one register of 16 block sums, which are then
-//! corrected, converted and scaled by 16 `d_a * d_b` at once (per-block scaling of 8-lane
-//! partial sums would cost more than the dot products).
+//! Int8 weights: a row is taken 16 blocks at a time and transposed in registers, once for
+//! all the columns, so that each lane holds one block: 8 `vpdpbusd` per column then leave the
+//! 16 block sums in one register, which is corrected, converted and scaled by 16 `d_a * d_b`
+//! at once. The activation columns are arranged in the same order when they are quantized
+//! ([`arrange`]), so no column needs a reduction across lanes until the row's end.
 
 use core::arch::x86_64::*;
 
@@ -16,22 +17,70 @@ use super::gemm::load16;
 use crate::fast::simd::scalar::pack::{bytes, get_f32, get_i32};
 use crate::fast::simd::{QvColumn, Rows, QK};
 
-/// The first `R` of `rows` by `N` columns of float dot products.
+/// Running sums of `R` rows by `N` columns, 16 lanes each.
+pub(super) type Sums<const R: usize, const N: usize> = [[__m512; N]; R];
+
+/// Adds the `k` products of `R` rows by `N` columns of `X` (`ldx` values apart) to `acc`.
+pub(super) type Steps<const R: usize, const N: usize, X> =
+    unsafe fn(k: usize, rows: &Rows, x: *const X, ldx: usize, acc: &mut Sums<R, N>);
+
+/// Matrix-vector products over every row, by tiles of `R` rows (`many`; leftover rows by
+/// `one`), each tile over all of `k`: the weights stream through once, in order.
 ///
 /// # Safety
-/// The rows and the columns (`ldx` f32 apart) must hold `k` values;
-/// outputs at `y + j * ldy + r`; AVX-512F/BW/VL.
+/// As [`crate::fast::simd::Gemv`] with `n = N`, and `many` and `one` sound for those rows and
+/// columns; AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tiles<const R: usize, const N: usize, X>(
+    k: usize,
+    rows: &Rows,
+    x: *const X,
+    ldx: usize,
+    y: *mut f32,
+    ldy: usize,
+    many: Steps<R, N, X>,
+    one: Steps<1, N, X>,
+) {
+    let mut r = 0;
+    while r < rows.count {
+        let tile = Rows { ptr: rows.ptr.wrapping_add(r * rows.stride), count: rows.count - r, ..*rows };
+        let mut sums = [[_mm512_setzero_ps(); N]; R];
+        // SAFETY: rows `r..` exist; the columns hold `k` values.
+        let taken = unsafe {
+            if tile.count >= R {
+                many(k, &tile, x, ldx, &mut sums);
+                R
+            } else {
+                let mut acc: Sums<1, N> = [sums[0]];
+                one(k, &tile, x, ldx, &mut acc);
+                sums[0] = acc[0];
+                1
+            }
+        };
+        for (i, si) in sums.iter().enumerate().take(taken) {
+            for (j, &a) in si.iter().enumerate() {
+                // SAFETY: output `r + i` of column `j`.
+                unsafe { *y.add(j * ldy + r + i) = _mm512_reduce_add_ps(a) };
+            }
+        }
+        r += taken;
+    }
+}
+
+/// [`Steps`] of float rows, 16 values a step.
+///
+/// # Safety
+/// As [`Steps`]: the rows and the columns hold `k` values; AVX-512F/BW/VL.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn float_tile<const R: usize, const N: usize>(
+unsafe fn float_steps<const R: usize, const N: usize>(
     k: usize,
     rows: &Rows,
     x: *const f32,
     ldx: usize,
-    y: *mut f32,
-    ldy: usize,
+    acc: &mut Sums<R, N>,
 ) {
     let (dtype, row0, stride) = (rows.dtype, rows.ptr, rows.stride);
-    let mut acc = [[_mm512_setzero_ps(); N]; R];
     let mut kk = 0;
     while kk < k {
         let mask = if k - kk >= 16 { 0xffff } else { (1u16 << (k - kk)) - 1 };
@@ -49,15 +98,9 @@ unsafe fn float_tile<const R: usize, const N: usize>(
         }
         kk += 16;
     }
-    for (r, accr) in acc.iter().enumerate() {
-        for (j, &a) in accr.iter().enumerate() {
-            // SAFETY: output `r` of column `j`.
-            unsafe { *y.add(j * ldy + r) = _mm512_reduce_add_ps(a) };
-        }
-    }
 }
 
-/// Every row by `N` columns, `R` rows at a time (then one by one).
+/// Every row by `N` columns, `R` rows at a time.
 ///
 /// # Safety
 /// As [`crate::fast::simd::Gemv`] with `n = N`; AVX-512F/BW/VL.
@@ -70,20 +113,8 @@ unsafe fn float_cols<const R: usize, const N: usize>(
     y: *mut f32,
     ldy: usize,
 ) {
-    let mut r = 0;
-    while r < rows.count {
-        // SAFETY: rows `r..` exist; outputs `r..` of each column.
-        unsafe {
-            let rest = Rows { ptr: rows.ptr.add(r * rows.stride), count: rows.count - r, ..*rows };
-            if rest.count >= R {
-                float_tile::<R, N>(k, &rest, x, ldx, y.add(r), ldy);
-                r += R;
-            } else {
-                float_tile::<1, N>(k, &rest, x, ldx, y.add(r), ldy);
-                r += 1;
-            }
-        }
-    }
+    // SAFETY: forwarded.
+    unsafe { tiles::<R, N, f32>(k, rows, x, ldx, y, ldy, float_steps::<R, N>, float_steps::<1, N>) }
 }
 
 /// Tiles of 4 rows by up to 4 columns, or of 3 rows by 5 to 8 columns: each weight vector is
@@ -138,75 +169,150 @@ pub unsafe fn bf16(k: usize, rows: &Rows, x: *const f32, ldx: usize, n: usize, y
     unsafe { float(k, rows, x, ldx, n, y, ldy) }
 }
 
-/// Blocks `b0..b0 + 16` of a row as 8 registers of unsigned weights `w + bias`, two blocks
-/// each in value order.
+/// Blocks of a row per group: one lane each.
+const GROUP: usize = 16;
+/// Rows taken together, and groups per chunk of `k` (64 blocks: up to 8 columns' 20 KB stay
+/// in L1 while every row of the batch meets them, where all the columns would not).
+const ROW_BATCH: usize = 16;
+const GROUP_CHUNK: usize = 4;
+
+/// The block of a group whose values, scale and correction lane `lane` holds, in the
+/// registers [`weights16`] returns and in an arranged activation column ([`arrange`]): the
+/// transpose below leaves blocks in this order, and the activations follow it.
+const fn block_of_lane(lane: usize) -> usize {
+    ((lane & 7) << 1) | (lane >> 3)
+}
+
+/// Swaps bit `BIT` of the lane index of `a` and `b` with the bit that tells `a` (0) from `b`
+/// (1): the first result holds the lanes whose bit was 0, the second those whose bit was 1,
+/// and in each the bit now says which register a lane came from.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn swap_lane_bit<const BIT: u32>(a: __m512i, b: __m512i) -> (__m512i, __m512i) {
+    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let (bit, second) = (_mm512_set1_epi32(1 << BIT), _mm512_set1_epi32(16));
+    let has = _mm512_test_epi32_mask(lanes, bit);
+    // Lane j of the first: a[j] where bit is 0, else b[j - bit]; of the second: a[j + bit]
+    // where bit is 0, else b[j].
+    let first = _mm512_mask_mov_epi32(lanes, has, _mm512_or_si512(second, _mm512_xor_si512(lanes, bit)));
+    let second_idx = _mm512_mask_mov_epi32(_mm512_or_si512(lanes, bit), has, _mm512_or_si512(second, lanes));
+    (_mm512_permutex2var_epi32(a, first, b), _mm512_permutex2var_epi32(a, second_idx, b))
+}
+
+/// 8 registers whose register index is 3 bits of block number and whose lane index is
+/// (1 bit of block number, 3 bits of dword) transposed to register = dword, lane = block (in
+/// the order of [`block_of_lane`]).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn transpose8(mut z: [__m512i; 8]) -> [__m512i; 8] {
+    for p in [0, 2, 4, 6] {
+        (z[p], z[p + 1]) = swap_lane_bit::<0>(z[p], z[p + 1]);
+    }
+    for p in [0, 1, 4, 5] {
+        (z[p], z[p + 2]) = swap_lane_bit::<1>(z[p], z[p + 2]);
+    }
+    for p in [0, 1, 2, 3] {
+        (z[p], z[p + 4]) = swap_lane_bit::<2>(z[p], z[p + 4]);
+    }
+    z
+}
+
+/// Blocks `b0..b0 + 16` of a row as 8 registers of unsigned weights `w + bias`: register `r`
+/// lane `l` holds values `4r..4r + 4` of block `b0 + block_of_lane(l)`, so that one
+/// `vpdpbusd` per register sums each block in its own lane.
 ///
 /// # Safety
 /// The row must hold those blocks of `Q4` (Q4_0) or Q8_0; AVX-512F/BW.
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
 #[inline]
 unsafe fn weights16<const Q4: bool>(row: *const u8, b0: usize) -> [__m512i; 8] {
-    let mut w = [_mm512_setzero_si512(); 8];
-    for (p, wp) in w.iter_mut().enumerate() {
-        let (b, c) = (b0 + 2 * p, b0 + 2 * p + 1);
-        // SAFETY: blocks `b` and `c` of the row.
-        *wp = unsafe {
-            if Q4 {
-                let v = _mm256_inserti128_si256::<1>(
-                    _mm256_castsi128_si256(_mm_loadu_si128(row.add(18 * b + 2).cast())),
-                    _mm_loadu_si128(row.add(18 * c + 2).cast()),
-                );
-                let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v), _mm256_srli_epi16::<4>(v));
-                // Lanes: b low nibbles, c low, b high, c high; values 0..16 of a block are its
-                // low nibbles, 16..32 its high ones: reorder to b low, b high, c low, c high.
-                let z = _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
-                _mm512_shuffle_i64x2::<0xd8>(z, z)
-            } else {
-                let z = _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(_mm256_loadu_si256(row.add(34 * b + 2).cast())),
-                    _mm256_loadu_si256(row.add(34 * c + 2).cast()),
-                );
-                _mm512_xor_si512(z, _mm512_set1_epi8(-128))
-            }
-        };
+    if Q4 {
+        // Register p: blocks 2p, 2p + 8, 2p + 1, 2p + 9 (a quarter each): after swapping lane
+        // bits 0 and 1 with the register bits, lanes follow `block_of_lane`.
+        let mut z = [_mm512_setzero_si512(); 4];
+        for (p, zp) in z.iter_mut().enumerate() {
+            let at = |b: usize| row.wrapping_add(18 * (b0 + b) + 2);
+            // SAFETY: the 16 nibble bytes of the four blocks.
+            *zp = unsafe {
+                let lo = _mm256_set_m128i(_mm_loadu_si128(at(2 * p + 8).cast()), _mm_loadu_si128(at(2 * p).cast()));
+                let hi = _mm256_set_m128i(_mm_loadu_si128(at(2 * p + 9).cast()), _mm_loadu_si128(at(2 * p + 1).cast()));
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+            };
+        }
+        (z[0], z[1]) = swap_lane_bit::<0>(z[0], z[1]);
+        (z[2], z[3]) = swap_lane_bit::<0>(z[2], z[3]);
+        (z[0], z[2]) = swap_lane_bit::<1>(z[0], z[2]);
+        (z[1], z[3]) = swap_lane_bit::<1>(z[1], z[3]);
+        // Dword r of a block: low nibbles are values 4r.., high nibbles values 16 + 4r...
+        let low = _mm512_set1_epi8(0x0f);
+        let mut w = [_mm512_setzero_si512(); 8];
+        for r in 0..4 {
+            w[r] = _mm512_and_si512(z[r], low);
+            w[4 + r] = _mm512_and_si512(_mm512_srli_epi16::<4>(z[r]), low);
+        }
+        w
+    } else {
+        // Register p: blocks 2p and 2p + 1 (a half each).
+        let mut z = [_mm512_setzero_si512(); 8];
+        for (p, zp) in z.iter_mut().enumerate() {
+            let at = |b: usize| row.wrapping_add(34 * (b0 + b) + 2);
+            // SAFETY: the 32 value bytes of the two blocks.
+            *zp = unsafe {
+                _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(at(2 * p).cast())),
+                    _mm256_loadu_si256(at(2 * p + 1).cast()),
+                )
+            };
+        }
+        transpose8(z).map(|v| _mm512_xor_si512(v, _mm512_set1_epi8(-128)))
     }
-    w
 }
 
-/// The f32 scales of blocks `b0..b0 + 16` of a row of `bs`-byte blocks: one gather of the
-/// dwords that start the blocks (scale and first value bytes), narrowed to the scales.
+/// The f32 scales of blocks `b0..b0 + 16` of a row of `bs`-byte blocks, in the order of
+/// [`block_of_lane`]: one gather of the dwords that start the blocks (scale and first value
+/// bytes), narrowed to the scales.
 ///
 /// # Safety
 /// The row must hold those blocks (each block has at least 4 bytes); AVX-512F.
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn scales16(row: *const u8, b0: usize, bs: usize) -> __m512 {
-    let step = bs as i32;
     let offsets = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(step),
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15),
+        _mm512_set1_epi32(bs as i32),
     );
-    // SAFETY: each gathered dword lies inside block `b0 + i` of the row.
+    // SAFETY: each gathered dword lies inside block `b0 + block_of_lane(i)` of the row.
     let words = unsafe { _mm512_i32gather_epi32::<1>(offsets, row.add(b0 * bs).cast()) };
     _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words))
 }
 
-/// The 16 block sums of 8 registers of `vpdpbusd` results (register `p` holds blocks 2p and
-/// 2p + 1 in its halves), blocks in order.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn block_sums(p: &[__m512i; 8]) -> __m512i {
-    let a: [__m512i; 4] = [0, 1, 2, 3].map(|q| {
-        _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * q], p[2 * q + 1]), _mm512_unpackhi_epi32(p[2 * q], p[2 * q + 1]))
-    });
-    // b[r]: in each 128-bit lane, the lane's sums of registers 4r..4r + 4.
-    let b: [__m512i; 2] = [0, 1].map(|r| {
-        _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * r], a[2 * r + 1]), _mm512_unpackhi_epi64(a[2 * r], a[2 * r + 1]))
-    });
-    // Lanes 0 + 1 hold blocks 8r, 8r + 2, .., lanes 2 + 3 blocks 8r + 1, 8r + 3, ..
-    let c = b.map(|br| _mm512_add_epi32(br, _mm512_shuffle_i32x4::<0xb1>(br, br)));
-    let t = _mm512_shuffle_i32x4::<0x88>(c[0], c[1]);
-    _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), t)
+/// [`crate::fast::simd::ArrangeColumn`] for these kernels: every whole group of 16 blocks of a
+/// quantized activation column is reordered so that 64 bytes `r` of the group's values hold
+/// values `4r..4r + 4` of its blocks in the order of [`block_of_lane`], and its scales and
+/// corrections follow that order too. Blocks after the last whole group stay as they are.
+///
+/// # Safety
+/// `x` must be a quantized column of `nblocks` blocks ([`QvColumn`]), writable.
+pub unsafe fn arrange(x: *mut u8, nblocks: usize) {
+    let col = QvColumn::at(x, nblocks);
+    for g in 0..nblocks / GROUP {
+        let (q, d, c) = (col.q.cast_mut(), col.d.cast_mut(), col.c.cast_mut());
+        // SAFETY: the group's 512 value bytes and its 16 scales and corrections.
+        unsafe {
+            let values: [u8; QK * GROUP] = bytes(q.add(QK * GROUP * g));
+            let scales: [u8; 4 * GROUP] = bytes(d.add(4 * GROUP * g));
+            let corrections: [u8; 4 * GROUP] = bytes(c.add(4 * GROUP * g));
+            for lane in 0..GROUP {
+                let b = block_of_lane(lane);
+                for r in 0..QK / 4 {
+                    let to = q.add(QK * GROUP * g + 64 * r + 4 * lane);
+                    core::ptr::copy_nonoverlapping(values[QK * b + 4 * r..].as_ptr(), to, 4);
+                }
+                core::ptr::copy_nonoverlapping(scales[4 * b..].as_ptr(), d.add(4 * (GROUP * g + lane)), 4);
+                core::ptr::copy_nonoverlapping(corrections[4 * b..].as_ptr(), c.add(4 * (GROUP * g + lane)), 4);
+            }
+        }
+    }
 }
 
 /// The 32 weights of one block as unsigned bytes `w + bias`, and its scale (for the blocks
@@ -247,48 +353,77 @@ unsafe fn quant_n<const N: usize, const Q4: bool>(
 ) {
     let bs = rows.dtype.block_bytes();
     let cols: [QvColumn; N] = core::array::from_fn(|j| QvColumn::at(x.wrapping_add(j * ldx), nblocks));
-    for r in 0..rows.count {
-        // SAFETY: row `r` exists.
-        let row = unsafe { rows.ptr.add(r * rows.stride) };
-        let mut acc = [_mm512_setzero_ps(); N];
-        let mut b0 = 0;
-        while b0 + 16 <= nblocks {
-            // SAFETY: blocks `b0..b0 + 16` of the row and of each column.
-            unsafe {
-                let w = weights16::<Q4>(row, b0);
-                let da = scales16(row, b0, bs);
-                for (a, col) in acc.iter_mut().zip(&cols) {
-                    let mut p = [_mm512_setzero_si512(); 8];
-                    for (i, pi) in p.iter_mut().enumerate() {
-                        *pi = _mm512_dpbusd_epi32(*pi, w[i], _mm512_loadu_si512(col.q.add(QK * (b0 + 2 * i)).cast()));
+    let groups = nblocks / GROUP;
+    let mut r0 = 0;
+    while r0 < rows.count {
+        // One column's chunk fits L1 whatever the order: rows one by one then, in order.
+        let batch = (rows.count - r0).min(if N == 1 { 1 } else { ROW_BATCH });
+        // The running sums of the batch's rows, kept while a chunk of groups is taken for
+        // all of them: so the columns' chunk is read from L1 by every row, not from L2.
+        let mut sums = [[_mm512_setzero_ps(); N]; ROW_BATCH];
+        for g0 in (0..groups).step_by(GROUP_CHUNK) {
+            for (r, kept) in sums.iter_mut().enumerate().take(batch) {
+                // SAFETY: row `r0 + r` exists.
+                let row = unsafe { rows.ptr.add((r0 + r) * rows.stride) };
+                let mut acc = *kept;
+                for g in g0..(g0 + GROUP_CHUNK).min(groups) {
+                    let b0 = g * GROUP;
+                    // The rows of a batch are read a chunk at a time, too many streams for the
+                    // hardware to follow: fetch this group's bytes of the next chunk now.
+                    let next = row.wrapping_add((b0 + GROUP * GROUP_CHUNK) * bs);
+                    for line in (0..GROUP * bs).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast());
                     }
-                    let sums = _mm512_add_epi32(block_sums(&p), _mm512_loadu_si512(col.c.add(4 * b0).cast()));
-                    let scale = _mm512_mul_ps(da, _mm512_loadu_ps(col.d.add(4 * b0).cast()));
-                    *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, *a);
+                    // SAFETY: blocks `b0..b0 + 16` of the row and of each (arranged) column.
+                    unsafe {
+                        let w = weights16::<Q4>(row, b0);
+                        let da = scales16(row, b0, bs);
+                        for (a, col) in acc.iter_mut().zip(&cols) {
+                            let x = col.q.add(QK * b0);
+                            // Two chains of sums, each started from the blocks' corrections or zero.
+                            let mut s0 = _mm512_loadu_si512(col.c.add(4 * b0).cast());
+                            let mut s1 = _mm512_setzero_si512();
+                            for i in (0..8).step_by(2) {
+                                s0 = _mm512_dpbusd_epi32(s0, w[i], _mm512_loadu_si512(x.add(64 * i).cast()));
+                                s1 = _mm512_dpbusd_epi32(s1, w[i + 1], _mm512_loadu_si512(x.add(64 * i + 64).cast()));
+                            }
+                            let scale = _mm512_mul_ps(da, _mm512_loadu_ps(col.d.add(4 * b0).cast()));
+                            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, *a);
+                        }
+                    }
                 }
-            }
-            b0 += 16;
-        }
-        let mut tail = [0.0f32; N];
-        for b in b0..nblocks {
-            // SAFETY: block `b` of the row and of each column.
-            unsafe {
-                let (w, da) = weights1::<Q4>(row.add(b * bs));
-                for (t, col) in tail.iter_mut().zip(&cols) {
-                    let s =
-                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, _mm256_loadu_si256(col.q.add(QK * b).cast()));
-                    let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-                    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0x4e>(s));
-                    let s =
-                        _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0xb1>(s))) + get_i32(col.c.add(4 * b));
-                    *t += s as f32 * (da * get_f32(col.d.add(4 * b)));
-                }
+                *kept = acc;
             }
         }
-        for (j, (a, t)) in acc.iter().zip(tail).enumerate() {
-            // SAFETY: output `r` of column `j`.
-            unsafe { *y.add(j * ldy + r) = _mm512_reduce_add_ps(*a) + t };
+        for (r, acc) in sums.iter().enumerate().take(batch) {
+            // SAFETY: row `r0 + r` exists.
+            let row = unsafe { rows.ptr.add((r0 + r) * rows.stride) };
+            let b0 = groups * GROUP;
+            let mut tail = [0.0f32; N];
+            for b in b0..nblocks {
+                // SAFETY: block `b` of the row and of each column.
+                unsafe {
+                    let (w, da) = weights1::<Q4>(row.add(b * bs));
+                    for (t, col) in tail.iter_mut().zip(&cols) {
+                        let s = _mm256_dpbusd_epi32(
+                            _mm256_setzero_si256(),
+                            w,
+                            _mm256_loadu_si256(col.q.add(QK * b).cast()),
+                        );
+                        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+                        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0x4e>(s));
+                        let s = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0xb1>(s)))
+                            + get_i32(col.c.add(4 * b));
+                        *t += s as f32 * (da * get_f32(col.d.add(4 * b)));
+                    }
+                }
+            }
+            for (j, (a, t)) in acc.iter().zip(tail).enumerate() {
+                // SAFETY: output `r0 + r` of column `j`.
+                unsafe { *y.add(j * ldy + r0 + r) = _mm512_reduce_add_ps(*a) + t };
+            }
         }
+        r0 += batch;
     }
 }
 

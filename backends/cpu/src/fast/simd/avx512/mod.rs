@@ -1,21 +1,31 @@
-//! AVX-512 kernels (F, BW, VL, DQ; VNNI for the int8 dot products). Without VNNI the int8
-//! kernels are the AVX2 ones.
+//! AVX-512 kernels (F, BW, VL, DQ; VNNI for the int8 dot products, BF16 for the bf16 ones).
+//! Without VNNI the int8 kernels are the AVX2 ones; without BF16, BF16 weights are widened to
+//! f32.
 
+mod bf16_gemm;
+mod bf16_gemv;
 mod gemm;
 mod gemv;
 mod qgemm;
 mod quantize;
+mod silu;
 
 use super::{avx2, GemmKernels, GemvKernels, Kernels, QGemmKernels};
+use crate::fast::vector::RowKernels;
+
+/// The float GEMM (BF16 weights widened to f32 while packing).
+const GEMM: GemmKernels =
+    GemmKernels { mr: gemm::MR, nr: gemm::NR, k_pack: 1, tile: gemm::tile, pack_a: gemm::pack_a, pack_b: gemm::pack_b };
 
 /// The float kernels (AVX-512F) with the AVX2 int8 kernels.
 pub static KERNELS: Kernels = Kernels {
     name: "avx512",
-    gemm: GemmKernels { mr: gemm::MR, nr: gemm::NR, tile: gemm::tile, pack_a: gemm::pack_a, pack_b: gemm::pack_b },
+    gemm: GEMM,
+    gemm_bf16: GEMM,
     qgemm: avx2::QGEMM,
     gemv: GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, ..avx2::GEMV },
     quantize: quantize::quantize,
-    rows: crate::fast::vector::AVX512,
+    rows: RowKernels { unary: silu::unary, ..crate::fast::vector::AVX512 },
     unsigned_weights: false,
 };
 
@@ -23,9 +33,24 @@ pub static KERNELS: Kernels = Kernels {
 pub static KERNELS_VNNI: Kernels = Kernels {
     name: "avx512-vnni",
     qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: qgemm::pack_a },
-    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, ..KERNELS.gemv },
+    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, arrange: gemv::arrange, ..KERNELS.gemv },
     unsigned_weights: true,
     ..KERNELS
+};
+
+/// Everything of [`KERNELS_VNNI`], BF16 weights on native bf16 dot products (`vdpbf16ps`).
+pub static KERNELS_BF16: Kernels = Kernels {
+    name: "avx512-bf16",
+    gemm_bf16: GemmKernels {
+        mr: bf16_gemm::MR,
+        nr: bf16_gemm::NR,
+        k_pack: 2,
+        tile: bf16_gemm::tile,
+        pack_a: bf16_gemm::pack_a,
+        pack_b: bf16_gemm::pack_b,
+    },
+    gemv: GemvKernels { bf16_rounded: Some(bf16_gemv::bf16), ..KERNELS_VNNI.gemv },
+    ..KERNELS_VNNI
 };
 
 #[cfg(all(test, feature = "std"))]
@@ -76,10 +101,10 @@ mod tests {
             return;
         }
         use tessera_core::DType;
-        // 37 blocks: two groups of 16 and a tail of 5.
-        let (nb, m, n) = (37, 3, 2);
+        // 37 blocks: two groups of 16 and a tail of 5; 1 to 8 columns.
+        let (nb, m) = (37, 3);
         let k = nb * QK;
-        for dtype in [DType::Q8_0, DType::Q4_0] {
+        for (dtype, n) in [DType::Q8_0, DType::Q4_0].into_iter().flat_map(|t| (1..=8).map(move |n| (t, n))) {
             let w = tessera_core::convert::to_bytes(dtype, &data(k * m)).unwrap();
             let rows =
                 crate::fast::simd::Rows { ptr: w.as_ptr(), stride: dtype.row_bytes(k).unwrap(), count: m, dtype };
@@ -92,6 +117,7 @@ mod tests {
                     for j in 0..n {
                         let out = QvColumn::out(q.as_mut_ptr().add(j * nb * QV_BLOCK_BYTES), nb);
                         (table.quantize)(x[5 + j * k..].as_ptr(), nb, table.weight_bias(dtype), &out);
+                        (table.gemv.arrange)(q.as_mut_ptr().add(j * nb * QV_BLOCK_BYTES), nb);
                     }
                     let f = if dtype == DType::Q8_0 { table.gemv.q8_0 } else { table.gemv.q4_0 };
                     f(nb, &rows, q.as_ptr(), nb * QV_BLOCK_BYTES, n, y.as_mut_ptr(), m);
@@ -100,7 +126,7 @@ mod tests {
             };
             let (fast, slow) = (run(&KERNELS_VNNI), run(&crate::fast::simd::scalar::KERNELS));
             for (a, b) in fast.iter().zip(&slow) {
-                assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{dtype}: {fast:?} vs {slow:?}");
+                assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{dtype}, {n} columns: {fast:?} vs {slow:?}");
             }
         }
     }

@@ -8,16 +8,21 @@ mod quantize;
 
 use super::{scalar, GemmKernels, GemvKernels, Kernels, QGemmKernels};
 
+/// The float GEMM (BF16 weights widened to f32 while packing).
+const GEMM: GemmKernels = GemmKernels {
+    mr: gemm::MR,
+    nr: gemm::NR,
+    k_pack: 1,
+    tile: gemm::tile,
+    pack_a: gemm::pack_a,
+    pack_b: scalar::pack::pack_b,
+};
+
 /// NEON float kernels with the portable int8 kernels.
 pub static KERNELS: Kernels = Kernels {
     name: "neon",
-    gemm: GemmKernels {
-        mr: gemm::MR,
-        nr: gemm::NR,
-        tile: gemm::tile,
-        pack_a: gemm::pack_a,
-        pack_b: scalar::pack::pack_b,
-    },
+    gemm: GEMM,
+    gemm_bf16: GEMM,
     gemv: GemvKernels { f32: gemv::any_float, f16: gemv::any_float, bf16: gemv::any_float, ..scalar::TABLE.gemv },
     quantize: quantize::quantize,
     rows: crate::fast::vector::NEON,
@@ -28,6 +33,6 @@ pub static KERNELS: Kernels = Kernels {
 pub static KERNELS_DOT: Kernels = Kernels {
     name: "neon-dotprod",
     qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: scalar::pack::pack_a_q },
-    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, ..KERNELS.gemv },
+    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, arrange: super::as_quantized, ..KERNELS.gemv },
     ..KERNELS
 };

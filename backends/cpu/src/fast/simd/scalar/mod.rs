@@ -17,12 +17,25 @@ const NR: usize = 4;
 const QMR: usize = 4;
 const QNR: usize = 4;
 
+/// The float GEMM (BF16 weights widened to f32 while packing).
+const GEMM: GemmKernels =
+    GemmKernels { mr: MR, nr: NR, k_pack: 1, tile: gemm::tile::<MR, NR>, pack_a: pack::pack_a, pack_b: pack::pack_b };
+
 /// The portable table (a `const` so that other tables can start from it).
 pub const TABLE: Kernels = Kernels {
     name: "scalar",
-    gemm: GemmKernels { mr: MR, nr: NR, tile: gemm::tile::<MR, NR>, pack_a: pack::pack_a, pack_b: pack::pack_b },
+    gemm: GEMM,
+    gemm_bf16: GEMM,
     qgemm: QGemmKernels { mr: QMR, nr: QNR, tile: qgemm::tile::<QMR, QNR>, pack_a: pack::pack_a_q },
-    gemv: GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, q8_0: gemv::quant, q4_0: gemv::quant },
+    gemv: GemvKernels {
+        f32: gemv::f32,
+        f16: gemv::f16,
+        bf16: gemv::bf16,
+        bf16_rounded: None,
+        q8_0: gemv::quant,
+        q4_0: gemv::quant,
+        arrange: super::as_quantized,
+    },
     quantize: quantize::quantize,
     rows: crate::fast::vector::SCALAR,
     unsigned_weights: false,
