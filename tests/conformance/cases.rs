@@ -508,6 +508,13 @@ fn mul_mat(v: &mut Vec<Case>) {
         };
         list.push((400, 29, k_long, [1, 1], [1, 1], Layout::Plain));
         list.push((67, 8, k_long, [1, 1], [1, 1], Layout::Plain));
+        if !ta.is_quantized() {
+            // Aligned rows with k a multiple of 8 and more than 32 columns: the GPUs' tiled and
+            // tensor-core products, with partial blocks on every edge, several steps of k and a
+            // partial last one, and a repeated over b's dims 2 and 3.
+            list.push((67, 33, 256, [1, 1], [1, 1], Layout::Plain));
+            list.push((150, 130, 264, [2, 1], [1, 2], Layout::Plain));
+        }
         for (m, n, k, bs, nr, layout) in list {
             let e = [bs[0] * nr[0], bs[1] * nr[1]];
             let extra = match layout {

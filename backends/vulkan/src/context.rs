@@ -91,7 +91,17 @@ impl Context {
                 return Err(format!("{}: no command pool ({e})", physical.name));
             }
         };
-        let pipelines = Pipelines::new(&device).map_err(|e| format!("{}: {e}", physical.name))?;
+        let pipelines = match Pipelines::new(&device) {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: the pool was made just above and nothing else exists on the device.
+                unsafe {
+                    device.destroy_command_pool(transfer_pool, None);
+                    device.destroy_device(None);
+                }
+                return Err(format!("{}: {e}", physical.name));
+            }
+        };
         Ok(Context {
             name,
             physical,

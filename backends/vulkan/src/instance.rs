@@ -114,11 +114,10 @@ unsafe extern "system" fn on_message(
         // SAFETY: a non-null message is a NUL-terminated string owned by the layer.
         .map(|p| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
         .unwrap_or_default();
+    VALIDATION_ERRORS.fetch_add(1, Ordering::Relaxed);
     if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR) {
-        VALIDATION_ERRORS.fetch_add(1, Ordering::Relaxed);
         log::error!("Vulkan validation: {message}");
     } else {
-        VALIDATION_ERRORS.fetch_add(1, Ordering::Relaxed);
         log::warn!("Vulkan validation: {message}");
     }
     vk::FALSE
