@@ -139,9 +139,9 @@ fn the_plugin_directories_are_searched_in_order() {
 }
 
 const MODULES: &[ModuleDecl] = &[
-    ModuleDecl { name: "embed", aliases: &[] },
-    ModuleDecl { name: "encoder", aliases: &[] },
-    ModuleDecl { name: "pool", aliases: &[] },
+    ModuleDecl { name: "embed", aliases: &[], layered: false },
+    ModuleDecl { name: "encoder", aliases: &[], layered: true },
+    ModuleDecl { name: "pool", aliases: &[], layered: false },
 ];
 
 #[test]

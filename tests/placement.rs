@@ -9,9 +9,9 @@ use tessera::Device;
 use tessera_sim::{SimConfig, SimDevice};
 
 const MODULES: &[ModuleDecl] = &[
-    ModuleDecl { name: "embed", aliases: &["embeddings", "tok_embd"] },
-    ModuleDecl { name: "encoder", aliases: &["layers", "text_encoder"] },
-    ModuleDecl { name: "pool", aliases: &["pooler"] },
+    ModuleDecl { name: "embed", aliases: &["embeddings", "tok_embd"], layered: false },
+    ModuleDecl { name: "encoder", aliases: &["layers", "text_encoder"], layered: true },
+    ModuleDecl { name: "pool", aliases: &["pooler"], layered: false },
 ];
 
 /// SIM0, SIM1 (simulated GPUs) and the CPU, in priority order.
@@ -140,4 +140,56 @@ fn weights_are_used_in_place_where_the_device_can_and_uploaded_elsewhere() {
     let sim = tessera_sim::SimDevice::create(tessera_sim::SimConfig::new("SIM_IMPORT"));
     let uploaded = place_weights(&file, &specs, sim, &mut |_, _| {}).unwrap();
     assert!(!uploaded.uploaded.is_empty(), "the simulated device cannot use host memory in place");
+}
+
+#[test]
+fn layer_ranges_instances_and_their_errors() {
+    let d = devices();
+    let a = parse("sim0,encoder.0-2=cpu,layers.3=sim1:1", MODULES).unwrap();
+    assert_eq!(a.layers, [(1, 0, 2, "cpu".to_string()), (1, 3, 3, "sim1:1".to_string())]);
+    let p = Placement::resolve("sim0,encoder.0-2=cpu,encoder.3=sim1:1,encoder.2=sim0:2", "", MODULES, d).unwrap();
+    let at = |l: Option<usize>| p.compute_of(1, l).to_string();
+    assert_eq!(
+        [at(Some(0)), at(Some(2)), at(Some(3)), at(Some(4)), at(None)],
+        ["CPU", "SIM0:2", "SIM1:1", "SIM0", "SIM0"]
+    );
+    assert_eq!(p.params_of(1, Some(3)).name(), "SIM1", "a layer's weights go where it runs");
+    let targets: Vec<String> = p.targets(d).iter().map(|t| t.to_string()).collect();
+    assert_eq!(targets, ["SIM0", "SIM0:2", "SIM1:1", "CPU"], "devices in priority order, the CPU last");
+    assert!(p.check_layers(1, "encoder", 4).is_ok());
+    let err = p.check_layers(1, "encoder", 3).unwrap_err();
+    assert_eq!(err.to_string(), "layers 3-3 of 'encoder' do not exist: the model has 3 (0-2)");
+
+    let p = Placement::resolve("cpu", "sim1,encoder.1=cpu", MODULES, d).unwrap();
+    assert_eq!((p.params_of(1, Some(0)).name(), p.params_of(1, Some(1)).name()), ("SIM1", "CPU"));
+
+    for (spec, want) in [
+        ("embed.0=cpu", "invalid layer range in 'embed.0=cpu': module 'embed' has no numbered layers"),
+        ("encoder.3-1=cpu", "invalid layer range in 'encoder.3-1=cpu': the first layer comes after the last"),
+        ("encoder.x=cpu", "invalid layer range in 'encoder.x=cpu': expected N or N-M, N and M numbers"),
+    ] {
+        assert_eq!(parse(spec, MODULES).unwrap_err().to_string(), want);
+    }
+    for spec in ["sim0:x", "sim0:8", "cpu:-1"] {
+        let err = Placement::resolve(spec, "", MODULES, d).err().unwrap();
+        assert!(matches!(err, PlacementError::InvalidInstance { .. }), "{spec}: {err}");
+    }
+}
+
+#[test]
+fn split_layers_divide_layers_by_free_memory_and_explicit_layers_win() {
+    let d = devices();
+    let targets = Placement::resolve_split("sim0, sim1", d).unwrap();
+    let mut p = Placement::resolve("sim0,encoder.5=cpu", "", MODULES, d).unwrap();
+    p.split_layers(1, 6, &targets);
+    let at: Vec<String> = (0..6).map(|l| p.compute_of(1, Some(l)).to_string()).collect();
+    // The simulated devices have the same free memory: three layers each.
+    assert_eq!(at, ["SIM0", "SIM0", "SIM0", "SIM1", "SIM1", "CPU"]);
+    // Two streams of one device share its memory (a quarter each here, 1.25 and 2.5 layers
+    // rounded); an odd count still covers every layer.
+    let mut p = Placement::resolve("sim0", "", MODULES, d).unwrap();
+    p.split_layers(1, 5, &Placement::resolve_split("sim0,sim0:1,sim1", d).unwrap());
+    let at: Vec<String> = (0..5).map(|l| p.compute_of(1, Some(l)).to_string()).collect();
+    assert_eq!(at, ["SIM0", "SIM0:1", "SIM0:1", "SIM1", "SIM1"]);
+    assert!(matches!(Placement::resolve_split("sim0,,cpu", d), Err(PlacementError::EmptyItem { .. })));
 }

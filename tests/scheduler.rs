@@ -280,7 +280,7 @@ fn pass2_expands_the_sim_up_to_an_element_wise_op_reading_a_cpu_input() {
 }
 
 #[test]
-fn pass3_upgrades_a_pinned_node_to_a_better_backend_on_the_same_memory() {
+fn two_backends_of_one_device_keep_their_pins_and_pass_results_as_copies() {
     let mut g = Graph::new();
     let x = input(&mut g, &[8, 4], "x");
     let h = g.relu(x).unwrap();
@@ -290,25 +290,21 @@ fn pass3_upgrades_a_pinned_node_to_a_better_backend_on_the_same_memory() {
     g.set_output(z).unwrap();
     g.build_forward(z).unwrap();
 
-    // Two CPU backends: both use the host buffer type.
+    // Two CPU backends: two streams of one device, both on the host buffer type.
     let mut sched: Scheduler = Scheduler::new(vec![cpu(), cpu()], SchedulerOptions::default()).unwrap();
     sched.set_tensor_backend(h, 1).unwrap();
+    sched.set_tensor_backend(z, 0).unwrap();
     assert_eq!(sched.get_tensor_backend(h), Some(1), "the pin is reported");
     let plan = sched.split_graph(&g).unwrap();
-    assert_eq!(assignment(plan, h), (0, Cause::Upgrade), "{}", plan.detailed());
-    assert_eq!(plan.splits.len(), 1);
-    assert_eq!(plan.splits[0].backend, 0);
-    assert!(plan.splits[0].inputs.is_empty(), "the same memory needs no copies");
+    assert_eq!(plan.backends, ["CPU", "CPU:1"]);
+    assert_eq!(assignment(plan, h), (1, Cause::User), "not moved to the other stream: {}", plan.detailed());
+    assert_eq!(plan.splits.len(), 2, "{plan}");
+    // What one stream computed reaches the other as a copy, never read in place.
+    let copied: Vec<_> = plan.splits[1].inputs.iter().map(|i| (i.name.as_str(), i.route)).collect();
+    assert_eq!(copied, [("h", tessera::sched::CopyRoute::Host)]);
 
-    // Without the pin, pass 3 picks backend 0 as the best reader of x (ties keep priority).
-    sched.clear_pins();
-    let plan = sched.split_graph(&g).unwrap();
-    assert_eq!(assignment(plan, h), (0, Cause::Best));
-
-    sched.set_tensor_backend(h, 1).unwrap();
     sched.alloc_graph(&g).unwrap();
-    assert_eq!(sched.buffer_size(1), 0, "backend 1 shares backend 0's compute buffer");
-    assert!(sched.buffer_size(0) > 0);
+    assert!(sched.buffer_size(0) > 0 && sched.buffer_size(1) > 0, "each stream computes in memory of its own");
     let xv = values(32, 3.0);
     sched.graph().unwrap().set_f32(x, &xv).unwrap();
     sched.compute().unwrap();

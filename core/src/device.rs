@@ -111,6 +111,12 @@ pub trait Device: Send + Sync {
             message: "this device cannot use host memory in place (no buffer_from_host_ptr)".into(),
         })
     }
+    /// Whether this device's backends copy from the memory of `from` (another device)
+    /// directly, peer to peer over NVLink or PCIe, rather than through host memory; plans
+    /// print it for copies between devices.
+    fn copies_peer_to_peer(&self, _from: &dyn Device) -> bool {
+        false
+    }
     /// A new stream on this device.
     fn init_backend(&'static self) -> Result<Box<dyn Backend>>;
     /// A new event, if the device supports events.

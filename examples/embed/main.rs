@@ -38,8 +38,11 @@ options:
                          program was built from]
   --tokenizer FILE       the tokenizer.json to use [tokenizer.json beside the model, else the
                          vocabulary in a GGUF model's metadata]
-  --backend SPEC         where modules run: DEVICE, or MODULE=DEVICE,... (embed, encoder, pool) [auto]
+  --backend SPEC         where modules run: DEVICE, or MODULE=DEVICE,... (embed, encoder, pool),
+                         encoder layers one by one with encoder.N-M=DEVICE; DEVICE:K is the
+                         K-th stream of a device (cuda0:1) [auto]
   --params-backend SPEC  where modules keep their weights, same syntax [where they run]
+  --split-layers LIST    divide the encoder's layers over DEVICE,DEVICE,... by free memory
   --threads N            threads of the CPU backend, at most the machine's processors [all]
   --file FILE            embed the lines of FILE too (blank lines skipped; may be repeated)
   --batch-size N         sentences embedded together; memory grows with it [64]
@@ -63,6 +66,7 @@ struct Args {
     tokenizer: Option<PathBuf>,
     backend: String,
     params_backend: String,
+    split_layers: String,
     threads: Option<usize>,
     json: Option<PathBuf>,
     sentences: Vec<String>,
@@ -81,6 +85,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
         tokenizer: None,
         backend: String::new(),
         params_backend: String::new(),
+        split_layers: String::new(),
         threads: None,
         json: None,
         sentences: Vec::new(),
@@ -101,6 +106,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
             Long("tokenizer") => a.tokenizer = Some(parser.value()?.into()),
             Long("backend") => a.backend = parser.value()?.string()?,
             Long("params-backend") => a.params_backend = parser.value()?.string()?,
+            Long("split-layers") => a.split_layers = parser.value()?.string()?,
             Long("threads") => {
                 let threads = parse_threads(&parser.value()?.string()?)?;
                 if let Some(notice) = threads.notice {
@@ -245,7 +251,20 @@ fn run(args: Args) -> Result<(), BoxError> {
     let placement = Placement::resolve_in(registry, &args.backend, &args.params_backend, &MODULES)?;
     let tokenizer = args.tokenizer.as_ref().map(|path| Tokenizer::from_file(path, MAX_TOKENS)).transpose()?;
     let start = Instant::now();
-    let options = LoadOptions { threads: args.threads, tokenizer, progress: Some(&mut loading_bar) };
+    let split_layers = match args.split_layers.as_str() {
+        "" => Vec::new(),
+        spec => {
+            let devices: Vec<&'static dyn tessera::Device> = registry.requestable_devices().collect();
+            Placement::resolve_split(spec, &devices).map_err(|e| format!("--split-layers: {e}"))?
+        }
+    };
+    let options = LoadOptions {
+        threads: args.threads,
+        tokenizer,
+        progress: Some(&mut loading_bar),
+        split_layers,
+        ..LoadOptions::default()
+    };
     let mut embedder = Embedder::load_with(&model, placement, options)?;
     let ms = start.elapsed().as_secs_f64() * 1e3;
     let encoder = embedder.placement().compute[Module::Encoder.index()];

@@ -11,9 +11,9 @@ use tessera::Device;
 use tessera_sim::{SimConfig, SimDevice};
 
 const MODULES: &[ModuleDecl] = &[
-    ModuleDecl { name: "embed", aliases: &["embeddings"] },
-    ModuleDecl { name: "encoder", aliases: &["layers", "text_encoder"] },
-    ModuleDecl { name: "pool", aliases: &["pooler"] },
+    ModuleDecl { name: "embed", aliases: &["embeddings"], layered: false },
+    ModuleDecl { name: "encoder", aliases: &["layers", "text_encoder"], layered: true },
+    ModuleDecl { name: "pool", aliases: &["pooler"], layered: false },
 ];
 
 fn devices() -> &'static [&'static dyn Device] {

@@ -83,12 +83,19 @@ pub struct BertGraph {
     pub weights: Vec<(String, Module, TensorId)>,
     /// The ids of the tensors each module created (contiguous ranges, in graph order).
     pub module_tensors: Vec<(Module, Range<u32>)>,
+    /// The ids of the tensors each encoder layer created, layer after layer.
+    pub layer_tensors: Vec<Range<u32>>,
 }
 
 impl BertGraph {
     /// The module that created `id`.
     pub fn module_of(&self, id: TensorId) -> Option<Module> {
         self.module_tensors.iter().find(|(_, r)| r.contains(&id.0)).map(|(m, _)| *m)
+    }
+
+    /// The encoder layer that created `id` (weights included), if one did.
+    pub fn layer_of(&self, id: TensorId) -> Option<usize> {
+        self.layer_tensors.iter().position(|r| r.contains(&id.0))
     }
 }
 
@@ -195,7 +202,9 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
     b.module = Module::Encoder;
     let start = b.next_id();
     let scale = 1.0 / (head_dim as f32).sqrt();
+    let mut layer_tensors = Vec::with_capacity(c.layers);
     for layer in 0..c.layers {
+        let layer_start = b.next_id();
         let pre = format!("encoder.layer.{layer}");
         // Self-attention in blocks of `a` tokens (rows, or packed sequences gathered into
         // padded blocks), heads split as [head_dim, tokens, heads, blocks].
@@ -242,6 +251,7 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
         let down = b.linear(&format!("{pre}.output.dense"), up, c.intermediate, h)?;
         let down = b.g.add(down, attn)?;
         x = b.layer_norm(&format!("{pre}.output.LayerNorm"), down, h, c.eps)?;
+        layer_tensors.push(layer_start..b.next_id());
     }
     module_tensors.push((Module::Encoder, start..b.next_id()));
 
@@ -279,6 +289,7 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
         embeddings,
         weights,
         module_tensors,
+        layer_tensors,
     })
 }
 

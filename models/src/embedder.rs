@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tessera_core::registry::{extension, Extension};
 use tessera_core::{Backend, DType, Device, Graph, Scheduler, SchedulerOptions, Shape};
 use tessera_std::model_file::{place_weights, ModelFile, WeightSpec, WeightStore};
-use tessera_std::placement::Placement;
+use tessera_std::placement::{Placement, Target};
 
 use crate::bert::{self, BertGraph, Layout};
 use crate::config::BertConfig;
@@ -26,16 +26,23 @@ pub struct Embedder {
     /// How the file names the graph's weights.
     names: TensorNames,
     placement: Placement,
-    /// The scheduler's backends' devices, in its order.
-    devices: Vec<&'static dyn Device>,
-    /// Weights of each module, where its params live.
+    /// The scheduler's backends, in its order.
+    targets: Vec<Target>,
+    /// The weights, one store per module and device that holds some of its weights.
     stores: Vec<WeightStore>,
     sched: Scheduler,
     tokenizer: Option<Tokenizer>,
     timing: Timing,
     /// The sequence lengths the scheduler's graph was built and allocated for: a batch of the
     /// same lengths runs it again with new inputs.
-    built_for: Option<(Vec<usize>, BertGraph)>,
+    built_for: Option<Built>,
+}
+
+/// The graph of the last batch shape, as given to the scheduler and as built.
+struct Built {
+    lens: Vec<usize>,
+    graph: Graph,
+    model: BertGraph,
 }
 
 /// Where the time of the last embedding call went.
@@ -58,13 +65,21 @@ pub struct LoadOptions<'a> {
     pub tokenizer: Option<Tokenizer>,
     /// Called as weight bytes are placed: `(module, bytes done, bytes in total)`.
     pub progress: Option<&'a mut dyn FnMut(Module, usize, usize)>,
+    /// `--split-layers`: the encoder's layers divided over these backends in proportion to
+    /// their devices' free memory (layer items of the placement still win).
+    pub split_layers: Vec<Target>,
+    /// Copies of every split input (the scheduler's `n_copies`, 1 to 4; 0 means 1): with more
+    /// than one, [`Embedder::embed_batches`] overlaps successive batches across devices.
+    pub pipeline: usize,
 }
 
-/// One backend per device the placement names: accelerators in the order the modules name
-/// them, then a CPU (the placement's, else the built-in one), which the scheduler needs last.
-fn backend_devices(placement: &Placement) -> Vec<&'static dyn Device> {
+/// One backend per device (and instance) the placement names: accelerators in the order the
+/// modules and layers name them, then a CPU (the placement's, else the built-in one), which
+/// the scheduler needs last.
+fn backend_targets(placement: &Placement) -> Vec<Target> {
     let mut named: Vec<&'static dyn Device> = Vec::new();
-    for &d in placement.compute.iter().chain(&placement.params) {
+    let layer_devices = placement.layers.iter().flat_map(|r| r.compute.map(|t| t.device).into_iter().chain(r.params));
+    for d in placement.compute.iter().chain(&placement.params).copied().chain(layer_devices) {
         if Placement::index_in(&named, d).is_none() {
             named.push(d);
         }
@@ -72,12 +87,14 @@ fn backend_devices(placement: &Placement) -> Vec<&'static dyn Device> {
     if !named.iter().any(|d| d.is_host_cpu()) {
         named.push(&tessera_cpu::CPU_DEVICE);
     }
-    placement.devices(&named)
+    placement.targets(&named)
 }
 
-/// One weight the graph declares: its module, name in the file, type (as the file holds it) and shape.
+/// One weight the graph declares: its module and layer, name in the file, type (as the file
+/// holds it) and shape.
 struct ModelWeight {
     module: Module,
+    layer: Option<usize>,
     name: String,
     dtype: DType,
     ne: [usize; 4],
@@ -90,7 +107,8 @@ fn weight_specs(file: &ModelFile, names: TensorNames, config: &BertConfig) -> Re
     let dtype_of = |name: &str| file.tensor(&names.file_name(name)).map_or(DType::F32, |t| t.dtype);
     let shapes = bert::build(&mut probe, config, &dtype_of, Layout::packed(&[1]))?;
     let mut specs = Vec::with_capacity(shapes.weights.len());
-    for (name, module, id) in shapes.weights {
+    for (name, module, id) in &shapes.weights {
+        let (module, id) = (*module, *id);
         let t = probe.tensor(id)?;
         let (dtype, ne) = (t.dtype(), t.ne());
         let name = names.file_name(&name).into_owned();
@@ -110,7 +128,7 @@ fn weight_specs(file: &ModelFile, names: TensorNames, config: &BertConfig) -> Re
                 return Err(tessera_core::Error::File { path, message }.into());
             }
         }
-        specs.push(ModelWeight { module, name, dtype, ne });
+        specs.push(ModelWeight { module, layer: shapes.layer_of(id), name, dtype, ne });
     }
     Ok(specs)
 }
@@ -169,11 +187,15 @@ impl Embedder {
     }
 
     /// [`load`](Self::load) with threads, a tokenizer and a progress callback.
-    pub fn load_with(path: impl AsRef<Path>, placement: Placement, options: LoadOptions<'_>) -> Result<Embedder> {
-        let LoadOptions { threads, tokenizer, mut progress } = options;
+    pub fn load_with(path: impl AsRef<Path>, mut placement: Placement, options: LoadOptions<'_>) -> Result<Embedder> {
+        let LoadOptions { threads, tokenizer, mut progress, split_layers, pipeline } = options;
         let file = ModelFile::open(path.as_ref())?;
         let config = BertConfig::of_file(&file)?;
-        if placement.compute.len() != Module::ALL.len() || placement.params.len() != Module::ALL.len() {
+        let n = Module::ALL.len();
+        if [placement.compute.len(), placement.instances.len(), placement.params.len(), placement.params_given.len()]
+            .iter()
+            .any(|&len| len != n)
+        {
             return Err(Error::InvalidConfig {
                 message: format!(
                     "the placement has {} compute and {} params devices; expected one per module ({}): \
@@ -184,48 +206,72 @@ impl Embedder {
                 ),
             });
         }
+        let encoder = Module::Encoder.index();
+        if !split_layers.is_empty() {
+            placement.split_layers(encoder, config.layers, &split_layers);
+        }
+        placement
+            .check_layers(encoder, Module::Encoder.name(), config.layers)
+            .map_err(|e| Error::InvalidConfig { message: e.to_string() })?;
         let tokenizer = match tokenizer {
             Some(t) => Some(t),
             None => model_tokenizer(&file, &config)?,
         };
-        let devices = backend_devices(&placement);
+        let targets = backend_targets(&placement);
 
-        // The weights each module declares, placed where its params live.
+        // The weights each module declares, placed where its params (of each layer) live.
         let names = TensorNames::of_file(&file);
         let specs = weight_specs(&file, names, &config)?;
         let mut stores = Vec::new();
         for m in Module::ALL {
-            let module_specs: Vec<WeightSpec> = specs
+            let on = |w: &ModelWeight| placement.params_of(m.index(), w.layer);
+            let mine: Vec<&ModelWeight> = specs.iter().filter(|w| w.module == m).collect();
+            let total: usize = mine
                 .iter()
-                .filter(|w| w.module == m)
-                .map(|w| WeightSpec { name: &w.name, dtype: w.dtype, ne: w.ne })
-                .collect();
-            let device = placement.params[m.index()];
-            let mut report = |done: usize, total: usize| {
-                if let Some(p) = progress.as_mut() {
-                    p(m, done, total);
+                .map(|w| w.dtype.row_bytes(w.ne[0]).unwrap_or(0) * w.ne[1..].iter().product::<usize>())
+                .sum();
+            let mut devices: Vec<&'static dyn Device> = Vec::new();
+            for w in &mine {
+                if Placement::index_in(&devices, on(w)).is_none() {
+                    devices.push(on(w));
                 }
-            };
-            stores.push(place_weights(&file, &module_specs, device, &mut report)?);
+            }
+            let mut before = 0;
+            for device in devices {
+                let group: Vec<WeightSpec> = mine
+                    .iter()
+                    .filter(|w| std::ptr::addr_eq(on(w), device))
+                    .map(|w| WeightSpec { name: &w.name, dtype: w.dtype, ne: w.ne })
+                    .collect();
+                let mut report = |done: usize, _: usize| {
+                    if let Some(p) = progress.as_mut() {
+                        p(m, (before + done).min(total), total);
+                    }
+                };
+                let store = place_weights(&file, &group, device, &mut report)?;
+                before += store.bytes;
+                stores.push(store);
+            }
         }
 
         let mut backends: Vec<Box<dyn Backend>> = Vec::new();
-        for d in &devices {
-            let mut b = d.init_backend()?;
+        for t in &targets {
+            let mut b = t.device.init_backend()?;
             if let (Some(n), Some(Extension::SetThreads(set_threads))) =
-                (threads, d.reg().extension(extension::SET_THREADS))
+                (threads, t.device.reg().extension(extension::SET_THREADS))
             {
                 set_threads(&mut *b, n)?;
             }
             backends.push(b);
         }
-        let sched = tessera_std::sched_debug::scheduler(backends, &[], SchedulerOptions::default())?;
+        let options = SchedulerOptions { n_copies: pipeline.max(1), ..SchedulerOptions::default() };
+        let sched = tessera_std::sched_debug::scheduler(backends, &[], options)?;
         Ok(Embedder {
             config,
             file,
             names,
             placement,
-            devices,
+            targets,
             stores,
             sched,
             tokenizer,
@@ -244,16 +290,36 @@ impl Embedder {
         &self.placement
     }
 
-    /// "embed: CPU (params CPU), encoder: ..." for the user.
+    /// "embed: CPU (params CPU), encoder: ..." for the user; a module whose layers run
+    /// in different places lists them in runs ("encoder.0-2: CUDA0 (params CUDA0), ...").
     pub fn describe(&self) -> String {
-        Module::ALL
-            .iter()
-            .map(|m| {
-                let (c, p) = (self.placement.compute[m.index()], self.placement.params[m.index()]);
-                format!("{}: {} (params {})", m.name(), c.name(), p.name())
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+        let p = &self.placement;
+        let mut parts = Vec::new();
+        for m in Module::ALL {
+            let i = m.index();
+            let layers = if m == Module::Encoder { self.config.layers } else { 0 };
+            let at = |l: Option<usize>| (p.compute_of(i, l), p.params_of(i, l).name());
+            if (0..layers).all(|l| at(Some(l)) == at(Some(0))) {
+                let (c, params) = at(if layers > 0 { Some(0) } else { None });
+                parts.push(format!("{}: {c} (params {params})", m.name()));
+                continue;
+            }
+            let mut first = 0;
+            for l in 1..=layers {
+                if l == layers || at(Some(l)) != at(Some(first)) {
+                    let (c, params) = at(Some(first));
+                    let range = if l - 1 == first { format!("{first}") } else { format!("{first}-{}", l - 1) };
+                    parts.push(format!("{}.{range}: {c} (params {params})", m.name()));
+                    first = l;
+                }
+            }
+        }
+        parts.join(", ")
+    }
+
+    /// The scheduler's backends, in its order (`CUDA0`, `CUDA0:1`, ..., the CPU last).
+    pub fn targets(&self) -> &[Target] {
+        &self.targets
     }
 
     /// The tokenizer, if it has one.
@@ -290,21 +356,90 @@ impl Embedder {
         if sequences.is_empty() {
             return Ok(Vec::new());
         }
+        let start = Instant::now();
+        let lens = self.check_lengths(sequences)?;
+        let pipelined = self.sched.n_copies() > 1;
+        let same = self.built_for.as_ref().is_some_and(|b| b.lens == lens) && self.sched.graph().is_some();
+        self.ready_for(&lens)?;
+        if pipelined || !same {
+            let built = self.built_for.as_ref().ok_or(tessera_core::Error::Cancelled)?;
+            self.sched.alloc_graph(&built.graph)?;
+        }
+        self.set_inputs(sequences, &lens)?;
+        let prepared = Instant::now();
+        self.sched.compute()?;
+        let out = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_f32(self.output()?)?;
+        self.timing = Timing { prepare: prepared - start, compute: prepared.elapsed() };
+        Ok(out.chunks(self.config.hidden).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Embeddings of several batches (each as [`embed_tokens`](Self::embed_tokens) takes it),
+    /// queued one after another and waited for once: with a pipeline
+    /// ([`LoadOptions::pipeline`]) and modules or layers on several devices, a device works
+    /// on the next batch while the next device works on this one.
+    pub fn embed_batches<S: AsRef<[u32]>>(&mut self, batches: &[&[S]]) -> Result<Vec<Vec<Vec<f32>>>> {
+        let start = Instant::now();
+        let mut outs: Vec<Vec<f32>> = Vec::with_capacity(batches.len());
+        let queued = self.queue_batches(batches, &mut outs);
+        // Whatever happened, nothing may still be writing into `outs` when it is dropped.
+        let waited = self.sched.synchronize();
+        queued?;
+        waited?;
+        self.timing = Timing { prepare: Duration::ZERO, compute: start.elapsed() };
+        Ok(outs.iter().map(|out| out.chunks(self.config.hidden).map(<[f32]>::to_vec).collect()).collect())
+    }
+
+    /// Queues every batch of [`embed_batches`](Self::embed_batches), each one's embeddings
+    /// read into a buffer of `outs` as soon as they are computed.
+    fn queue_batches<S: AsRef<[u32]>>(&mut self, batches: &[&[S]], outs: &mut Vec<Vec<f32>>) -> Result<()> {
+        for sequences in batches {
+            if sequences.is_empty() {
+                outs.push(Vec::new());
+                continue;
+            }
+            let lens = self.check_lengths(sequences)?;
+            self.ready_for(&lens)?;
+            let built = self.built_for.as_ref().ok_or(tessera_core::Error::Cancelled)?;
+            self.sched.alloc_graph(&built.graph)?;
+            self.set_inputs(sequences, &lens)?;
+            self.sched.compute_async()?;
+            let mut out = vec![0f32; lens.len() * self.config.hidden];
+            let (dst, len) = (out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out.as_slice()));
+            outs.push(out);
+            // SAFETY: the buffer just pushed is neither read nor freed (its heap memory does
+            // not move with the Vec) until `embed_batches` has synchronised the scheduler.
+            unsafe { self.sched.get_tensor_async(self.output()?, dst, len)? };
+        }
+        Ok(())
+    }
+
+    /// The lengths of `sequences`, each 1 to `max_positions` tokens.
+    fn check_lengths<S: AsRef<[u32]>>(&self, sequences: &[S]) -> Result<Vec<usize>> {
         let lens: Vec<usize> = sequences.iter().map(|s| s.as_ref().len()).collect();
         let max = self.config.max_positions;
         if let Some((index, &tokens)) = lens.iter().enumerate().find(|(_, &l)| l == 0 || l > max) {
             return Err(Error::SequenceLength { index, tokens, max });
         }
-        let start = Instant::now();
-        let model = match self.built_for.take() {
-            Some((built, model)) if built == lens && self.sched.graph().is_some() => model,
-            _ => {
-                let (g, model) = self.graph(&lens)?;
-                self.sched.alloc_graph(&g)?;
-                model
-            }
-        };
-        let inputs = inputs_for(&Layout::for_lengths(&lens), &lens)?;
+        Ok(lens)
+    }
+
+    /// Makes the graph for sequences of `lens` tokens the scheduler's, building it and sizing
+    /// the compute buffers for it when the last batch had other lengths.
+    fn ready_for(&mut self, lens: &[usize]) -> Result<()> {
+        if self.built_for.as_ref().is_some_and(|b| b.lens == lens) {
+            return Ok(());
+        }
+        self.built_for = None;
+        let (graph, model) = self.graph(lens)?;
+        self.sched.reserve(&graph)?;
+        self.built_for = Some(Built { lens: lens.to_vec(), graph, model });
+        Ok(())
+    }
+
+    /// Writes the inputs of `sequences` into the scheduler's graph.
+    fn set_inputs<S: AsRef<[u32]>>(&self, sequences: &[S], lens: &[usize]) -> Result<()> {
+        let model = &self.built_for.as_ref().ok_or(tessera_core::Error::Cancelled)?.model;
+        let inputs = inputs_for(&Layout::for_lengths(lens), lens)?;
         let ids: Vec<i32> = sequences.iter().flat_map(|s| s.as_ref()).map(|&t| t as i32).collect();
         let sg = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?;
         sg.set_i32(model.token_ids, &ids)?;
@@ -315,12 +450,12 @@ impl Embedder {
             sg.set_i32(scatter, &inputs.attention_scatter)?;
         }
         sg.set_f32(model.pooling, &inputs.pooling)?;
-        let prepared = Instant::now();
-        self.sched.compute()?;
-        let out = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_f32(model.embeddings)?;
-        self.built_for = Some((lens, model));
-        self.timing = Timing { prepare: prepared - start, compute: prepared.elapsed() };
-        Ok(out.chunks(self.config.hidden).map(<[f32]>::to_vec).collect())
+        Ok(())
+    }
+
+    /// The embeddings tensor of the graph built last.
+    fn output(&self) -> Result<tessera_core::TensorId> {
+        Ok(self.built_for.as_ref().ok_or(tessera_core::Error::Cancelled)?.model.embeddings)
     }
 
     /// Where the time of the last [`embed`](Self::embed) or
@@ -341,9 +476,9 @@ impl Embedder {
         let (file, names) = (&self.file, self.names);
         let dtype_of = |name: &str| file.tensor(&names.file_name(name)).map_or(DType::F32, |t| t.dtype);
         let model = bert::build(&mut g, &self.config, &dtype_of, Layout::for_lengths(lens))?;
-        for (name, module, id) in &model.weights {
+        for (name, _, id) in &model.weights {
             let name = names.file_name(name);
-            let data = self.stores[module.index()].get(&name).ok_or_else(|| tessera_core::Error::File {
+            let data = self.stores.iter().find_map(|s| s.get(&name)).ok_or_else(|| tessera_core::Error::File {
                 path: self.file.path().display().to_string(),
                 message: format!("weight '{name}' was not loaded"),
             })?;
@@ -352,8 +487,8 @@ impl Embedder {
         self.sched.clear_pins();
         for &id in g.nodes() {
             if let Some(m) = model.module_of(id) {
-                let device = self.placement.compute[m.index()];
-                if let Some(b) = Placement::index_in(&self.devices, device) {
+                let target = self.placement.compute_of(m.index(), model.layer_of(id));
+                if let Some(b) = target.index_in(&self.targets) {
                     self.sched.set_tensor_backend(id, b)?;
                 }
             }
@@ -500,7 +635,57 @@ mod tests {
         // Everything on the accelerator: the scheduler still gets a CPU, last.
         let mut resident = Embedder::load(&path, on(&devices, "sim0", "")).unwrap();
         assert_close(&resident.embed_tokens(&SEQUENCES).unwrap(), &on_cpu);
-        assert_eq!(resident.devices.iter().map(|d| d.name()).collect::<Vec<_>>(), ["SIM0", "CPU"]);
+        assert_eq!(resident.targets().iter().map(|t| t.to_string()).collect::<Vec<_>>(), ["SIM0", "CPU"]);
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn layers_on_two_streams_of_a_device_and_pipelined_batches_give_the_bits_of_one_stream() {
+        let path = tiny_gguf(DType::F32);
+        let sim: &'static dyn Device = SimDevice::create(SimConfig::new("SIM_LAYERS"));
+        let devices = vec![sim, &tessera_cpu::CPU_DEVICE];
+        let mut one = Embedder::load(&path, on(&devices, "sim_layers", "")).unwrap();
+        let spec = "embed=sim_layers,encoder.0=sim_layers,encoder.1=sim_layers:1,pool=sim_layers:1";
+        let options = LoadOptions { pipeline: 2, ..LoadOptions::default() };
+        let mut two = Embedder::load_with(&path, on(&devices, spec, ""), options).unwrap();
+        assert_eq!(
+            two.describe(),
+            "embed: SIM_LAYERS (params SIM_LAYERS), encoder.0: SIM_LAYERS (params SIM_LAYERS), \
+             encoder.1: SIM_LAYERS:1 (params SIM_LAYERS), pool: SIM_LAYERS:1 (params SIM_LAYERS)"
+        );
+        let names: Vec<String> = two.targets().iter().map(|t| t.to_string()).collect();
+        assert_eq!(names, ["SIM_LAYERS", "SIM_LAYERS:1", "CPU"]);
+        let batches: [&[&[u32]]; 3] = [&SEQUENCES, &[&[2, 30, 31, 3], &[2, 3]], &SEQUENCES];
+        let want: Vec<Vec<Vec<f32>>> = batches.iter().map(|b| one.embed_tokens(b).unwrap()).collect();
+        assert_eq!(one.embed_batches(&batches).unwrap(), want, "one stream, batches queued");
+        assert_eq!(two.embed_batches(&batches).unwrap(), want, "two streams, pipelined");
+        assert_eq!(two.embed_tokens(&SEQUENCES).unwrap(), want[0]);
+        let plan = two.scheduler().plan().unwrap().to_string();
+        assert!(plan.contains("(same device)"), "results cross between the streams as copies: {plan}");
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn split_layers_divide_the_encoder_and_layer_items_still_win() {
+        let path = tiny_gguf(DType::F32);
+        let s0: &'static dyn Device = SimDevice::create(SimConfig::new("SIM_A"));
+        let s1: &'static dyn Device = SimDevice::create(SimConfig::new("SIM_B"));
+        let devices = vec![s0, s1, &tessera_cpu::CPU_DEVICE];
+        let reference = Embedder::load(&path, on(&devices, "cpu", "")).unwrap().embed_tokens(&SEQUENCES).unwrap();
+        let split = Placement::resolve_split("sim_a,sim_b", &devices).unwrap();
+        let options = LoadOptions { split_layers: split.clone(), ..LoadOptions::default() };
+        let mut e = Embedder::load_with(&path, on(&devices, "sim_a", ""), options).unwrap();
+        assert!(
+            e.describe().contains("encoder.0: SIM_A (params SIM_A), encoder.1: SIM_B (params SIM_B)"),
+            "{}",
+            e.describe()
+        );
+        assert_close(&e.embed_tokens(&SEQUENCES).unwrap(), &reference);
+        let options = LoadOptions { split_layers: split, ..LoadOptions::default() };
+        let e = Embedder::load_with(&path, on(&devices, "sim_a,encoder.1=cpu", ""), options).unwrap();
+        assert!(e.describe().contains("encoder.1: CPU (params CPU)"), "{}", e.describe());
+        let err = Embedder::load(&path, on(&devices, "encoder.1-2=cpu", "")).err().unwrap();
+        assert!(err.to_string().contains("layers 1-2 of 'encoder' do not exist: the model has 2 (0-1)"), "{err}");
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
     }
 
@@ -508,7 +693,18 @@ mod tests {
     fn a_placement_for_another_model_is_an_error() {
         let path = tiny_gguf(DType::F32);
         let cpu: &'static dyn Device = &tessera_cpu::CPU_DEVICE;
-        let err = Embedder::load(&path, Placement { compute: vec![cpu], params: vec![cpu] }).err().unwrap();
+        let err = Embedder::load(
+            &path,
+            Placement {
+                compute: vec![cpu],
+                instances: vec![0],
+                params: vec![cpu],
+                params_given: vec![false],
+                layers: Vec::new(),
+            },
+        )
+        .err()
+        .unwrap();
         assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
         assert!(err.to_string().contains("expected one per module (embed, encoder, pool)"), "{err}");
         std::fs::remove_dir_all(path.parent().unwrap()).ok();

@@ -36,7 +36,7 @@ impl Module {
     }
 
     const fn decl(self) -> ModuleDecl {
-        ModuleDecl { name: self.name(), aliases: self.aliases() }
+        ModuleDecl { name: self.name(), aliases: self.aliases(), layered: matches!(self, Module::Encoder) }
     }
 }
 

@@ -268,8 +268,12 @@ impl Backend for CudaBackend {
         // SAFETY: as above; the copy is ordered on this backend's stream.
         unsafe { result::memcpy_dtoh_async(out, at, self.stream.cu_stream()) }.map_err(|e| self.err("reading", e))
     }
-    /// Device to device on the same GPU (or between GPUs through the driver's peer copy):
-    /// queued on this stream after the source backend's work.
+    /// Device to device on the same GPU, or from another GPU this one has peer access to
+    /// (`cuMemcpyPeerAsync` over NVLink or PCIe). The copy runs on the source backend's
+    /// stream, after what it has queued and after what this stream has queued (which may
+    /// still read the destination), so that the source cannot reuse its memory before the
+    /// bytes have left; this stream then waits for the copy. Between GPUs without peer
+    /// access, `false`: the scheduler stages the copy through pinned host memory.
     fn copy_tensor_async(
         &mut self,
         src_backend: &mut dyn Backend,
@@ -278,17 +282,27 @@ impl Backend for CudaBackend {
         len: usize,
     ) -> Result<bool> {
         let Some(from) = src_backend.as_any_mut().downcast_mut::<CudaBackend>() else { return Ok(false) };
-        if !std::ptr::eq(from.device, self.device) {
+        let same_gpu = std::ptr::eq(from.device, self.device);
+        if !same_gpu && !self.device.peer_access(from.device) {
             return Ok(false);
         }
         let (s, d) = (from.device_address(src, 0, len)?, self.device_address(dst, 0, len)?);
-        self.bind()?;
-        // The copy runs on this stream once the source stream reached this point.
-        let ready = from.stream.record_event(None).map_err(|e| self.err("recording an event", e))?;
-        self.stream.wait(&ready).map_err(|e| self.err("waiting for an event", e))?;
-        // SAFETY: both ranges lie inside this GPU's buffers (checked above).
-        unsafe { result::memcpy_dtod_async(d, s, len, self.stream.cu_stream()) }
-            .map_err(|e| self.err("copying on the device", e))?;
+        let dst_free = self.stream.record_event(None).map_err(|e| self.err("recording an event", e))?;
+        from.stream.wait(&dst_free).map_err(|e| self.err("waiting for an event", e))?;
+        from.bind()?;
+        if same_gpu {
+            // SAFETY: both ranges lie inside this GPU's buffers (checked above).
+            unsafe { result::memcpy_dtod_async(d, s, len, from.stream.cu_stream()) }
+                .map_err(|e| self.err("copying on the device", e))?;
+        } else {
+            let (dst_ctx, src_ctx) = (self.device.context().cu_ctx(), from.device.context().cu_ctx());
+            // SAFETY: each range lies inside a buffer of its own GPU (checked above), and the
+            // contexts are those GPUs' primary contexts, alive for the process.
+            unsafe { result::memcpy_peer_async(dst_ctx, d, src_ctx, s, len, from.stream.cu_stream()) }
+                .map_err(|e| self.err(&format!("copying from {} to {}", from.device.name(), self.device.name()), e))?;
+        }
+        let copied = from.stream.record_event(None).map_err(|e| self.err("recording an event", e))?;
+        self.stream.wait(&copied).map_err(|e| self.err("waiting for an event", e))?;
         Ok(true)
     }
     fn synchronize(&mut self) -> Result<()> {

@@ -1,6 +1,6 @@
 //! A CUDA device: one GPU, its memory and its kernels.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaContext};
 use tessera_core::registry::BackendReg;
@@ -24,6 +24,8 @@ pub struct CudaDevice {
     buffer_type: &'static CudaBufferType,
     pinned: &'static PinnedBufferType,
     kernels: OnceLock<std::result::Result<Arc<Kernels>, String>>,
+    /// Per other GPU (by ordinal): whether this GPU's context reads its memory directly.
+    peers: Mutex<Vec<(usize, bool)>>,
 }
 
 impl CudaDevice {
@@ -40,6 +42,7 @@ impl CudaDevice {
             pci_bus_id,
             ctx,
             kernels: OnceLock::new(),
+            peers: Mutex::new(Vec::new()),
         }));
         device
     }
@@ -54,6 +57,38 @@ impl CudaDevice {
             .get_or_init(|| Kernels::load(&self.ctx).map(Arc::new).map_err(|e| e.to_string()))
             .clone()
             .map_err(|message| tessera_core::Error::Backend { backend: self.name.clone(), message })
+    }
+
+    /// Whether this GPU can read `other`'s memory directly (NVLink or PCIe peer to peer):
+    /// asked of the driver, and access enabled, the first time; `false` where the driver
+    /// says no or enabling fails, and copies then go through host memory.
+    pub(crate) fn peer_access(&self, other: &CudaDevice) -> bool {
+        let theirs = other.ctx.ordinal();
+        let Ok(mut peers) = self.peers.lock() else { return false };
+        if let Some(&(_, ok)) = peers.iter().find(|(o, _)| *o == theirs) {
+            return ok;
+        }
+        let ok = self.enable_peer_access(other);
+        if !ok {
+            log::info!("{}: no peer access to {}: copies between them go through host memory", self.name, other.name);
+        }
+        peers.push((theirs, ok));
+        ok
+    }
+
+    fn enable_peer_access(&self, other: &CudaDevice) -> bool {
+        let mut can = 0;
+        // SAFETY: a query of two valid device handles into a local.
+        let asked = unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.ctx.cu_device(), other.ctx.cu_device()) };
+        if asked != sys::CUresult::CUDA_SUCCESS || can == 0 || self.ctx.bind_to_thread().is_err() {
+            return false;
+        }
+        // SAFETY: enables, for the current context (this GPU's, bound above), access to the
+        // memory of `other`'s context, which lives as long as the process.
+        match unsafe { sys::cuCtxEnablePeerAccess(other.ctx.cu_ctx(), 0) } {
+            sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => true,
+            _ => false,
+        }
     }
 
     /// The device's own memory, as its concrete type.
@@ -113,6 +148,11 @@ impl Device for CudaDevice {
     }
     fn host_buffer_type(&self) -> Option<&'static dyn BufferType> {
         Some(self.pinned)
+    }
+    fn copies_peer_to_peer(&self, from: &dyn Device) -> bool {
+        let same_family = std::ptr::addr_eq(from.reg(), self.reg());
+        let other = if same_family { crate::reg::CUDA_REG.find(from.name()) } else { None };
+        other.is_some_and(|o| !std::ptr::eq(o, self) && self.peer_access(o))
     }
     fn init_backend(&'static self) -> Result<Box<dyn Backend>> {
         Ok(Box::new(CudaBackend::new(self)?))

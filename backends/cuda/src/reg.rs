@@ -29,6 +29,11 @@ fn features() -> &'static [(&'static str, &'static str)] {
 }
 
 impl CudaReg {
+    /// The GPU called `name`, if this family listed it.
+    pub(crate) fn find(&self, name: &str) -> Option<&'static CudaDevice> {
+        self.devices().iter().copied().find(|d| d.name() == name)
+    }
+
     fn devices(&self) -> &[&'static CudaDevice] {
         self.devices.get_or_init(|| {
             let (contexts, why) = driver::contexts();

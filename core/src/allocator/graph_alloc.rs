@@ -118,11 +118,23 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
     /// Like [`new`](Self::new), but running out of memory for the tables is
     /// [`Error::OutOfMemory`].
     pub fn try_new(slot_types: &[&'static dyn BufferType]) -> Result<Self> {
+        Self::with_sharing(slot_types, true)
+    }
+
+    /// Like [`try_new`](Self::try_new), but every slot has memory of its own even where
+    /// buffer types repeat: slots that run concurrently (two streams of one GPU) must not
+    /// reuse each other's memory.
+    pub fn try_new_per_slot(slot_types: &[&'static dyn BufferType]) -> Result<Self> {
+        Self::with_sharing(slot_types, false)
+    }
+
+    fn with_sharing(slot_types: &[&'static dyn BufferType], share: bool) -> Result<Self> {
         let mut types: Vec<TypeState<MAX_FREE, MAX_CHUNKS>> = Vec::new();
         let mut slot_type = Vec::new();
         try_reserve(&mut slot_type, slot_types.len())?;
         for &bt in slot_types {
-            let index = match types.iter().position(|t| same_buffer_type(t.buffer_type, bt)) {
+            let shared = types.iter().position(|t| same_buffer_type(t.buffer_type, bt)).filter(|_| share);
+            let index = match shared {
                 Some(i) => i,
                 None => {
                     try_reserve(&mut types, 1)?;

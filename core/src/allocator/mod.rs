@@ -3,7 +3,7 @@
 //! - [`linear`]: one after another, nothing freed (weights, caches, simple graphs);
 //! - [`planner`]: best-fit placement at virtual addresses with merging on free;
 //! - [`graph_alloc`]: plans a graph's compute memory by liveness, reusing inputs in place, one
-//!   compute buffer per distinct buffer type;
+//!   compute buffer per distinct buffer type (or per slot, for slots that run concurrently);
 //! - [`check`]: the invariants every plan must satisfy, for tests and fuzzing.
 
 pub mod check;

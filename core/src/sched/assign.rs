@@ -289,8 +289,11 @@ fn pass3_best_reader_and_upgrade(ctx: &Context, a: &mut Assignment, nodes: &[Ten
                 }
             }
             Some(cur) => {
+                // Two backends of one device are streams a placement chose between: a node
+                // stays on the one it was given.
                 let same_memory = (0..cur).find(|&b| {
-                    crate::buffer::same_buffer_type(ctx.buffer_types[b], ctx.buffer_types[cur])
+                    !core::ptr::addr_eq(ctx.devices[b], ctx.devices[cur])
+                        && crate::buffer::same_buffer_type(ctx.buffer_types[b], ctx.buffer_types[cur])
                         && ctx.supports(b, id)
                         && t.srcs().all(|(_, s)| ctx.can_read(a, b, s))
                 });

@@ -4,7 +4,7 @@
 //! passes (see [`assign`] and [`split`]) over the user's graph without changing it: the
 //! result is a [`SplitPlan`] and a scheduled copy of the graph with the input copies each
 //! split needs. That copy is allocated with the [`GraphAllocator`] (one compute buffer per
-//! distinct buffer type) and run split by split, inputs copied in, with events between
+//! backend, so that backends sharing a device still run concurrently) and run split by split, inputs copied in, with events between
 //! backends. With `n_copies > 1` every input has that many rotating copies, so successive
 //! runs can overlap across devices (pipeline parallelism).
 
@@ -24,7 +24,7 @@ use alloc::vec::Vec;
 pub use assign::Cause;
 pub use plan::{Detailed, NodeAssignment, SplitPlan};
 pub use programs::{consumer_counts, ProgramStats};
-pub use split::{Split, SplitInput};
+pub use split::{CopyRoute, Split, SplitInput};
 
 use crate::allocator::GraphAllocator;
 use crate::backend::{Backend, Event};
@@ -188,16 +188,28 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
                 // Capacity was checked above: n_copies <= MAX_COPIES.
                 let _ = events.push(event);
             }
-            s.names.push(String::from(backend.name()));
+            // A second backend of one device is "CUDA0:1", as placements name it.
+            let earlier = s.backends.iter().filter(|b| core::ptr::addr_eq(b.device(), device)).count();
+            s.names.push(match earlier {
+                0 => String::from(backend.name()),
+                k => format!("{}:{k}", backend.name()),
+            });
             // Capacity was checked above: backends.len() <= MAX_BACKENDS.
             let _ = s.devices.push(device);
             let _ = s.buffer_types.push(buffer_type);
             let _ = s.events.push(events);
             let _ = s.backends.push(backend);
         }
-        s.galloc = GraphAllocator::new(&s.buffer_types);
+        // Backends run concurrently (two instances of one device included): each computes in
+        // memory of its own.
+        s.galloc = GraphAllocator::try_new_per_slot(&s.buffer_types)?;
         s.programs.resize_with(options.n_copies, || None);
         Ok(s)
+    }
+
+    /// Copies per split input (pipeline slots).
+    pub fn n_copies(&self) -> usize {
+        self.options.n_copies
     }
 
     pub fn n_backends(&self) -> usize {

@@ -68,8 +68,12 @@ impl fmt::Display for SplitPlan {
                 let kind = if input.user_input { "user input " } else { "" };
                 write!(
                     f,
-                    "\n    {kind}'{}': {} -> {}, {} B",
-                    input.name, self.backends[input.from], self.backends[s.backend], input.bytes
+                    "\n    {kind}'{}': {} -> {}, {} B{}",
+                    input.name,
+                    self.backends[input.from],
+                    self.backends[s.backend],
+                    input.bytes,
+                    input.route.describe()
                 )?;
             }
             writeln!(f)?;

@@ -126,6 +126,35 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         Ok(Completion::Finished)
     }
 
+    /// Queues a read of `len` bytes of `tensor` (of the scheduled graph) into `dst`, on the
+    /// backend whose memory holds it, after the work queued there so far: with pipelined
+    /// runs, the result of one run is read while the next is queued, and stays what that
+    /// run computed.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes, and not otherwise accessed, until the
+    /// next `synchronize` of the scheduler returns.
+    pub unsafe fn get_tensor_async(&mut self, tensor: crate::tensor::TensorId, dst: *mut u8, len: usize) -> Result<()> {
+        let p = self.prepared.as_ref().ok_or_else(not_planned)?;
+        let data = p.graph.data(tensor).ok_or_else(|| Error::NotAllocated { tensor: p.graph.label(tensor) })?;
+        let nbytes = p.graph.tensor(tensor)?.nbytes();
+        if len > nbytes {
+            return Err(Error::InvalidParam {
+                op: "GET_TENSOR",
+                message: alloc::format!("{len} bytes asked of {}, which has {nbytes}", p.graph.label(tensor)),
+            });
+        }
+        let b = p
+            .slots
+            .get(tensor.index())
+            .copied()
+            .filter(|&b| b < self.backends.len())
+            .unwrap_or(self.backends.len() - 1);
+        // SAFETY: the caller keeps `dst` valid and exclusively ours for `len` bytes until the
+        // next synchronize, which waits for this backend.
+        unsafe { self.backends[b].get_tensor_async(&data, 0, dst, len) }
+    }
+
     /// The host waits until pipeline slot `c` of backend `b` is free.
     fn wait_host(&mut self, b: usize, c: usize) -> Result<()> {
         match self.events[b][c].as_deref() {

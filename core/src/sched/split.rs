@@ -28,9 +28,49 @@ pub struct SplitInput {
     pub copies: Vec<TensorId>,
     /// A user input, copied from the host before the split (pipeline parallelism).
     pub user_input: bool,
+    /// How the bytes travel.
+    pub route: CopyRoute,
     /// The tensor's name (for printing) and bytes copied per run.
     pub name: alloc::string::String,
     pub bytes: usize,
+}
+
+/// How a split input reaches its split's backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyRoute {
+    /// To or from the host (an upload, a download, or a copy in host memory).
+    Host,
+    /// Within one device's memory, between two of its backends (streams).
+    SameDevice,
+    /// From another device directly, peer to peer (NVLink, PCIe).
+    Peer,
+    /// From another device through host memory (the two cannot reach each other).
+    Staged,
+}
+
+impl CopyRoute {
+    /// The route from a tensor on `from` to a backend on `to`.
+    pub fn between(from: &dyn crate::Device, to: &dyn crate::Device) -> CopyRoute {
+        if from.is_host_cpu() || to.is_host_cpu() {
+            CopyRoute::Host
+        } else if core::ptr::addr_eq(from, to) {
+            CopyRoute::SameDevice
+        } else if to.copies_peer_to_peer(from) {
+            CopyRoute::Peer
+        } else {
+            CopyRoute::Staged
+        }
+    }
+
+    /// What a plan prints after the copy (empty for host transfers).
+    pub fn describe(self) -> &'static str {
+        match self {
+            CopyRoute::Host => "",
+            CopyRoute::SameDevice => " (same device)",
+            CopyRoute::Peer => " (peer to peer)",
+            CopyRoute::Staged => " (staged through host memory)",
+        }
+    }
 }
 
 /// A run of consecutive nodes on one backend.
@@ -85,7 +125,12 @@ pub(crate) fn cut(ctx: &Context, a: &Assignment, n_copies: usize, cur_copy: usiz
     // Whether split backend `b` must get a copy of `src`.
     let needs_copy = |src: TensorId, b: usize| -> Result<bool> {
         let from = backend(src)?;
-        Ok(user_input(src)? || (from != b && !ctx.can_read(a, b, src)))
+        // Two backends of one device run concurrently: what one computes reaches the other
+        // as a copy, ordered between their streams and rotated with the pipeline, never by
+        // reading memory the producer may already be reusing.
+        let same_device = from != b && core::ptr::addr_eq(ctx.devices[from], ctx.devices[b]);
+        let computed = same_device && g.tensor(root(src)?)?.op() != Op::None;
+        Ok(user_input(src)? || (from != b && (computed || !ctx.can_read(a, b, src))))
     };
 
     let mut copies: BTreeMap<(TensorId, usize), Vec<TensorId>> = BTreeMap::new();
@@ -170,6 +215,7 @@ pub(crate) fn cut(ctx: &Context, a: &Assignment, n_copies: usize, cur_copy: usiz
                     from,
                     copies: ids.clone(),
                     user_input: user_input(src)?,
+                    route: CopyRoute::between(ctx.devices[from], ctx.devices[b]),
                     name: g.label(src),
                     bytes: s.nbytes(),
                 });
