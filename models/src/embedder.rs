@@ -4,8 +4,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
 use tessera_core::registry::{extension, Extension};
-use tessera_core::{Backend, DType, Device, Graph, Scheduler, SchedulerOptions, Shape};
+
+use tessera_core::{Backend, Buffer, DType, Device, Graph, Scheduler, SchedulerOptions, Shape};
 use tessera_std::model_file::{place_weights, ModelFile, WeightSpec, WeightStore};
 use tessera_std::placement::{Placement, Target};
 
@@ -36,6 +38,10 @@ pub struct Embedder {
     /// The sequence lengths the scheduler's graph was built and allocated for: a batch of the
     /// same lengths runs it again with new inputs.
     built_for: Option<Built>,
+    /// Pinned host memory that queued batches' embeddings are read into, one buffer per batch
+    /// in flight, kept for the next call: a read into ordinary memory would make the host
+    /// wait for the batch, and the next batch could not be queued meanwhile.
+    landing: Vec<Arc<dyn Buffer>>,
 }
 
 /// The graph of the last batch shape, as given to the scheduler and as built.
@@ -277,6 +283,7 @@ impl Embedder {
             tokenizer,
             timing: Timing::default(),
             built_for: None,
+            landing: Vec::new(),
         })
     }
 
@@ -383,18 +390,36 @@ impl Embedder {
         let queued = self.queue_batches(batches, &mut outs);
         // Whatever happened, nothing may still be writing into `outs` when it is dropped.
         let waited = self.sched.synchronize();
-        queued?;
+        let landed = queued?;
         waited?;
+        for (out, buffer) in outs.iter_mut().zip(landed) {
+            if let Some(buffer) = buffer {
+                let bytes = out.len() * std::mem::size_of::<f32>();
+                let mut raw = vec![0u8; bytes];
+                self.landing[buffer].get_bytes(0, &mut raw)?;
+                for (v, b) in out.iter_mut().zip(raw.chunks_exact(4)) {
+                    *v = f32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+        }
         self.timing = Timing { prepare: Duration::ZERO, compute: start.elapsed() };
         Ok(outs.iter().map(|out| out.chunks(self.config.hidden).map(<[f32]>::to_vec).collect()).collect())
     }
 
     /// Queues every batch of [`embed_batches`](Self::embed_batches), each one's embeddings
-    /// read into a buffer of `outs` as soon as they are computed.
-    fn queue_batches<S: AsRef<[u32]>>(&mut self, batches: &[&[S]], outs: &mut Vec<Vec<f32>>) -> Result<()> {
+    /// read as soon as they are computed: into `landing[k]` where the output's device has
+    /// pinned host memory (returned per batch), else straight into its buffer of `outs`.
+    fn queue_batches<S: AsRef<[u32]>>(
+        &mut self,
+        batches: &[&[S]],
+        outs: &mut Vec<Vec<f32>>,
+    ) -> Result<Vec<Option<usize>>> {
+        let pinned = self.placement.compute_of(Module::Pool.index(), None).device.host_buffer_type();
+        let mut landed = Vec::with_capacity(batches.len());
         for sequences in batches {
             if sequences.is_empty() {
                 outs.push(Vec::new());
+                landed.push(None);
                 continue;
             }
             let lens = self.check_lengths(sequences)?;
@@ -404,13 +429,29 @@ impl Embedder {
             self.set_inputs(sequences, &lens)?;
             self.sched.compute_async()?;
             let mut out = vec![0f32; lens.len() * self.config.hidden];
-            let (dst, len) = (out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out.as_slice()));
+            let (mut dst, len) = (out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out.as_slice()));
             outs.push(out);
-            // SAFETY: the buffer just pushed is neither read nor freed (its heap memory does
-            // not move with the Vec) until `embed_batches` has synchronised the scheduler.
+            let k = landed.len();
+            match pinned {
+                Some(buffer_type) => {
+                    if self.landing.get(k).is_none_or(|b| b.size() < len) {
+                        let fresh = buffer_type.alloc_buffer(len)?;
+                        match self.landing.get_mut(k) {
+                            Some(b) => *b = fresh,
+                            None => self.landing.push(fresh),
+                        }
+                    }
+                    dst = self.landing[k].base().host_ptr_mut().ok_or(tessera_core::Error::Cancelled)?;
+                    landed.push(Some(k));
+                }
+                None => landed.push(None),
+            }
+            // SAFETY: `dst` is `landing[k]` or the buffer just pushed to `outs` (whose heap
+            // memory does not move with the Vec), `len` bytes either way; neither is read,
+            // replaced or freed until `embed_batches` has synchronised the scheduler.
             unsafe { self.sched.get_tensor_async(self.output()?, dst, len)? };
         }
-        Ok(())
+        Ok(landed)
     }
 
     /// The lengths of `sequences`, each 1 to `max_positions` tokens.
