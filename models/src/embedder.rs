@@ -117,7 +117,7 @@ fn weight_specs(file: &ModelFile, names: TensorNames, config: &BertConfig) -> Re
         let (module, id) = (*module, *id);
         let t = probe.tensor(id)?;
         let (dtype, ne) = (t.dtype(), t.ne());
-        let name = names.file_name(&name).into_owned();
+        let name = names.file_name(name).into_owned();
         match file.tensor(&name) {
             Some(f) if f.ne == ne => {}
             found => {

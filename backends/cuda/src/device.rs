@@ -85,10 +85,8 @@ impl CudaDevice {
         }
         // SAFETY: enables, for the current context (this GPU's, bound above), access to the
         // memory of `other`'s context, which lives as long as the process.
-        match unsafe { sys::cuCtxEnablePeerAccess(other.ctx.cu_ctx(), 0) } {
-            sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => true,
-            _ => false,
-        }
+        let enabled = unsafe { sys::cuCtxEnablePeerAccess(other.ctx.cu_ctx(), 0) };
+        matches!(enabled, sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
     }
 
     /// The device's own memory, as its concrete type.
