@@ -7,11 +7,12 @@
 //! - sends chunk `s` of `b` (converted on the main GPU to the type the peers' products take:
 //!   f16 for f16 and quantized weights, bf16 for bf16, f32 for f32 weights and for at most 8
 //!   columns) from the main GPU to every peer;
-//! - sends each peer's result part of chunk `s - 1` back to the main GPU, which copies it into
+//! - sends each peer's result part of chunk `s - 2` back to the main GPU, which copies it into
 //!   its rows of `dst` (a strided 2-D copy: each column of the part is a run of `dst`'s column);
 //!
-//! while each peer multiplies chunk `s` as soon as it has arrived. So chunk `s + 1` travels out
-//! and chunk `s - 1` travels back while chunk `s` is multiplied.
+//! while each peer multiplies chunk `s - 1`, whose activation arrived a step earlier. So no
+//! product waits for a transfer once the pipeline is full: the first chunk's trip out and the
+//! last one's trip back are all the transfers that do not overlap a product.
 //!
 //! Streams: the main GPU's transfers, conversions and copies run on a stream `X` of its own;
 //! each peer has a product stream `G` and a transfer stream `Y`. `X` starts after `S`'s work
@@ -112,8 +113,19 @@ struct Peer {
     memory: WorkMemory,
     /// A chunk of `b` arrived (recorded on `Y`).
     received: CudaEvent,
-    /// A chunk's product is done (recorded on `G`).
-    computed: CudaEvent,
+    /// Chunk `i`'s product is done (recorded on `G`), one event per chunk.
+    computed: Vec<CudaEvent>,
+}
+
+impl Peer {
+    /// At least `count` `computed` events.
+    fn ensure_events(&mut self, count: usize) -> Result<()> {
+        while self.computed.len() < count {
+            let event = self.device.context().new_event(None).map_err(fail(self.device, "creating an event"))?;
+            self.computed.push(event);
+        }
+        Ok(())
+    }
 }
 
 fn fail(device: &'static CudaDevice, what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
@@ -150,12 +162,17 @@ impl Runtime {
                 transfer: stream()?,
                 memory: WorkMemory::new(ctx.clone(), device.name().into()),
                 received: event()?,
-                computed: event()?,
+                computed: Vec::new(),
             });
         }
         Ok(Runtime { main, peers, comms: None })
     }
 }
+
+/// How many steps a chunk's result travels back after the chunk went out: the activation
+/// of chunk `s + 1` arrives while chunk `s` is multiplied, and the result of chunk `s - 1`
+/// leaves meanwhile, so no product waits for a transfer in steady state.
+const LAG: usize = 2;
 
 /// Chunks the columns are cut into: `TESSERA_CUDA_SPLIT_CHUNKS` if set (1 to 64), else one
 /// per 512 columns, at most 8 (one for at most 8 columns).
@@ -360,10 +377,14 @@ pub(crate) fn run(
     }
 
     let cols = chunks(n, chunk_count(n));
+    for l in &layouts {
+        peer_state[l.rank - 1].ensure_events(cols.len())?;
+    }
     let b_matrix = TensorArg { data: b.data, ne: b.ne, nb: b.nb };
-    for step in 0..=cols.len() {
+    for step in 0..cols.len() + LAG {
         let out = cols.get(step);
-        let back = step.checked_sub(1).and_then(|s| cols.get(s));
+        let back_index = step.checked_sub(LAG).filter(|&s| s < cols.len());
+        let back = back_index.and_then(|s| cols.get(s));
         // Chunk `step` of b in the wire type, on X.
         if let (Some(c), false) = (out, direct) {
             let to = packed(main_base + (col_bytes * c.start) as u64, wire, [k, c.len()])?;
@@ -378,10 +399,14 @@ pub(crate) fn run(
             )?;
         }
         // A result goes back only once its product is done.
-        if back.is_some() {
+        if let Some(i) = back_index {
             for l in &layouts {
                 let p = &peer_state[l.rank - 1];
-                p.transfer.wait(&p.computed).map_err(fail(p.device, "waiting for an event"))?;
+                let done = p.computed.get(i).ok_or_else(|| kernels::backend_error("a chunk's event is missing"))?;
+                p.transfer.wait(done).map_err(fail(p.device, "waiting for an event"))?;
+                // X waits too (an event of another GPU), so that its side of the transfer
+                // does not hold SMs of the main GPU while the peer is still multiplying.
+                main.stream.wait(done).map_err(fail(md, "waiting for a peer's event"))?;
             }
         }
         comms.group(|g| {
@@ -402,7 +427,7 @@ pub(crate) fn run(
                     let rows = l.rows.len();
                     let (at_byte, len) = ((4 * rows * c.start) as u64, 4 * rows * c.len());
                     // SAFETY: the result chunk lies in the peer's work memory, computed on G
-                    // before Y waited for `computed`; the main GPU's copy lies in its work
+                    // before Y waited for its `computed` event; the main GPU's copy lies in its work
                     // memory, read by X only after this transfer.
                     unsafe {
                         g.send(l.rank, 0, l.result + at_byte, len, &p.transfer)?;
@@ -424,7 +449,8 @@ pub(crate) fn run(
                 p.received.record(&p.transfer).map_err(fail(p.device, "recording an event"))?;
                 p.compute.wait(&p.received).map_err(fail(p.device, "waiting for an event"))?;
                 peer_product(p, l, &parts[l.rank], at, wire, k, c)?;
-                p.computed.record(&p.compute).map_err(fail(p.device, "recording an event"))?;
+                let done = p.computed.get(step).ok_or_else(|| kernels::backend_error("a chunk's event is missing"))?;
+                done.record(&p.compute).map_err(fail(p.device, "recording an event"))?;
             }
         }
     }
