@@ -385,6 +385,9 @@ pub(crate) fn run(
         let out = cols.get(step);
         let back_index = step.checked_sub(LAG).filter(|&s| s < cols.len());
         let back = back_index.and_then(|s| cols.get(s));
+        if out.is_none() && back.is_none() {
+            continue; // a single chunk: nothing travels while it is multiplied
+        }
         // Chunk `step` of b in the wire type, on X.
         if let (Some(c), false) = (out, direct) {
             let to = packed(main_base + (col_bytes * c.start) as u64, wire, [k, c.len()])?;
