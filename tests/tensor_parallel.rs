@@ -15,6 +15,13 @@ use tessera::{
     SchedulerOptions,
 };
 
+/// Tests that compute take turns: several splits' NCCL communicators over the same GPUs are
+/// safest used one at a time.
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The number of CUDA devices, if at least `needed`; else `None` after printing why the test
 /// skips.
 fn gpus(needed: usize) -> Option<usize> {
@@ -115,6 +122,7 @@ fn only_a_packed_2d_matrix_goes_into_a_split_buffer() {
 #[test]
 fn bytes_written_across_parts_read_back() {
     let Some(count) = gpus(1) else { return };
+    let _turn = turn();
     let devices: Vec<usize> = (0..count).collect();
     let t = split_buffer_type(&devices, &[]).unwrap();
     let buffer = match t.alloc_matrix(DType::F32, [3, 300]) {
@@ -141,6 +149,7 @@ fn bytes_written_across_parts_read_back() {
 #[test]
 fn a_split_over_one_device_gives_the_bits_of_the_unsplit_product() {
     let Some(_) = gpus(1) else { return };
+    let _turn = turn();
     let split = split_buffer_type(&[0], &[]).unwrap();
     for wt in [DType::F32, DType::F16, DType::BF16, DType::Q8_0] {
         for (m, n) in [(300, 1), (300, 7), (300, 300), (1000, 1300)] {
@@ -167,6 +176,7 @@ fn two_gpus_match_one(proportions: &[f32], cases: &[(DType, usize, usize, usize)
 #[test]
 fn a_split_over_two_gpus_matches_one_gpu() {
     let Some(_) = gpus(2) else { return };
+    let _turn = turn();
     let mut cases = Vec::new();
     for wt in [DType::F16, DType::F32, DType::BF16, DType::Q8_0] {
         // M not a multiple of the row granularity; 1 and 7 columns (matrix-vector kernels),
@@ -181,6 +191,7 @@ fn a_split_over_two_gpus_matches_one_gpu() {
 #[test]
 fn uneven_splits_and_empty_parts_match_one_gpu() {
     let Some(_) = gpus(2) else { return };
+    let _turn = turn();
     let cases = [(DType::F16, 1000, 256, 700), (DType::F16, 100, 256, 9), (DType::F32, 1000, 256, 3)];
     // Three quarters on CUDA0; everything on CUDA1 (the main GPU only sends and gathers);
     // everything on CUDA0 (no transfer at all).
@@ -192,6 +203,7 @@ fn uneven_splits_and_empty_parts_match_one_gpu() {
 #[test]
 fn the_scheduler_runs_a_split_product_on_the_main_gpu() {
     let Some(count) = gpus(1) else { return };
+    let _turn = turn();
     let gpu = CUDA_REG.device(0).unwrap();
     let devices: Vec<usize> = (0..count.min(2)).collect();
     let split = split_buffer_type(&devices, &[]).unwrap();
