@@ -17,6 +17,7 @@ use crate::event::CudaEvent;
 use crate::fusion::{self, Fusion};
 use crate::kernels::{self, Kernels, Operand, Scratch, TensorArg};
 use crate::profile::{self, Profile};
+use crate::split;
 
 /// A stream on a GPU: transfers, kernels and events run on it in order.
 pub struct CudaBackend {
@@ -149,6 +150,11 @@ impl CudaBackend {
         self.bind()?;
         let mut i = 0;
         while i < ids.len() {
+            if split::mul_mat::is_split_mul_mat(graph, ids[i]) {
+                self.launch_split_mul_mat(graph, ids[i])?;
+                i += 1;
+                continue;
+            }
             if let Some(f) = consumers.and_then(|c| fusion::find(graph, &ids[i..], c)) {
                 let ctx = self.device.context();
                 let start = self.profile.is_some().then(|| Profile::start(ctx, &self.stream)).transpose()?;
@@ -172,6 +178,20 @@ impl CudaBackend {
             i += 1;
         }
         Ok(())
+    }
+
+    /// Queues a MUL_MAT whose weight is split across GPUs ([`split::mul_mat`]).
+    fn launch_split_mul_mat(&mut self, graph: &Graph, id: TensorId) -> Result<()> {
+        if !self.device.supports_op(graph, id) {
+            return Err(Error::Unsupported {
+                backend: self.name().into(),
+                op: Op::MulMat.name(),
+                tensor: graph.label(id),
+            });
+        }
+        let node = graph.node_view(id)?;
+        let (b, dst) = (self.arg(node.src(1)?)?, self.arg(&node.dst)?);
+        split::mul_mat::run(self.device, &self.stream, &self.kernels, &mut self.scratch, node.src(0)?, b, dst)
     }
 
     /// Queues fusion `f` as one kernel; `false` (nothing queued) when its kernel does not take
@@ -321,7 +341,13 @@ impl Backend for CudaBackend {
         if has_kernels && self.profile.is_some() {
             return Ok(Box::new(ProfiledSplit { nodes: split.nodes.clone(), consumers: split.consumers.to_vec() }));
         }
-        if !has_kernels || !graphs_enabled() {
+        // A product split across GPUs forks to other streams and GPUs: not capturable.
+        let splits_gpus = split
+            .graph
+            .nodes()
+            .get(split.nodes.clone())
+            .is_some_and(|ids| ids.iter().any(|&id| crate::split::mul_mat::is_split_mul_mat(split.graph, id)));
+        if !has_kernels || !graphs_enabled() || splits_gpus {
             return Ok(Box::new(NodeByNode { nodes: split.nodes.clone() }));
         }
         Ok(Box::new(CapturedSplit { graph: self.capture(split)? }))

@@ -14,6 +14,7 @@ use crate::driver;
 use crate::event::CudaEvent;
 use crate::kernels::{self, Kernels};
 use crate::pinned::PinnedBufferType;
+use crate::split;
 
 /// One GPU, listed as `CUDA<ordinal>`. Devices are made once and live for the process.
 pub struct CudaDevice {
@@ -134,12 +135,15 @@ impl Device for CudaDevice {
     fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
         match graph.tensor(node) {
             Ok(t) if t.op() == Op::None || t.op().is_view() => true,
+            // Weights split across GPUs: only their products, on the split's main device.
+            Ok(_) if split::mul_mat::reads_split(graph, node) => split::mul_mat::supports(self, graph, node),
             Ok(_) => kernels::supports(graph, node),
             Err(_) => false,
         }
     }
     fn supports_buffer_type(&self, buffer_type: &dyn BufferType) -> bool {
         tessera_core::buffer::same_buffer_type(buffer_type, self.buffer_type)
+            || split::main_split_type(buffer_type, self).is_some()
     }
     fn buffer_type(&self) -> &'static dyn BufferType {
         self.buffer_type

@@ -20,6 +20,7 @@ pub mod kernels;
 mod pinned;
 mod profile;
 mod reg;
+mod split;
 
 pub use backend::CudaBackend;
 pub use buffer::{CudaBuffer, CudaBufferType};
@@ -27,3 +28,4 @@ pub use device::CudaDevice;
 pub use event::CudaEvent;
 pub use pinned::PinnedBufferType;
 pub use reg::{CudaReg, CUDA_REG};
+pub use split::{split_buffer_type, SplitBuffer, SplitBufferType, ROW_GRANULARITY};

@@ -46,6 +46,11 @@ impl CudaReg {
     }
 }
 
+/// The CUDA device at `index` of the family's list (`CUDA0` is 0), as its concrete type.
+pub(crate) fn cuda_device(index: usize) -> Option<&'static CudaDevice> {
+    CUDA_REG.devices().get(index).copied()
+}
+
 impl BackendReg for CudaReg {
     fn name(&self) -> &str {
         "CUDA"

@@ -62,6 +62,7 @@ use tessera_core::tensor::MAX_SRC;
 use tessera_core::{DType, Error, Graph, Op, Result, TensorId};
 
 pub use arg::TensorArg;
+pub(crate) use mul_mat::{gemm_packed, MMV_MAX_COLS};
 pub use scratch::Scratch;
 
 use validate::{validate, Node};

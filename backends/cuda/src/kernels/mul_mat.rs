@@ -403,6 +403,26 @@ pub(crate) fn launch_with_bias(
     Ok(true)
 }
 
+/// Queues on `scratch`'s stream, with its cuBLAS handle, one product of packed matrices as
+/// MUL_MAT's GEMMs run: `c (m x n, f32) = a^T b` with `a` (`k x m`) and `b` (`k x n`) of type
+/// `ty` (f32, f16 or bf16), each given as (device address, leading dimension in values).
+/// The addresses must be memory of the stream's context holding those matrices until the work
+/// has run.
+pub(crate) fn gemm_packed(
+    scratch: &mut Scratch,
+    ty: DType,
+    (m, n, k): (i64, i64, i64),
+    a: (u64, i64),
+    b: (u64, i64),
+    c: (u64, i64),
+) -> Result<()> {
+    let ctx = scratch.stream().context().clone();
+    ctx.bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
+    let handle = scratch.blas()?;
+    let gemm = Gemm { handle, m: int(m)?, k: int(k)?, ty: cuda_type(ty) };
+    gemm.single(a.0, int(a.1)?, b.0, int(b.1)?, c.0, int(c.1)?, int(n)?)
+}
+
 /// One cuBLAS product `C (m x n) = A^T (m x k) B (k x n)` with A and B of type `ty`, C f32.
 struct Gemm {
     handle: cublas_sys::cublasHandle_t,
