@@ -38,16 +38,26 @@ struct Args {
     dtype: DType,
     rounds: usize,
     devices: Option<Vec<usize>>,
+    proportions: Vec<f32>,
     min_speedup: Option<f64>,
 }
 
-const USAGE: &str = "usage: tensor_parallel [--m M] [--k K] [--n N] [--type f16|bf16|f32] [--rounds R] [--devices 0,1] [--min-speedup X]";
+const USAGE: &str = "usage: tensor_parallel [--m M] [--k K] [--n N] [--type f16|bf16|f32] [--rounds R] [--devices 0,1] [--proportions 1,1] [--min-speedup X]";
 
 /// The largest relative difference the two results may have.
 const BOUND: f64 = 1e-3;
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
-    let mut args = Args { m: 16384, k: 16384, n: 4096, dtype: DType::F16, rounds: 7, devices: None, min_speedup: None };
+    let mut args = Args {
+        m: 16384,
+        k: 16384,
+        n: 4096,
+        dtype: DType::F16,
+        rounds: 7,
+        devices: None,
+        proportions: Vec::new(),
+        min_speedup: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -78,6 +88,14 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map_err(|_| format!("--devices {list}: CUDA device numbers, e.g. 0,1"))?;
                 args.devices = Some(devices);
+            }
+            "--proportions" => {
+                let list = value()?;
+                args.proportions = list
+                    .split(',')
+                    .map(|x| x.trim().parse::<f32>())
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|_| format!("--proportions {list}: the share of rows of each device, e.g. 1,1"))?;
             }
             "--min-speedup" => {
                 let x: f64 = value()?.parse().map_err(|e| format!("--min-speedup: {e}"))?;
@@ -184,7 +202,7 @@ fn run(args: &Args) -> Result<ExitCode> {
             if args.devices.is_some() { "asked for" } else { "on this machine" }
         );
     }
-    let split = split_buffer_type(&devices, &[])?;
+    let split = split_buffer_type(&devices, &args.proportions)?;
     let gpu: &'static dyn Device = split.main_device();
     for d in split.devices() {
         outln!("{}: {}", d.name(), d.description());

@@ -118,6 +118,19 @@ impl Scratch {
         Ok(address)
     }
 
+    /// Limits cuBLAS's products on this stream to `sms` SMs (0: all of them), leaving the
+    /// rest to transfers that run beside them.
+    pub(crate) fn set_sm_target(&mut self, sms: usize) -> Result<()> {
+        let handle = self.blas()?;
+        let sms = i32::try_from(sms).unwrap_or(0);
+        // SAFETY: `handle` is this scratch's live cuBLAS handle.
+        let status = unsafe { cublas_sys::cublasSetSmCountTarget(handle, sms) };
+        if status != cublas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(backend_error(&format!("cuBLAS could not target {sms} SMs: {status:?}")));
+        }
+        Ok(())
+    }
+
     /// The cuBLAS handle, bound to this stream, in its math mode (true f32 unless
     /// `TESSERA_CUDA_TF32=1`).
     pub(crate) fn blas(&mut self) -> Result<cublas_sys::cublasHandle_t> {

@@ -14,13 +14,17 @@
 //! product waits for a transfer once the pipeline is full: the first chunk's trip out and the
 //! last one's trip back are all the transfers that do not overlap a product.
 //!
+//! The main GPU multiplies its own rows chunk by chunk too, one chunk per step, so that its
+//! SMs come free between products for NCCL's kernels; every product of a split runs on all
+//! but a few SMs ([`nccl_sms`]), and the transfer streams have the highest priority.
+//!
 //! Streams: the main GPU's transfers, conversions and copies run on a stream `X` of its own;
 //! each peer has a product stream `G` and a transfer stream `Y`. `X` starts after `S`'s work
 //! so far (an event), and `S` waits for `X`'s last copy before its next work (an event): to
 //! the backend the whole product is one node of its stream. Events also order each peer's
 //! product after the arrival of its chunk and the return of a result after its product.
-//! Products on the main GPU are exactly the single-GPU ones (the same code on its rows), so a
-//! split over one device gives the bits of the unsplit product. A stream so forked cannot be
+//! A split over one device runs the single-GPU product on all its rows, so it gives the bits
+//! of the unsplit product. A stream so forked cannot be
 //! captured into a CUDA graph; splits holding such a product run node by node.
 
 use std::ops::Range;
@@ -132,11 +136,22 @@ fn fail(device: &'static CudaDevice, what: &'static str) -> impl Fn(cudarc::driv
     move |e| driver::error(device.name(), what, e)
 }
 
+/// A stream of the highest priority on `device`, for transfers: NCCL's kernels and the
+/// conversions run on SMs, and a product launched earlier on another stream would otherwise
+/// keep every SM until it ends, holding the pipeline's transfers back.
+fn transfer_stream(device: &'static CudaDevice) -> Result<Arc<CudaStream>> {
+    let ctx = device.context();
+    ctx.bind_to_thread().map_err(fail(device, "binding the context"))?;
+    let (_, highest) =
+        cudarc::driver::result::stream::get_priority_range().map_err(fail(device, "asking for stream priorities"))?;
+    ctx.new_stream_with_priority(highest).map_err(fail(device, "creating a split's transfer stream"))
+}
+
 impl Runtime {
     fn new(split: &SplitBufferType) -> Result<Runtime> {
         let device = split.main_device();
         let ctx = device.context();
-        let stream = ctx.new_stream().map_err(fail(device, "creating a split's transfer stream"))?;
+        let stream = transfer_stream(device)?;
         let event = || ctx.new_event(None).map_err(fail(device, "creating an event"));
         let main = Main {
             device,
@@ -154,12 +169,14 @@ impl Runtime {
             let stream = || ctx.new_stream().map_err(fail(device, "creating a split's stream"));
             let event = || ctx.new_event(None).map_err(fail(device, "creating an event"));
             let compute = stream()?;
+            let mut scratch = Scratch::new(&compute)?;
+            scratch.set_sm_target(product_sms(device)?)?;
             peers.push(Peer {
                 device,
                 kernels: device.kernels()?,
-                scratch: Scratch::new(&compute)?,
+                scratch,
                 compute,
-                transfer: stream()?,
+                transfer: transfer_stream(device)?,
                 memory: WorkMemory::new(ctx.clone(), device.name().into()),
                 received: event()?,
                 computed: Vec::new(),
@@ -183,6 +200,24 @@ fn chunk_count(n: usize) -> usize {
         _ if n <= kernels::MMV_MAX_COLS as usize => 1,
         _ => n.div_ceil(512).clamp(1, 8),
     }
+}
+
+/// SMs of each GPU left to NCCL while the products run: `TESSERA_CUDA_SPLIT_NCCL_SMS` if set
+/// (0 to 64), else 24. cuBLAS's products on Hopper keep every SM they are given until they
+/// end, so without SMs of their own the transfers would wait for each product. On two H200s
+/// (16384x16384 f16 times 4096 columns) 4, 8 and 16 gave 1.29x one GPU, 24 gave 1.41x.
+fn nccl_sms() -> usize {
+    let set = std::env::var("TESSERA_CUDA_SPLIT_NCCL_SMS").ok().and_then(|v| v.trim().parse::<usize>().ok());
+    set.filter(|&s| s <= 64).unwrap_or(24)
+}
+
+/// The SMs a split's products may use on `device`: all but [`nccl_sms`].
+fn product_sms(device: &'static CudaDevice) -> Result<usize> {
+    let sms = device
+        .context()
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(fail(device, "asking for the SM count"))?;
+    Ok(usize::try_from(sms).unwrap_or(0).saturating_sub(nccl_sms()).max(1))
 }
 
 /// `n` columns cut into `count` nearly equal consecutive ranges.
@@ -356,107 +391,119 @@ pub(crate) fn run(
     main.forked.record(stream).map_err(fail(md, "recording an event"))?;
     main.stream.wait(&main.forked).map_err(fail(md, "waiting for an event"))?;
 
-    // The main GPU's own rows: the single-GPU product, on S.
+    // The main GPU's own rows: the single-GPU product on S, chunk by chunk with the
+    // transfers (below), so that the SMs free up between chunks for NCCL's kernels.
     let own = &parts[0];
-    if !own.rows.is_empty() {
-        product(kernels, stream, scratch, part_matrix(own, at, k)?, b, dst_rows(&dst, &own.rows))?;
-    }
-
-    // Quantized weights: each peer converts its part to f16 once, before its first product.
-    for l in layouts.iter().filter(|l| l.weights16 != 0) {
-        let p = &mut peer_state[l.rank - 1];
-        let (src, to) = (part_matrix(&parts[l.rank], at, k)?, packed(l.weights16, DType::F16, [k, l.rows.len()])?);
-        kernels::launch(
-            &p.kernels,
-            &p.compute,
-            &mut p.scratch,
-            Op::Cpy,
-            (to, DType::F16),
-            &[Some((src, at)), Some((to, DType::F16))],
-        )?;
-    }
-
-    let cols = chunks(n, chunk_count(n));
-    for l in &layouts {
-        peer_state[l.rank - 1].ensure_events(cols.len())?;
-    }
-    let b_matrix = TensorArg { data: b.data, ne: b.ne, nb: b.nb };
-    for step in 0..cols.len() + LAG {
-        let out = cols.get(step);
-        let back_index = step.checked_sub(LAG).filter(|&s| s < cols.len());
-        let back = back_index.and_then(|s| cols.get(s));
-        if out.is_none() && back.is_none() {
-            continue; // a single chunk: nothing travels while it is multiplied
-        }
-        // Chunk `step` of b in the wire type, on X.
-        if let (Some(c), false) = (out, direct) {
-            let to = packed(main_base + (col_bytes * c.start) as u64, wire, [k, c.len()])?;
-            let from = columns(&b_matrix, c);
+    let own_rows = (!own.rows.is_empty()).then(|| (part_matrix(own, at, k), dst_rows(&dst, &own.rows)));
+    scratch.set_sm_target(product_sms(md)?)?;
+    let mut queue = || -> Result<()> {
+        // Quantized weights: each peer converts its part to f16 once, before its first product.
+        for l in layouts.iter().filter(|l| l.weights16 != 0) {
+            let p = &mut peer_state[l.rank - 1];
+            let (src, to) = (part_matrix(&parts[l.rank], at, k)?, packed(l.weights16, DType::F16, [k, l.rows.len()])?);
             kernels::launch(
-                &main.kernels,
-                &main.stream,
-                &mut main.scratch,
+                &p.kernels,
+                &p.compute,
+                &mut p.scratch,
                 Op::Cpy,
-                (to, wire),
-                &[Some((from, DType::F32)), Some((to, wire))],
+                (to, DType::F16),
+                &[Some((src, at)), Some((to, DType::F16))],
             )?;
         }
-        // A result goes back only once its product is done.
-        if let Some(i) = back_index {
-            for l in &layouts {
-                let p = &peer_state[l.rank - 1];
-                let done = p.computed.get(i).ok_or_else(|| kernels::backend_error("a chunk's event is missing"))?;
-                p.transfer.wait(done).map_err(fail(p.device, "waiting for an event"))?;
-                // X waits too (an event of another GPU), so that its side of the transfer
-                // does not hold SMs of the main GPU while the peer is still multiplying.
-                main.stream.wait(done).map_err(fail(md, "waiting for a peer's event"))?;
-            }
+
+        let cols = chunks(n, chunk_count(n));
+        for l in &layouts {
+            peer_state[l.rank - 1].ensure_events(cols.len())?;
         }
-        comms.group(|g| {
-            for l in &layouts {
-                let p = &peer_state[l.rank - 1];
-                if let Some(c) = out {
-                    let (at_byte, len) = ((col_bytes * c.start) as u64, col_bytes * c.len());
-                    // SAFETY: the chunk lies inside `b` (sent as it is) or the converted copy
-                    // in the main GPU's work memory, written earlier on X; the peer's work
-                    // memory holds all of `b` in the wire type, and its product of this chunk
-                    // waits for the arrival (an event recorded after the group).
-                    unsafe {
-                        g.send(0, l.rank, send_base + at_byte, len, &main.stream)?;
-                        g.recv(l.rank, 0, l.b + at_byte, len, &p.transfer)?;
+        let b_matrix = TensorArg { data: b.data, ne: b.ne, nb: b.nb };
+        for step in 0..cols.len() + LAG {
+            let out = cols.get(step);
+            let back_index = step.checked_sub(LAG).filter(|&s| s < cols.len());
+            let back = back_index.and_then(|s| cols.get(s));
+            if out.is_none() && back.is_none() {
+                continue; // a single chunk: nothing travels while it is multiplied
+            }
+            // Chunk `step` of b in the wire type, on X.
+            if let (Some(c), false) = (out, direct) {
+                let to = packed(main_base + (col_bytes * c.start) as u64, wire, [k, c.len()])?;
+                let from = columns(&b_matrix, c);
+                kernels::launch(
+                    &main.kernels,
+                    &main.stream,
+                    &mut main.scratch,
+                    Op::Cpy,
+                    (to, wire),
+                    &[Some((from, DType::F32)), Some((to, wire))],
+                )?;
+            }
+            // A result goes back only once its product is done.
+            if let Some(i) = back_index {
+                for l in &layouts {
+                    let p = &peer_state[l.rank - 1];
+                    let done = p.computed.get(i).ok_or_else(|| kernels::backend_error("a chunk's event is missing"))?;
+                    p.transfer.wait(done).map_err(fail(p.device, "waiting for an event"))?;
+                    // X waits too (an event of another GPU), so that its side of the transfer
+                    // does not hold SMs of the main GPU while the peer is still multiplying.
+                    main.stream.wait(done).map_err(fail(md, "waiting for a peer's event"))?;
+                }
+            }
+            comms.group(|g| {
+                for l in &layouts {
+                    let p = &peer_state[l.rank - 1];
+                    if let Some(c) = out {
+                        let (at_byte, len) = ((col_bytes * c.start) as u64, col_bytes * c.len());
+                        // SAFETY: the chunk lies inside `b` (sent as it is) or the converted copy
+                        // in the main GPU's work memory, written earlier on X; the peer's work
+                        // memory holds all of `b` in the wire type, and its product of this chunk
+                        // waits for the arrival (an event recorded after the group).
+                        unsafe {
+                            g.send(0, l.rank, send_base + at_byte, len, &main.stream)?;
+                            g.recv(l.rank, 0, l.b + at_byte, len, &p.transfer)?;
+                        }
+                    }
+                    if let Some(c) = back {
+                        let rows = l.rows.len();
+                        let (at_byte, len) = ((4 * rows * c.start) as u64, 4 * rows * c.len());
+                        // SAFETY: the result chunk lies in the peer's work memory, computed on G
+                        // before Y waited for its `computed` event; the main GPU's copy lies in its work
+                        // memory, read by X only after this transfer.
+                        unsafe {
+                            g.send(l.rank, 0, l.result + at_byte, len, &p.transfer)?;
+                            g.recv(0, l.rank, l.gathered + at_byte, len, &main.stream)?;
+                        }
                     }
                 }
-                if let Some(c) = back {
-                    let rows = l.rows.len();
-                    let (at_byte, len) = ((4 * rows * c.start) as u64, 4 * rows * c.len());
-                    // SAFETY: the result chunk lies in the peer's work memory, computed on G
-                    // before Y waited for its `computed` event; the main GPU's copy lies in its work
-                    // memory, read by X only after this transfer.
-                    unsafe {
-                        g.send(l.rank, 0, l.result + at_byte, len, &p.transfer)?;
-                        g.recv(0, l.rank, l.gathered + at_byte, len, &main.stream)?;
-                    }
+                Ok(())
+            })?;
+            if let Some(c) = back {
+                main.device.context().bind_to_thread().map_err(fail(md, "binding the context"))?;
+                for l in &layouts {
+                    gather(&main.stream, l, c, &dst).map_err(fail(md, "copying a result part"))?;
                 }
             }
-            Ok(())
-        })?;
-        if let Some(c) = back {
-            main.device.context().bind_to_thread().map_err(fail(md, "binding the context"))?;
-            for l in &layouts {
-                gather(&main.stream, l, c, &dst).map_err(fail(md, "copying a result part"))?;
+            if let (Some(c), Some((w, d))) = (out, &own_rows) {
+                let w = w.as_ref().map_err(|e| e.clone())?;
+                product(kernels, stream, scratch, *w, columns(&b, c), columns(d, c))?;
+            }
+            if let Some(c) = out {
+                for l in &layouts {
+                    let p = &mut peer_state[l.rank - 1];
+                    p.received.record(&p.transfer).map_err(fail(p.device, "recording an event"))?;
+                    p.compute.wait(&p.received).map_err(fail(p.device, "waiting for an event"))?;
+                    peer_product(p, l, &parts[l.rank], at, wire, k, c)?;
+                    let done =
+                        p.computed.get(step).ok_or_else(|| kernels::backend_error("a chunk's event is missing"))?;
+                    done.record(&p.compute).map_err(fail(p.device, "recording an event"))?;
+                }
             }
         }
-        if let Some(c) = out {
-            for l in &layouts {
-                let p = &mut peer_state[l.rank - 1];
-                p.received.record(&p.transfer).map_err(fail(p.device, "recording an event"))?;
-                p.compute.wait(&p.received).map_err(fail(p.device, "waiting for an event"))?;
-                peer_product(p, l, &parts[l.rank], at, wire, k, c)?;
-                let done = p.computed.get(step).ok_or_else(|| kernels::backend_error("a chunk's event is missing"))?;
-                done.record(&p.compute).map_err(fail(p.device, "recording an event"))?;
-            }
-        }
-    }
+        Ok(())
+    };
+    let queued = queue();
+    // The backend's other products use every SM again, whatever happened.
+    let restored = scratch.set_sm_target(0);
+    queued?;
+    restored?;
 
     // Join: S goes on once every result part is in `dst`.
     main.gathered.record(&main.stream).map_err(fail(md, "recording an event"))?;
