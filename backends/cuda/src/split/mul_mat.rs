@@ -3,7 +3,8 @@
 //! `dst [M, N] = a [K, M] x b [K, N]` with `a`'s rows divided among the devices. The main
 //! device (its backend's stream `S`) computes its own rows with the ordinary product, writing
 //! rows `r0..r1` of `dst` in place. For the other devices (the peers), the columns of `b` are
-//! cut into chunks, and each step `s` of the pipeline, in one NCCL group:
+//! cut into chunks, and each step `s` of the pipeline (over the copy engines where every GPU
+//! has peer access to the main one, else in one NCCL group; see [`copy_engines`]):
 //! - sends chunk `s` of `b` (converted on the main GPU to the type the peers' products take:
 //!   f16 for f16 and quantized weights, bf16 for bf16, f32 for f32 weights and for at most 8
 //!   columns) from the main GPU to every peer;
@@ -14,9 +15,10 @@
 //! product waits for a transfer once the pipeline is full: the first chunk's trip out and the
 //! last one's trip back are all the transfers that do not overlap a product.
 //!
-//! The main GPU multiplies its own rows chunk by chunk too, one chunk per step, so that its
-//! SMs come free between products for NCCL's kernels; every product of a split runs on all
-//! but a few SMs ([`nccl_sms`]), and the transfer streams have the highest priority.
+//! The main GPU multiplies its own rows chunk by chunk too, one chunk per step, from the
+//! chunks converted for the peers where its weights are of the wire type, so that its SMs
+//! come free between products for the transfers' kernels. With NCCL every product of a split
+//! runs on all but a few SMs ([`nccl_sms`]); the transfer streams have the highest priority.
 //!
 //! Streams: the main GPU's transfers, conversions and copies run on a stream `X` of its own;
 //! each peer has a product stream `G` and a transfer stream `Y`. `X` starts after `S`'s work
@@ -192,7 +194,8 @@ impl Runtime {
 const LAG: usize = 2;
 
 /// Chunks the columns are cut into: `TESSERA_CUDA_SPLIT_CHUNKS` if set (1 to 64), else one
-/// per 512 columns, at most 8 (one for at most 8 columns).
+/// per 512 columns, at most 8 (one for at most 8 columns). On two H200s 512 columns beat
+/// 256 and 1024, and half-width first and last chunks.
 fn chunk_count(n: usize) -> usize {
     let set = std::env::var("TESSERA_CUDA_SPLIT_CHUNKS").ok().and_then(|v| v.trim().parse::<usize>().ok());
     match set {
@@ -345,7 +348,8 @@ pub(crate) fn run(
         *guard = Some(Runtime::new(ty)?);
     }
     let Some(rt) = guard.as_mut() else { return Err(kernels::backend_error("a split's runtime is missing")) };
-    if rt.comms.is_none() {
+    let copy_engines = copy_engines(ty.devices());
+    if rt.comms.is_none() && !copy_engines {
         rt.comms = Some(Comms::new(ty.devices())?);
     }
 
@@ -383,7 +387,11 @@ pub(crate) fn run(
     let send_base = if direct { b.data } else { main_base };
 
     let Runtime { main, peers: peer_state, comms } = rt;
-    let Some(comms) = comms.as_ref() else { return Err(kernels::backend_error("NCCL is not set up")) };
+    let comms = match (copy_engines, comms.as_ref()) {
+        (true, _) => None,
+        (false, Some(c)) => Some(c),
+        (false, None) => return Err(kernels::backend_error("NCCL is not set up")),
+    };
     let md = main.device;
 
     // Fork: X starts where S is, after the previous split product (any stream of this GPU).
@@ -395,7 +403,11 @@ pub(crate) fn run(
     // transfers (below), so that the SMs free up between chunks for NCCL's kernels.
     let own = &parts[0];
     let own_rows = (!own.rows.is_empty()).then(|| (part_matrix(own, at, k), dst_rows(&dst, &own.rows)));
-    scratch.set_sm_target(product_sms(md)?)?;
+    // Float weights of the wire type multiply the chunks converted for the peers.
+    let own_takes_wire = at == wire && !direct && dst.nb[0] == 4 && dst.nb[1] % 4 == 0;
+    if !copy_engines {
+        scratch.set_sm_target(product_sms(md)?)?;
+    }
     let mut queue = || -> Result<()> {
         // Quantized weights: each peer converts its part to f16 once, before its first product.
         for l in layouts.iter().filter(|l| l.weights16 != 0) {
@@ -423,7 +435,8 @@ pub(crate) fn run(
             if out.is_none() && back.is_none() {
                 continue; // a single chunk: nothing travels while it is multiplied
             }
-            // Chunk `step` of b in the wire type, on X.
+            // Chunk `step` of b in the wire type, on X (and, where the main GPU's rows take it
+            // as they are, S waits for it rather than converting the chunk again).
             if let (Some(c), false) = (out, direct) {
                 let to = packed(main_base + (col_bytes * c.start) as u64, wire, [k, c.len()])?;
                 let from = columns(&b_matrix, c);
@@ -435,6 +448,10 @@ pub(crate) fn run(
                     (to, wire),
                     &[Some((from, DType::F32)), Some((to, wire))],
                 )?;
+                if own_takes_wire {
+                    let converted = main.stream.record_event(None).map_err(fail(md, "recording an event"))?;
+                    stream.wait(&converted).map_err(fail(md, "waiting for an event"))?;
+                }
             }
             // A result goes back only once its product is done.
             if let Some(i) = back_index {
@@ -442,59 +459,91 @@ pub(crate) fn run(
                     let p = &peer_state[l.rank - 1];
                     let done = p.computed.get(i).ok_or_else(|| kernels::backend_error("a chunk's event is missing"))?;
                     p.transfer.wait(done).map_err(fail(p.device, "waiting for an event"))?;
-                    // X waits too (an event of another GPU), so that its side of the transfer
-                    // does not hold SMs of the main GPU while the peer is still multiplying.
-                    main.stream.wait(done).map_err(fail(md, "waiting for a peer's event"))?;
+                    if comms.is_some() {
+                        // X waits too (an event of another GPU), so that its side of the
+                        // transfer does not hold SMs of the main GPU while the peer multiplies.
+                        main.stream.wait(done).map_err(fail(md, "waiting for a peer's event"))?;
+                    }
                 }
             }
-            comms.group(|g| {
-                for l in &layouts {
-                    let p = &peer_state[l.rank - 1];
-                    if let Some(c) = out {
-                        let (at_byte, len) = ((col_bytes * c.start) as u64, col_bytes * c.len());
-                        // SAFETY: the chunk lies inside `b` (sent as it is) or the converted copy
-                        // in the main GPU's work memory, written earlier on X; the peer's work
-                        // memory holds all of `b` in the wire type, and its product of this chunk
-                        // waits for the arrival (an event recorded after the group).
-                        unsafe {
-                            g.send(0, l.rank, send_base + at_byte, len, &main.stream)?;
-                            g.recv(l.rank, 0, l.b + at_byte, len, &p.transfer)?;
+            if comms.is_none() {
+                copy_step(main, peer_state, &layouts, out, back, col_bytes, send_base, &dst)?;
+            }
+            comms
+                .map(|comms| {
+                    comms.group(|g| {
+                        for l in &layouts {
+                            let p = &peer_state[l.rank - 1];
+                            if let Some(c) = out {
+                                let (at_byte, len) = ((col_bytes * c.start) as u64, col_bytes * c.len());
+                                // SAFETY: the chunk lies inside `b` (sent as it is) or the converted copy
+                                // in the main GPU's work memory, written earlier on X; the peer's work
+                                // memory holds all of `b` in the wire type, and its product of this chunk
+                                // waits for the arrival (an event recorded after the group).
+                                unsafe {
+                                    g.send(0, l.rank, send_base + at_byte, len, &main.stream)?;
+                                    g.recv(l.rank, 0, l.b + at_byte, len, &p.transfer)?;
+                                }
+                            }
+                            if let Some(c) = back {
+                                let rows = l.rows.len();
+                                let (at_byte, len) = ((4 * rows * c.start) as u64, 4 * rows * c.len());
+                                // SAFETY: the result chunk lies in the peer's work memory, computed on G
+                                // before Y waited for its `computed` event; the main GPU's copy lies in its work
+                                // memory, read by X only after this transfer.
+                                unsafe {
+                                    g.send(l.rank, 0, l.result + at_byte, len, &p.transfer)?;
+                                    g.recv(0, l.rank, l.gathered + at_byte, len, &main.stream)?;
+                                }
+                            }
                         }
-                    }
-                    if let Some(c) = back {
-                        let rows = l.rows.len();
-                        let (at_byte, len) = ((4 * rows * c.start) as u64, 4 * rows * c.len());
-                        // SAFETY: the result chunk lies in the peer's work memory, computed on G
-                        // before Y waited for its `computed` event; the main GPU's copy lies in its work
-                        // memory, read by X only after this transfer.
-                        unsafe {
-                            g.send(l.rank, 0, l.result + at_byte, len, &p.transfer)?;
-                            g.recv(0, l.rank, l.gathered + at_byte, len, &main.stream)?;
-                        }
-                    }
-                }
-                Ok(())
-            })?;
+                        Ok(())
+                    })
+                })
+                .transpose()?;
             if let Some(c) = back {
                 main.device.context().bind_to_thread().map_err(fail(md, "binding the context"))?;
-                for l in &layouts {
-                    gather(&main.stream, l, c, &dst).map_err(fail(md, "copying a result part"))?;
+                for l in layouts.iter().filter(|_| comms.is_some()) {
+                    gather(&main.stream, l.gathered, l, c, &dst).map_err(fail(md, "copying a result part"))?;
                 }
             }
             if let (Some(c), Some((w, d))) = (out, &own_rows) {
-                let w = w.as_ref().map_err(|e| e.clone())?;
-                product(kernels, stream, scratch, *w, columns(&b, c), columns(d, c))?;
+                if own_takes_wire {
+                    let dims = |v: usize| i64::try_from(v).map_err(|_| Error::Overflow { what: "split product size" });
+                    let (rows, at_col) = (own.rows.len(), dst.nb[1] as u64 * c.start as u64);
+                    kernels::gemm_packed(
+                        scratch,
+                        wire,
+                        (dims(rows)?, dims(c.len())?, dims(k)?),
+                        (own.address, dims(k)?),
+                        (main_base + (col_bytes * c.start) as u64, dims(k)?),
+                        (dst.data + 4 * own.rows.start as u64 + at_col, dims(dst.nb[1] as usize / 4)?),
+                    )?;
+                } else {
+                    let w = w.as_ref().map_err(|e| e.clone())?;
+                    product(kernels, stream, scratch, *w, columns(&b, c), columns(d, c))?;
+                }
             }
             if let Some(c) = out {
                 for l in &layouts {
                     let p = &mut peer_state[l.rank - 1];
-                    p.received.record(&p.transfer).map_err(fail(p.device, "recording an event"))?;
-                    p.compute.wait(&p.received).map_err(fail(p.device, "waiting for an event"))?;
+                    if comms.is_some() {
+                        p.received.record(&p.transfer).map_err(fail(p.device, "recording an event"))?;
+                        p.compute.wait(&p.received).map_err(fail(p.device, "waiting for an event"))?;
+                    }
                     peer_product(p, l, &parts[l.rank], at, wire, k, c)?;
                     let done =
                         p.computed.get(step).ok_or_else(|| kernels::backend_error("a chunk's event is missing"))?;
                     done.record(&p.compute).map_err(fail(p.device, "recording an event"))?;
                 }
+            }
+        }
+        if comms.is_none() {
+            // Every result part is in `dst` once each peer's transfer stream is done.
+            for l in &layouts {
+                let p = &peer_state[l.rank - 1];
+                let landed = p.transfer.record_event(None).map_err(fail(p.device, "recording an event"))?;
+                main.stream.wait(&landed).map_err(fail(md, "waiting for an event"))?;
             }
         }
         Ok(())
@@ -509,6 +558,65 @@ pub(crate) fn run(
     main.gathered.record(&main.stream).map_err(fail(md, "recording an event"))?;
     stream.wait(&main.gathered).map_err(fail(md, "waiting for an event"))?;
     main.done.record(stream).map_err(fail(md, "recording an event"))?;
+    Ok(())
+}
+
+/// Whether a split's transfers go over the GPUs' copy engines (`cuMemcpyPeerAsync`, every
+/// pair with peer access) rather than through NCCL: copies on the copy engines take no SMs
+/// from the products they overlap, where NCCL's kernels do. `TESSERA_CUDA_SPLIT_TRANSPORT`
+/// `nccl` or `copy` forces one (`copy` still needs peer access).
+fn copy_engines(devices: &[&'static CudaDevice]) -> bool {
+    let asked = std::env::var("TESSERA_CUDA_SPLIT_TRANSPORT").unwrap_or_default();
+    let Some((main, peers)) = devices.split_first() else { return false };
+    asked.trim() != "nccl" && peers.iter().all(|p| main.peer_access(p) && p.peer_access(main))
+}
+
+/// One pipeline step over the copy engines: chunk `out` of `b` from the main GPU to every peer
+/// (on X, the peer's product then waiting for it), and each peer's result part of chunk `back`
+/// straight into its rows of `dst` (on the peer's Y, which waited for the product; X waits
+/// for the last of them only, when the product ends, so that its conversions for the next
+/// chunks never wait for a peer).
+#[allow(clippy::too_many_arguments)]
+fn copy_step(
+    main: &Main,
+    peers: &[Peer],
+    layouts: &[PeerLayout],
+    out: Option<&Range<usize>>,
+    back: Option<&Range<usize>>,
+    col_bytes: usize,
+    send_base: u64,
+    dst: &TensorArg,
+) -> Result<()> {
+    let md = main.device;
+    let main_ctx = md.context().cu_ctx();
+    for l in layouts {
+        let p = &peers[l.rank - 1];
+        let peer_ctx = p.device.context().cu_ctx();
+        if let Some(c) = out {
+            let (at_byte, len) = ((col_bytes * c.start) as u64, col_bytes * c.len());
+            md.context().bind_to_thread().map_err(fail(md, "binding the context"))?;
+            // SAFETY: the chunk lies inside `b` or its converted copy in the main GPU's work
+            // memory (written earlier on X); the peer's work memory holds all of `b` in the
+            // wire type; both contexts are the GPUs' primary contexts, alive for the process.
+            unsafe {
+                cudarc::driver::result::memcpy_peer_async(
+                    peer_ctx,
+                    l.b + at_byte,
+                    main_ctx,
+                    send_base + at_byte,
+                    len,
+                    main.stream.cu_stream(),
+                )
+            }
+            .map_err(fail(md, "copying a chunk to a peer"))?;
+            let arrived = main.stream.record_event(None).map_err(fail(md, "recording an event"))?;
+            p.compute.wait(&arrived).map_err(fail(p.device, "waiting for an event"))?;
+        }
+        if let Some(c) = back {
+            p.device.context().bind_to_thread().map_err(fail(p.device, "binding the context"))?;
+            gather(&p.transfer, l.result, l, c, dst).map_err(fail(p.device, "copying a result part back"))?;
+        }
+    }
     Ok(())
 }
 
@@ -559,6 +667,7 @@ fn peer_product(
 /// part of columns `c` from the main GPU's work memory into its rows of `dst`.
 fn gather(
     stream: &CudaStream,
+    part: u64,
     l: &PeerLayout,
     c: &Range<usize>,
     dst: &TensorArg,
@@ -570,7 +679,7 @@ fn gather(
         srcY: 0,
         srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
         srcHost: std::ptr::null(),
-        srcDevice: l.gathered + (width * c.start) as u64,
+        srcDevice: part + (width * c.start) as u64,
         srcArray: std::ptr::null_mut(),
         srcPitch: width,
         dstXInBytes: 0,
@@ -583,9 +692,10 @@ fn gather(
         WidthInBytes: width,
         Height: c.len(),
     };
-    // SAFETY: the source is the received part (`rows x |c|` packed f32) in the main GPU's
-    // work memory, the destination rows `l.rows` of columns `c` of `dst`, inside it (the
-    // shapes were checked); both are memory of the current context, ordered on `stream`.
+    // SAFETY: the source is a result part (`rows x |c|` packed f32 at `part`: received in the
+    // main GPU's work memory, or where the peer computed it), the destination rows `l.rows`
+    // of columns `c` of `dst`, inside it (the shapes were checked); the current context is
+    // `stream`'s and reaches both (its own memory, or its peer's with peer access enabled).
     unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream.cu_stream()) }.result()
 }
 
