@@ -9,6 +9,10 @@
 //! per second at the median, and the medians of the call's two parts (building the graph and
 //! setting the inputs; computing and reading the embeddings back).
 
+#[macro_use]
+#[path = "common/mod.rs"]
+mod common;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -84,29 +88,6 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
     Ok(Some(a))
 }
 
-/// `batch` sequences of `tokens` ids each: [CLS], random ids of ordinary words, [SEP].
-fn batch(batch: usize, tokens: usize, vocab: usize, seed: u64) -> Vec<Vec<u32>> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    let (cls, sep, first_word) = (101, 102, 1000.min(vocab.saturating_sub(1)));
-    (0..batch)
-        .map(|_| {
-            (0..tokens)
-                .map(|i| match i {
-                    0 => cls,
-                    _ if i + 1 == tokens => sep,
-                    _ => (first_word + next() as usize % (vocab - first_word).max(1)) as u32,
-                })
-                .collect()
-        })
-        .collect()
-}
-
 fn run(args: Args) -> Result<(), BoxError> {
     let placement = Placement::resolve_in(tessera::discover(), &args.backend, &args.params_backend, &MODULES)?;
     let mut embedder = Embedder::load_with(&args.model, placement, LoadOptions::default())?;
@@ -117,7 +98,7 @@ fn run(args: Args) -> Result<(), BoxError> {
         if t > t_max {
             return Err(format!("{b}x{t}: the model takes at most {t_max} tokens per sequence").into());
         }
-        let sequences = batch(b, t, vocab, seed as u64 + 1);
+        let sequences = common::random_tokens(b, t, vocab, seed as u64 + 1);
         for _ in 0..args.warmup {
             embedder.embed_tokens(&sequences)?;
         }

@@ -14,6 +14,10 @@
 //! batches of `--batch` random token ids per round, the two embedders alternating round by
 //! round, with the ratio's median and spread.
 
+#[macro_use]
+#[path = "common/mod.rs"]
+mod common;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -96,29 +100,6 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
     Ok(Some(a))
 }
 
-/// `batch` sequences of `tokens` ids: [CLS], random ordinary word ids, [SEP].
-fn random_batch(batch: usize, tokens: usize, vocab: usize, seed: u64) -> Vec<Vec<u32>> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    let first_word = 1000.min(vocab.saturating_sub(1));
-    (0..batch)
-        .map(|_| {
-            (0..tokens)
-                .map(|i| match i {
-                    0 => 101,
-                    _ if i + 1 == tokens => 102,
-                    _ => (first_word + next() as usize % (vocab - first_word).max(1)) as u32,
-                })
-                .collect()
-        })
-        .collect()
-}
-
 /// The smallest cosine between corresponding embeddings.
 fn worst_cosine(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
     a.iter()
@@ -168,7 +149,8 @@ fn run(args: Args) -> Result<(), BoxError> {
 
     let (b, t) = args.batch;
     let vocab = one.config().vocab;
-    let batches: Vec<Vec<Vec<u32>>> = (0..args.batches).map(|i| random_batch(b, t, vocab, i as u64 + 1)).collect();
+    let batches: Vec<Vec<Vec<u32>>> =
+        (0..args.batches).map(|i| common::random_tokens(b, t, vocab, i as u64 + 1)).collect();
     let refs: Vec<&[Vec<u32>]> = batches.iter().map(Vec::as_slice).collect();
     // Warm-up: graphs built, buffers sized, programs prepared (one round each).
     let want = one.embed_batches(&refs)?;

@@ -1,5 +1,5 @@
-//! What the example programs share: standard output that never panics, and a line for each
-//! plugin a program loaded saying where it came from. Each program includes this module
+//! What the example programs share: standard output that never panics, a line for each
+//! plugin a program loaded saying where it came from, and seeded batches of token ids. Each program includes this module
 //! (`#[macro_use] #[path = "common/mod.rs"] mod common;`) and uses what it needs.
 #![allow(dead_code, unused_macros)]
 
@@ -72,4 +72,28 @@ pub fn report_plugins(registry: &tessera::runtime::RuntimeRegistry) {
     for s in registry.skipped().iter().filter(|s| s.family.is_none()) {
         eprintln!("plugin directory {s}");
     }
+}
+
+/// `batch` sequences of `tokens` ids for a BERT vocabulary of `vocab` (seeded, so every run
+/// gets the same): [CLS], random ids of ordinary words, [SEP].
+pub fn random_tokens(batch: usize, tokens: usize, vocab: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (cls, sep, first_word) = (101, 102, 1000.min(vocab.saturating_sub(1)));
+    (0..batch)
+        .map(|_| {
+            (0..tokens)
+                .map(|i| match i {
+                    0 => cls,
+                    _ if i + 1 == tokens => sep,
+                    _ => (first_word + next() as usize % (vocab - first_word).max(1)) as u32,
+                })
+                .collect()
+        })
+        .collect()
 }
