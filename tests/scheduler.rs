@@ -1253,3 +1253,55 @@ fn the_cpu_side_can_compute_in_a_gpus_pinned_memory() {
     .unwrap();
     assert!(err.to_string().contains("CPU cannot compute in buffers of type SIMP"), "{err}");
 }
+
+#[test]
+fn plans_say_how_each_copy_between_devices_travels() {
+    use tessera::sched::CopyRoute;
+    // x -> relu on A -> scale on B -> neg on the CPU, then on A:1 (a second stream of A).
+    let mut g = Graph::new();
+    let x = input(&mut g, &[8, 4], "x");
+    let h = g.relu(x).unwrap();
+    let h = name(&mut g, h, "h");
+    let z = g.scale(h, 2.0).unwrap();
+    let z = name(&mut g, z, "z");
+    let y = g.neg(z).unwrap();
+    let y = name(&mut g, y, "y");
+    let w = g.scale(y, 0.5).unwrap();
+    let w = name(&mut g, w, "w");
+    g.set_output(w).unwrap();
+    g.build_forward(w).unwrap();
+    let a = SimDevice::create(SimConfig::new("SIM_A"));
+    let b = SimDevice::create(SimConfig::new("SIM_B"));
+    let backends: Vec<Box<dyn Backend>> =
+        vec![a.init_backend().unwrap(), b.init_backend().unwrap(), a.init_backend().unwrap(), cpu()];
+    let mut sched: Scheduler = Scheduler::new(backends, SchedulerOptions::default()).unwrap();
+    for (t, backend) in [(h, 0), (z, 1), (y, 3), (w, 2)] {
+        sched.set_tensor_backend(t, backend).unwrap();
+    }
+    let plan = sched.split_graph(&g).unwrap();
+    assert_eq!(plan.backends, ["SIM_A", "SIM_B", "SIM_A:1", "CPU"]);
+    let routes: Vec<(String, CopyRoute)> =
+        plan.splits.iter().flat_map(|s| s.inputs.iter().map(|i| (i.name.clone(), i.route))).collect();
+    // The simulated devices cannot reach each other: through host memory.
+    assert!(routes.contains(&("h".into(), CopyRoute::Staged)), "{plan}");
+    assert!(
+        routes.contains(&("x".into(), CopyRoute::Host)) && routes.contains(&("y".into(), CopyRoute::Host)),
+        "{plan}"
+    );
+    assert!(plan.to_string().contains("'h': SIM_A -> SIM_B, 128 B (staged through host memory)"), "{plan}");
+
+    // Between two streams of one device: a device copy.
+    let backends: Vec<Box<dyn Backend>> = vec![a.init_backend().unwrap(), a.init_backend().unwrap(), cpu()];
+    let mut sched: Scheduler = Scheduler::new(backends, SchedulerOptions::default()).unwrap();
+    for (t, backend) in [(h, 0), (z, 1), (y, 1), (w, 1)] {
+        sched.set_tensor_backend(t, backend).unwrap();
+    }
+    let plan = sched.split_graph(&g).unwrap();
+    assert!(plan.to_string().contains("'h': SIM_A -> SIM_A:1, 128 B (same device)"), "{plan}");
+    sched.alloc_graph(&g).unwrap();
+    let xv = values(32, 1.5);
+    sched.graph().unwrap().set_f32(x, &xv).unwrap();
+    sched.compute().unwrap();
+    let reference = cpu_reference(&g, &[], &[(x, xv)]);
+    assert_eq!(bits(&sched.graph().unwrap().get_f32(w).unwrap()), bits(&reference.get_f32(w).unwrap()));
+}
