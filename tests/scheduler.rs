@@ -1305,3 +1305,31 @@ fn plans_say_how_each_copy_between_devices_travels() {
     let reference = cpu_reference(&g, &[], &[(x, xv)]);
     assert_eq!(bits(&sched.graph().unwrap().get_f32(w).unwrap()), bits(&reference.get_f32(w).unwrap()));
 }
+
+#[test]
+fn get_tensor_async_reads_a_result_where_it_lives_and_refuses_too_many_bytes() {
+    let sim = sim_no_softmax();
+    let mut g = Graph::new();
+    let x = input(&mut g, &[8, 4], "x");
+    let h = g.relu(x).unwrap();
+    let h = name(&mut g, h, "h");
+    g.set_output(h).unwrap();
+    g.build_forward(h).unwrap();
+    let mut sched = sched_over(sim, 1);
+    let mut out = vec![0f32; 32];
+    // SAFETY: `out` holds 128 bytes and outlives the synchronize below (nothing is queued here).
+    let err = unsafe { sched.get_tensor_async(h, out.as_mut_ptr().cast(), 128) }.unwrap_err();
+    assert!(err.to_string().contains("no graph has been planned"), "{err}");
+    sched.alloc_graph(&g).unwrap();
+    let xv = values(32, 0.25);
+    sched.graph().unwrap().set_f32(x, &xv).unwrap();
+    sched.compute_async().unwrap();
+    // SAFETY: as above; the call fails before queueing anything.
+    let err = unsafe { sched.get_tensor_async(h, out.as_mut_ptr().cast(), 129) }.unwrap_err();
+    assert!(err.to_string().contains("129 bytes asked of h, which has 128"), "{err}");
+    // SAFETY: `out` holds 128 bytes, untouched until the synchronize below returns.
+    unsafe { sched.get_tensor_async(h, out.as_mut_ptr().cast(), 128) }.unwrap();
+    sched.synchronize().unwrap();
+    let reference = cpu_reference(&g, &[], &[(x, xv)]);
+    assert_eq!(bits(&out), bits(&reference.get_f32(h).unwrap()));
+}

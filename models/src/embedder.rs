@@ -392,14 +392,11 @@ impl Embedder {
         let waited = self.sched.synchronize();
         let landed = queued?;
         waited?;
-        for (out, buffer) in outs.iter_mut().zip(landed) {
-            if let Some(buffer) = buffer {
-                let bytes = out.len() * std::mem::size_of::<f32>();
-                let mut raw = vec![0u8; bytes];
-                self.landing[buffer].get_bytes(0, &mut raw)?;
-                for (v, b) in out.iter_mut().zip(raw.chunks_exact(4)) {
-                    *v = f32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-                }
+        for (k, out) in outs.iter_mut().enumerate().filter(|&(k, _)| landed[k]) {
+            let mut raw = vec![0u8; std::mem::size_of_val(out.as_slice())];
+            self.landing[k].get_bytes(0, &mut raw)?;
+            for (v, b) in out.iter_mut().zip(raw.chunks_exact(4)) {
+                *v = f32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
             }
         }
         self.timing = Timing { prepare: Duration::ZERO, compute: start.elapsed() };
@@ -407,19 +404,15 @@ impl Embedder {
     }
 
     /// Queues every batch of [`embed_batches`](Self::embed_batches), each one's embeddings
-    /// read as soon as they are computed: into `landing[k]` where the output's device has
-    /// pinned host memory (returned per batch), else straight into its buffer of `outs`.
-    fn queue_batches<S: AsRef<[u32]>>(
-        &mut self,
-        batches: &[&[S]],
-        outs: &mut Vec<Vec<f32>>,
-    ) -> Result<Vec<Option<usize>>> {
+    /// read as soon as they are computed: into `landing[k]` for batch `k` where the output's
+    /// device has pinned host memory (then `true` for it), else straight into `outs[k]`.
+    fn queue_batches<S: AsRef<[u32]>>(&mut self, batches: &[&[S]], outs: &mut Vec<Vec<f32>>) -> Result<Vec<bool>> {
         let pinned = self.placement.compute_of(Module::Pool.index(), None).device.host_buffer_type();
         let mut landed = Vec::with_capacity(batches.len());
         for sequences in batches {
             if sequences.is_empty() {
                 outs.push(Vec::new());
-                landed.push(None);
+                landed.push(false);
                 continue;
             }
             let lens = self.check_lengths(sequences)?;
@@ -442,9 +435,9 @@ impl Embedder {
                         }
                     }
                     dst = self.landing[k].base().host_ptr_mut().ok_or(tessera_core::Error::Cancelled)?;
-                    landed.push(Some(k));
+                    landed.push(true);
                 }
-                None => landed.push(None),
+                None => landed.push(false),
             }
             // SAFETY: `dst` is `landing[k]` or the buffer just pushed to `outs` (whose heap
             // memory does not move with the Vec), `len` bytes either way; neither is read,
@@ -683,7 +676,11 @@ mod tests {
     #[test]
     fn layers_on_two_streams_of_a_device_and_pipelined_batches_give_the_bits_of_one_stream() {
         let path = tiny_gguf(DType::F32);
-        let sim: &'static dyn Device = SimDevice::create(SimConfig::new("SIM_LAYERS"));
+        // With pinned host memory, which queued batches' embeddings are read into.
+        let mut config = SimConfig::new("SIM_LAYERS");
+        config.pinned_host = true;
+        let sim: &'static dyn Device = SimDevice::create(config);
+        assert!(sim.host_buffer_type().is_some());
         let devices = vec![sim, &tessera_cpu::CPU_DEVICE];
         let mut one = Embedder::load(&path, on(&devices, "sim_layers", "")).unwrap();
         let spec = "embed=sim_layers,encoder.0=sim_layers,encoder.1=sim_layers:1,pool=sim_layers:1";

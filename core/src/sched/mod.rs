@@ -4,8 +4,8 @@
 //! passes (see [`assign`] and [`split`]) over the user's graph without changing it: the
 //! result is a [`SplitPlan`] and a scheduled copy of the graph with the input copies each
 //! split needs. That copy is allocated with the [`GraphAllocator`] (one compute buffer per
-//! backend, so that backends sharing a device still run concurrently) and run split by split, inputs copied in, with events between
-//! backends. With `n_copies > 1` every input has that many rotating copies, so successive
+//! backend, so that backends sharing a device still run concurrently) and run split by split,
+//! inputs copied in, with events between backends. With `n_copies > 1` every input has that many rotating copies, so successive
 //! runs can overlap across devices (pipeline parallelism).
 
 pub mod assign;

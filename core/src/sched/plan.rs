@@ -26,8 +26,7 @@ pub struct SplitPlan {
     pub splits: Vec<Split>,
     /// Copies per input (pipeline slots).
     pub n_copies: usize,
-    /// Compute buffer bytes per backend (0 for one sharing another's buffer type, or before
-    /// allocation).
+    /// Compute buffer bytes per backend (0 before allocation).
     pub buffer_sizes: Vec<usize>,
     /// Every node of the user's graph with its backend and cause.
     pub assignments: Vec<NodeAssignment>,

@@ -144,12 +144,12 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
                 message: alloc::format!("{len} bytes asked of {}, which has {nbytes}", p.graph.label(tensor)),
             });
         }
-        let b = p
-            .slots
-            .get(tensor.index())
-            .copied()
-            .filter(|&b| b < self.backends.len())
-            .unwrap_or(self.backends.len() - 1);
+        let b = p.slots.get(tensor.index()).copied().filter(|&b| b < self.backends.len()).ok_or_else(|| {
+            Error::InvalidParam {
+                op: "GET_TENSOR",
+                message: alloc::format!("{} is not a tensor of the scheduled graph", p.graph.label(tensor)),
+            }
+        })?;
         // SAFETY: the caller keeps `dst` valid and exclusively ours for `len` bytes until the
         // next synchronize, which waits for this backend.
         unsafe { self.backends[b].get_tensor_async(&data, 0, dst, len) }

@@ -285,7 +285,7 @@ struct PeerLayout {
     result: u64,
     /// Quantized weights converted to f16 (0 when not needed).
     weights16: u64,
-    /// The main GPU's copy of the result part.
+    /// The main GPU's copy of the result part (through NCCL only; unused over the copy engines).
     gathered: u64,
 }
 
@@ -359,8 +359,9 @@ pub(crate) fn run(
     let col_bytes = bytes(&[k, es])?;
     let b_bytes = aligned(bytes(&[k, n, es])?)?;
 
-    // Work memory: on the main GPU, `b` converted (unless sent as it is) then every peer's
-    // result part; on each peer, `b`, its result part, and f16 weights if it converts them.
+    // Work memory: on the main GPU, `b` converted (unless sent as it is) then, through NCCL,
+    // every peer's result part (over the copy engines results land in `dst` itself); on each
+    // peer, `b`, its result part, and f16 weights if it converts them.
     let mut main_need = if direct { 0 } else { b_bytes };
     let mut layouts = Vec::with_capacity(peers.len());
     for &rank in &peers {
@@ -378,7 +379,9 @@ pub(crate) fn run(
             weights16: if weights16 > 0 { base + (b_bytes + result_bytes) as u64 } else { 0 },
             gathered: main_need as u64,
         });
-        main_need += result_bytes;
+        if !copy_engines {
+            main_need += result_bytes;
+        }
     }
     let main_base = rt.main.memory.reserve(main_need, &[stream, &rt.main.stream])?;
     for l in &mut layouts {
