@@ -27,7 +27,7 @@ fn half_at(block: &[u8], at: usize) -> f32 {
 /// Sub-block `j`'s 6-bit scale and min from the 12 packed bytes (ggml's `get_scale_min_k4`):
 /// sub-blocks 0-3 in the low 6 bits of bytes 0-7, sub-blocks 4-7 in the nibbles of bytes 8-11
 /// with their top two bits in the top bits of bytes 0-7.
-fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
+pub fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -9,7 +9,8 @@ use super::operands::MatMul;
 use super::{gather_column, threads_for};
 use crate::fast::parallel::{Team, WorkCounter};
 use crate::fast::scratch::WorkMemory;
-use crate::fast::simd::{GemvBf16, Kernels, QvColumn, Rows, QK, QV_BLOCK_BYTES};
+use crate::fast::simd::scalar::kquant::{quantize_blocks, KOut};
+use crate::fast::simd::{GemvBf16, KGemv, Kernels, QvColumn, Rows, KV_BLOCK_BYTES, QK, QV_BLOCK_BYTES};
 
 /// Weight rows per work item (enough to amortise a kernel call, few enough to balance).
 const ROWS: usize = 16;
@@ -135,6 +136,51 @@ pub fn run_quant(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm
                 (kernels.quantize)(x, nblocks, bias, &out);
                 (kernels.gemv.arrange)(at, nblocks);
             }
+        }
+        w.barrier();
+        while let Some(item) = to_compute.next(items) {
+            let (batch, r0) = (item / m.div_ceil(ROWS), item % m.div_ceil(ROWS) * ROWS);
+            let rows = mm.weights(batch, r0, ROWS.min(m - r0));
+            // SAFETY: this batch's `n` quantized columns; the rows hold `nblocks` blocks; the
+            // outputs (rows `r0..` of every column) belong to this item alone.
+            unsafe {
+                let x = quantized.add(batch * n * column_bytes);
+                gemv(nblocks, &rows, x, column_bytes, n, mm.out(batch).add(r0), m);
+            }
+        }
+    })
+}
+
+/// K-quant weights on the set's int8 kernels: the activations are quantized to 8-bit blocks
+/// with their half sums first.
+pub fn run_kquant(kernels: &Kernels, gemv: KGemv, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
+    let (k, m, n, batches) = (mm.k, mm.m, mm.n, mm.batches());
+    let nblocks = k / QK;
+    let column_bytes = nblocks * KV_BLOCK_BYTES;
+    let dense = mm.activations_dense();
+    let threads = threads_for(team.threads(), mm.work());
+    let regions = memory.reserve(batches * n * column_bytes, if dense { 0 } else { k * 4 }, threads)?;
+    let items = batches * m.div_ceil(ROWS);
+    let to_compute = WorkCounter::new();
+
+    team.run(threads, &|w| {
+        let quantized = regions.shared();
+        for u in w.share(batches * n) {
+            let col = mm.activations(u / n, u % n, 1);
+            // SAFETY: the column exists; the private region has room for `k` floats.
+            let x = unsafe { gather_column(&col, k, dense, regions.private(w.ith).cast()) };
+            // SAFETY: column `u` of the shared region, written by this thread only.
+            let at = unsafe { quantized.add(u * column_bytes) };
+            let out = KOut {
+                q: at,
+                q_stride: QK,
+                d: at.wrapping_add(QK * nblocks),
+                d_stride: 4,
+                s: at.wrapping_add((QK + 4) * nblocks),
+                s_stride: 8,
+            };
+            // SAFETY: `x` holds `k` values; `out` addresses the column's `nblocks` blocks.
+            unsafe { quantize_blocks(kernels.quantize, Some(x), nblocks, &out) };
         }
         w.barrier();
         while let Some(item) = to_compute.next(items) {

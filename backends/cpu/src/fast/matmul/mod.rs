@@ -5,8 +5,10 @@
 //! node gives the same bits wherever and however often it runs):
 //! - up to [`GEMV_MAX_N`] columns: [`gemv`], memory-bound matrix-vector products;
 //! - float weights: [`gemm`], packed and cache-blocked around a register micro-kernel;
-//! - quantized weights: [`qgemm`], int8 dot products on quantized activations;
-//! - K-quant weights: [`dequantized`], the float drivers on f32 copies of the weights.
+//! - quantized weights: [`qgemm`], int8 dot products on quantized activations (K-quants
+//!   too, where the kernel set has int8 K-quant kernels);
+//! - K-quant weights elsewhere: [`dequantized`], the float drivers on f32 copies of the
+//!   weights.
 
 mod dequantized;
 mod gemm;
@@ -55,7 +57,13 @@ pub fn mul_mat(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, node
         return Ok(true);
     }
     if matches!(mm.a_type, DType::Q4_K | DType::Q5_K | DType::Q6_K) {
-        return dequantized::run(kernels, team, memory, &mm);
+        let Some(k) = kernels.kquant else { return dequantized::run(kernels, team, memory, &mm) };
+        if mm.n <= GEMV_MAX_N {
+            gemv::run_kquant(kernels, k.gemv, team, memory, &mm)?;
+        } else {
+            qgemm::run(kernels, team, memory, &mm)?;
+        }
+        return Ok(true);
     }
     let quantized = matches!(mm.a_type, DType::Q8_0 | DType::Q4_0);
     match (quantized, mm.n <= GEMV_MAX_N) {

@@ -15,7 +15,7 @@ use alloc::vec::Vec;
 
 use tessera_core::allocator::alloc_graph_tensors;
 use tessera_core::host_buffer::HOST_BUFFER_TYPE;
-use tessera_core::DType::{BF16, F16, F32, Q4_0, Q8_0};
+use tessera_core::DType::{BF16, F16, F32, Q4_0, Q4_K, Q5_K, Q6_K, Q8_0};
 use tessera_core::{DType, Graph, TensorId};
 
 use super::{mul_mat, GEMV_MAX_N, MIN_WORK_PER_THREAD};
@@ -119,7 +119,7 @@ fn weights(g: &mut Graph, c: &Case) -> Operand {
             Operand { leaf, operand: leaf }
         }
         A::PaddedRows => {
-            let pad = if c.ta.is_quantized() { QK } else { 3 };
+            let pad = if c.ta.is_quantized() { c.ta.block_len() } else { 3 };
             let leaf = g.new_tensor(c.ta, &[k + pad, m, a2, a3]).unwrap();
             let nb1 = c.ta.row_bytes(k + pad).unwrap();
             let operand = g.view(leaf, [k, m, a2, a3], [nb1, nb1 * m, nb1 * m * a2], 0).unwrap();
@@ -389,6 +389,18 @@ fn quantized_matrix_vector_products_match_the_reference() {
 }
 
 #[test]
+fn k_quant_matrix_vector_products_match_the_reference() {
+    check(&[
+        case(Q4_K, 17, 1, 256),
+        case(Q4_K, 3, GEMV_MAX_N, 512).layouts(A::Dense, B::Transposed),
+        case(Q5_K, 5, 3, 256).layouts(A::PaddedRows, B::Misaligned),
+        case(Q5_K, 17, 2, 512),
+        case(Q6_K, 17, 1, 256),
+        case(Q6_K, 5, 5, 256).batched([2, 1], [1, 1]).layouts(A::Permuted, B::Permuted),
+    ]);
+}
+
+#[test]
 fn float_gemm_matches_the_reference() {
     check(&[
         case(F32, 17, 9, 17),
@@ -414,6 +426,19 @@ fn quantized_gemm_matches_the_reference() {
     ]);
 }
 
+// 35 rows: one whole 32-row panel of the AVX-512 K-quant packer and a partial one.
+#[test]
+fn k_quant_gemm_matches_the_reference() {
+    check(&[
+        case(Q4_K, 35, 9, 256),
+        case(Q4_K, 5, 10, 512).layouts(A::Dense, B::Transposed),
+        case(Q5_K, 35, 13, 256).layouts(A::PaddedRows, B::Misaligned),
+        case(Q5_K, 3, 9, 256).batched([1, 2], [2, 1]),
+        case(Q6_K, 35, 9, 512),
+        case(Q6_K, 5, 9, 256).batched([2, 1], [1, 1]).layouts(A::Permuted, B::Permuted),
+    ]);
+}
+
 /// Products large enough for two threads (`MIN_WORK_PER_THREAD` multiply-adds each): the
 /// team packs or quantizes shared panels and columns in parallel, meets at a barrier, then
 /// shares the tiles and rows, so Miri checks the hand-over between the threads.
@@ -430,6 +455,8 @@ fn two_threads_share_the_work_of_every_other_driver() {
     check_two_threads(&case(F16, 65, GEMV_MAX_N, 257).layouts(A::Dense, B::Transposed));
     check_two_threads(&case(Q4_0, 65, GEMV_MAX_N, 256));
     check_two_threads(&case(BF16, 65, 9, 65).batched([2, 1], [2, 1]).layouts(A::Permuted, B::Permuted));
+    check_two_threads(&case(Q4_K, 65, 33, 256));
+    check_two_threads(&case(Q6_K, 65, GEMV_MAX_N, 256).layouts(A::Dense, B::Transposed));
 }
 
 /// Past one cache block in each direction (float `k` 384, int8 `k` 2048, 384 float and 256
@@ -443,6 +470,8 @@ fn products_past_one_cache_block_match_the_reference() {
         case(BF16, 390, 13, 17).layouts(A::PaddedRows, B::Transposed),
         case(Q8_0, 5, 9, 2112),
         case(Q4_0, 260, 10, 64).layouts(A::Dense, B::Misaligned),
+        case(Q5_K, 35, 9, 2304),
+        case(Q6_K, 260, 10, 256).layouts(A::Dense, B::Misaligned),
     ]);
 }
 

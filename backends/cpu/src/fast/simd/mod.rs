@@ -18,6 +18,16 @@
 //!
 //! The correction of a block is `-bias * sum(q)`: kernels that take weights as unsigned bytes
 //! (`w + bias`, for `vpdpbusd`) start each block's integer sum from it.
+//!
+//! K-quant weights (Q4_K, Q5_K, Q6_K) take their own int8 layouts, because their values carry
+//! a scale and a min per 16 or 32 values (value = `scale * q - min`, `q` unsigned):
+//! - packed K-quant weights: per block of 32 values, `[8 groups][mr rows][4 values]` unsigned
+//!   bytes, then four vectors of `mr` f32: the scales of values 0-15 and 16-31, then their
+//!   mins ([`kqa_block_bytes`]);
+//! - packed K-quant activations: per block, `[nr][32]` i8 values, `nr` f32 scales `d`, then
+//!   per column two i32 `sum(q)` over values 0-15 and 16-31 ([`kqb_block_bytes`]);
+//! - K-quant activations for the matrix-vector path: per column, `nblocks` blocks of 32 i8
+//!   values, the `nblocks` f32 scales, then the `2 * nblocks` half sums ([`KvColumn`]).
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
@@ -46,6 +56,39 @@ pub const fn qb_block_bytes(nr: usize) -> usize {
 
 /// Bytes per block of a matrix-vector int8 activation column.
 pub const QV_BLOCK_BYTES: usize = QK + 8;
+
+/// Bytes of one block of a packed K-quant weight panel of `mr` rows.
+pub const fn kqa_block_bytes(mr: usize) -> usize {
+    mr * (QK + 16)
+}
+
+/// Bytes of one block of a packed K-quant activation panel of `nr` columns.
+pub const fn kqb_block_bytes(nr: usize) -> usize {
+    nr * (QK + 12)
+}
+
+/// Bytes per block of a matrix-vector K-quant activation column.
+pub const KV_BLOCK_BYTES: usize = QK + 12;
+
+/// A K-quant activation column of the matrix-vector path (see the module docs).
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub struct KvColumn {
+    /// Block `b`'s 32 values at `q + 32 b`.
+    pub q: *const u8,
+    /// Block `b`'s f32 scale at `d + 4 b`.
+    pub d: *const u8,
+    /// Block `b`'s half sums (i32 `sum(q)` over values 0-15, then 16-31) at `s + 8 b`.
+    pub s: *const u8,
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+impl KvColumn {
+    /// The column of `nblocks` blocks that starts at `x`.
+    pub fn at(x: *const u8, nblocks: usize) -> KvColumn {
+        KvColumn { q: x, d: x.wrapping_add(QK * nblocks), s: x.wrapping_add((QK + 4) * nblocks) }
+    }
+}
 
 /// An int8 activation column of the matrix-vector path (see the module docs).
 #[derive(Clone, Copy)]
@@ -120,6 +163,12 @@ pub type QGemmTile = unsafe fn(nblocks: usize, a: *const u8, b: *const u8, c: *m
 /// Packs blocks `b0..b0 + nblocks` of up to `mr` Q8_0/Q4_0 weight rows as an int8 panel;
 /// `unsigned` stores `w + bias` as unsigned bytes instead of `w`.
 pub type PackAQ = unsafe fn(rows: &Rows, b0: usize, nblocks: usize, mr: usize, unsigned: bool, dst: *mut u8);
+/// Packs blocks `b0..b0 + nblocks` (`b0` and `nblocks` multiples of 8: whole super-blocks) of
+/// up to `mr` K-quant weight rows as a K-quant int8 panel.
+pub type PackAK = unsafe fn(rows: &Rows, b0: usize, nblocks: usize, mr: usize, dst: *mut u8);
+/// Matrix-vector products of K-quant weights with K-quant activation columns ([`KvColumn`])
+/// `ldx` bytes apart: `y[j * ldy + r]` for every row and `j < n` (n <= 8).
+pub type KGemv = unsafe fn(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usize, y: *mut f32, ldy: usize);
 /// Quantizes `nblocks * 32` f32 values into 8-bit blocks (`d = max|x| / 127`, `q = round(x / d)`).
 pub type Quantize = unsafe fn(x: *const f32, nblocks: usize, bias: i32, out: &QuantOut);
 /// Matrix-vector products of float weights: `y[j * ldy + r] = dot(row r, x[j * ldx..][..k])`
@@ -155,6 +204,18 @@ pub struct QGemmKernels {
     pub nr: usize,
     pub tile: QGemmTile,
     pub pack_a: PackAQ,
+}
+
+/// Int8 products of K-quant weights. The tiles take K-quant panels; `tile_halves` applies a
+/// scale per 16 values (Q6_K), `tile` one per 32 (Q4_K, Q5_K, whose halves share it).
+#[derive(Clone, Copy)]
+pub struct KQuantKernels {
+    pub mr: usize,
+    pub nr: usize,
+    pub tile: QGemmTile,
+    pub tile_halves: QGemmTile,
+    pub pack_a: PackAK,
+    pub gemv: KGemv,
 }
 
 /// Matrix-vector kernels, one per weight type.
@@ -193,6 +254,9 @@ pub struct Kernels {
     pub quantize: Quantize,
     /// Element-wise, normalisation, softmax and rotary row kernels.
     pub rows: RowKernels,
+    /// Int8 kernels for K-quant weights, where the set has them; without them K-quant
+    /// weights are dequantized to f32 and take the float kernels.
+    pub kquant: Option<KQuantKernels>,
     /// Whether the int8 kernels take weights as unsigned bytes `w + bias` (`vpdpbusd`
     /// multiplies unsigned by signed bytes); otherwise weights stay signed.
     pub unsigned_weights: bool,

@@ -32,5 +32,6 @@ pub static KERNELS: Kernels = Kernels {
     gemv: GEMV,
     quantize: quantize::quantize,
     rows: crate::fast::vector::AVX2,
+    kquant: None,
     unsigned_weights: false,
 };

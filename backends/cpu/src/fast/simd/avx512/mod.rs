@@ -6,11 +6,13 @@ mod bf16_gemm;
 mod bf16_gemv;
 mod gemm;
 mod gemv;
+mod kgemm;
+mod kgemv;
 mod qgemm;
 mod quantize;
 mod silu;
 
-use super::{avx2, GemmKernels, GemvKernels, Kernels, QGemmKernels};
+use super::{avx2, GemmKernels, GemvKernels, KQuantKernels, Kernels, QGemmKernels};
 use crate::fast::vector::RowKernels;
 
 /// The float GEMM (BF16 weights widened to f32 while packing).
@@ -26,6 +28,7 @@ pub static KERNELS: Kernels = Kernels {
     gemv: GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, ..avx2::GEMV },
     quantize: quantize::quantize,
     rows: RowKernels { unary: silu::unary, ..crate::fast::vector::AVX512 },
+    kquant: None,
     unsigned_weights: false,
 };
 
@@ -34,6 +37,14 @@ pub static KERNELS_VNNI: Kernels = Kernels {
     name: "avx512-vnni",
     qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: qgemm::pack_a },
     gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, arrange: gemv::arrange, ..KERNELS.gemv },
+    kquant: Some(KQuantKernels {
+        mr: kgemm::MR,
+        nr: kgemm::NR,
+        tile: kgemm::tile::<false>,
+        tile_halves: kgemm::tile::<true>,
+        pack_a: kgemm::pack_a,
+        gemv: kgemv::gemv,
+    }),
     unsigned_weights: true,
     ..KERNELS
 };

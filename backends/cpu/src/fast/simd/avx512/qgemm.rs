@@ -126,40 +126,57 @@ unsafe fn block16(
                 if unsigned { (lo, hi) } else { (_mm512_add_epi8(lo, minus8), _mm512_add_epi8(hi, minus8)) };
         }
     } else {
-        // z[r] = row r's 32 value bytes, then row r + 8's: two 8 x 8 dword transposes at once.
-        let mut z = [_mm512_setzero_si512(); 8];
-        for (r, zr) in z.iter_mut().enumerate() {
-            // SAFETY: the 32 value bytes of block `blk` of rows r and r + 8.
-            unsafe {
-                let lo = _mm256_loadu_si256(row0.add(r * stride + blk * bs + 2).cast());
-                let hi = _mm256_loadu_si256(row0.add((r + 8) * stride + blk * bs + 2).cast());
-                *zr = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-            }
-        }
-        let mut t = [_mm512_setzero_si512(); 8];
-        for i in 0..4 {
-            t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
-            t[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
-        }
-        let mut u = [_mm512_setzero_si512(); 8];
-        for h in 0..2 {
-            let (t0, t1, t2, t3) = (t[4 * h], t[4 * h + 1], t[4 * h + 2], t[4 * h + 3]);
-            u[4 * h] = _mm512_unpacklo_epi64(t0, t2);
-            u[4 * h + 1] = _mm512_unpackhi_epi64(t0, t2);
-            u[4 * h + 2] = _mm512_unpacklo_epi64(t1, t3);
-            u[4 * h + 3] = _mm512_unpackhi_epi64(t1, t3);
-        }
-        // u[4h + c] holds dwords c (lanes 0, 2) and c + 4 (lanes 1, 3) of rows 4h..4h + 4
-        // (lanes 0, 1) and 8 + 4h.. (lanes 2, 3).
-        let first = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
-        let second = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
         let flip = _mm512_set1_epi8(if unsigned { -128 } else { 0 });
-        for c in 0..4 {
-            g[c] = _mm512_xor_si512(_mm512_permutex2var_epi64(u[c], first, u[4 + c]), flip);
-            g[c + 4] = _mm512_xor_si512(_mm512_permutex2var_epi64(u[c], second, u[4 + c]), flip);
+        // SAFETY: forwarded: the 32 value bytes of block `blk` of the 16 rows.
+        let t = unsafe { transpose16(row0.add(blk * bs + 2), stride) };
+        for (gi, ti) in g.iter_mut().zip(t) {
+            *gi = _mm512_xor_si512(ti, flip);
         }
     }
     (g, scales)
+}
+
+/// 32 bytes of each of 16 rows (from `p`, rows `stride` apart) as 8 registers
+/// `[group][row][4 bytes]`: register `i` holds bytes `4i..4i + 4` of rows 0..15, in order.
+///
+/// # Safety
+/// The 16 rows must hold 32 readable bytes from `p`; AVX-512F/BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+pub(super) unsafe fn transpose16(p: *const u8, stride: usize) -> [__m512i; 8] {
+    // z[r] = row r's 32 bytes, then row r + 8's: two 8 x 8 dword transposes at once.
+    let mut z = [_mm512_setzero_si512(); 8];
+    for (r, zr) in z.iter_mut().enumerate() {
+        // SAFETY: the 32 bytes of rows r and r + 8.
+        unsafe {
+            let lo = _mm256_loadu_si256(p.add(r * stride).cast());
+            let hi = _mm256_loadu_si256(p.add((r + 8) * stride).cast());
+            *zr = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+        }
+    }
+    let mut t = [_mm512_setzero_si512(); 8];
+    for i in 0..4 {
+        t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
+    }
+    let mut u = [_mm512_setzero_si512(); 8];
+    for h in 0..2 {
+        let (t0, t1, t2, t3) = (t[4 * h], t[4 * h + 1], t[4 * h + 2], t[4 * h + 3]);
+        u[4 * h] = _mm512_unpacklo_epi64(t0, t2);
+        u[4 * h + 1] = _mm512_unpackhi_epi64(t0, t2);
+        u[4 * h + 2] = _mm512_unpacklo_epi64(t1, t3);
+        u[4 * h + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+    // u[4h + c] holds dwords c (lanes 0, 2) and c + 4 (lanes 1, 3) of rows 4h..4h + 4
+    // (lanes 0, 1) and 8 + 4h.. (lanes 2, 3).
+    let first = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+    let second = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    let mut g = [_mm512_setzero_si512(); 8];
+    for c in 0..4 {
+        g[c] = _mm512_permutex2var_epi64(u[c], first, u[4 + c]);
+        g[c + 4] = _mm512_permutex2var_epi64(u[c], second, u[4 + c]);
+    }
+    g
 }
 
 /// [`crate::fast::simd::PackAQ`] for 32-row panels, 16 rows at a time in registers.

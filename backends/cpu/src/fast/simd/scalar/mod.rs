@@ -4,6 +4,10 @@
 
 mod gemm;
 mod gemv;
+// The K-quant int8 kernels exist only on x86-64 (AVX-512 VNNI); elsewhere K-quant products
+// take the dequantizing driver, and only the activation writer here is linked.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub mod kquant;
 pub mod pack;
 mod qgemm;
 pub mod quantize;
@@ -38,6 +42,7 @@ pub const TABLE: Kernels = Kernels {
     },
     quantize: quantize::quantize,
     rows: crate::fast::vector::SCALAR,
+    kquant: None,
     unsigned_weights: false,
 };
 

@@ -1,0 +1,202 @@
+//! The AVX-512 VNNI int8 micro-kernel and packer for K-quant weights: 32 weight rows by 6
+//! activation columns, as the Q8_0/Q4_0 tile, with a min term per block: for a block of 32
+//! values, `sum((s_w q_w - m_w) d_a q_a) = s_w d_a sum(q_w q_a) - m_w d_a sum(q_a)`, where
+//! `sum(q_a)` comes with the activations and `s_w`, `m_w` with the packed weights. Q6_K's
+//! min is `32 s_w`: its integer sums start from `-32 sum(q_a)` instead.
+
+use core::arch::x86_64::*;
+
+use super::qgemm::transpose16;
+use crate::fast::simd::scalar::kquant::pack_scales;
+use crate::fast::simd::scalar::pack::{get_f32, get_i32};
+use crate::fast::simd::{kqa_block_bytes, kqb_block_bytes, Rows, QK};
+use tessera_core::DType;
+
+pub const MR: usize = 32;
+pub const NR: usize = 6;
+
+/// [`crate::fast::simd::QGemmTile`] for a 32 x 6 tile of K-quant panels. `HALVES`: values
+/// 0-15 and 16-31 of a block have their own scales and mins (Q6_K); otherwise both halves
+/// share the first ones (Q4_K, Q5_K), and a block is one integer sum.
+///
+/// # Safety
+/// As [`crate::fast::simd::QGemmTile`] on K-quant panels; AVX-512F/BW and VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub unsafe fn tile<const HALVES: bool>(
+    nblocks: usize,
+    a: *const u8,
+    b: *const u8,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    for j in 0..NR {
+        let p = c.wrapping_add(j * ldc).cast::<i8>();
+        _mm_prefetch::<_MM_HINT_T0>(p);
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+    }
+    let mut acc = [[_mm512_setzero_ps(); 2]; NR];
+    for blk in 0..nblocks {
+        // SAFETY: block `blk < nblocks` of both panels.
+        let (ab, bb) = unsafe { (a.add(blk * kqa_block_bytes(MR)), b.add(blk * kqb_block_bytes(NR))) };
+        let (mut d, mut lo, mut hi) = ([0.0f32; NR], [0i32; NR], [0i32; NR]);
+        for j in 0..NR {
+            // SAFETY: column `j`'s scale and half sums inside the activation block.
+            unsafe {
+                d[j] = get_f32(bb.add(NR * QK + 4 * j));
+                lo[j] = get_i32(bb.add(NR * (QK + 4) + 8 * j));
+                hi[j] = get_i32(bb.add(NR * (QK + 4) + 8 * j + 4));
+            }
+        }
+        // One integer sum per block, or one per half with `HALVES`, each scaled into `acc` as
+        // soon as it is complete (so that at most 12 integer and 12 f32 sums are live).
+        let parts = if HALVES { 2 } else { 1 };
+        for part in 0..parts {
+            let mut sums: [[__m512i; 2]; NR] = core::array::from_fn(|j| {
+                let start = _mm512_set1_epi32(match part {
+                    _ if !HALVES => 0,
+                    0 => -32 * lo[j],
+                    _ => -32 * hi[j],
+                });
+                [start, start]
+            });
+            for g in part * 8 / parts..(part + 1) * 8 / parts {
+                // SAFETY: group `g` of the weight block: 2 x 64 bytes.
+                let (a0, a1) = unsafe {
+                    (_mm512_loadu_si512(ab.add(g * 4 * MR).cast()), _mm512_loadu_si512(ab.add(g * 4 * MR + 64).cast()))
+                };
+                for (j, s) in sums.iter_mut().enumerate() {
+                    // SAFETY: values `4g..4g + 4` of column `j` inside the activation block.
+                    let y = unsafe { core::ptr::read_unaligned(bb.add(j * QK + 4 * g).cast::<i32>()) };
+                    let y = _mm512_set1_epi32(y);
+                    s[0] = _mm512_dpbusd_epi32(s[0], a0, y);
+                    s[1] = _mm512_dpbusd_epi32(s[1], a1, y);
+                }
+            }
+            // SAFETY: the part's scale vector (`MR` f32) after the values.
+            let (s0, s1) = unsafe {
+                let scale = ab.add(QK * MR + 4 * MR * part);
+                (_mm512_loadu_ps(scale.cast()), _mm512_loadu_ps(scale.add(64).cast()))
+            };
+            for (j, (accj, s)) in acc.iter_mut().zip(&sums).enumerate() {
+                let db = _mm512_set1_ps(d[j]);
+                accj[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), _mm512_mul_ps(s0, db), accj[0]);
+                accj[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(s1, db), accj[1]);
+            }
+            if !HALVES {
+                // SAFETY: the min vector (`MR` f32) after the two scale vectors.
+                let (m0, m1) = unsafe {
+                    let min = ab.add(QK * MR + 8 * MR);
+                    (_mm512_loadu_ps(min.cast()), _mm512_loadu_ps(min.add(64).cast()))
+                };
+                for (j, accj) in acc.iter_mut().enumerate() {
+                    let sb = _mm512_set1_ps(d[j] * (lo[j] + hi[j]) as f32);
+                    accj[0] = _mm512_fnmadd_ps(m0, sb, accj[0]);
+                    accj[1] = _mm512_fnmadd_ps(m1, sb, accj[1]);
+                }
+            }
+        }
+    }
+    for (j, accj) in acc.iter().enumerate() {
+        for (h, &v) in accj.iter().enumerate() {
+            // SAFETY: values `16h..16h + 16` of column `j` of the tile.
+            unsafe {
+                let p = c.add(j * ldc + 16 * h);
+                let v = if accumulate { _mm512_add_ps(_mm512_loadu_ps(p), v) } else { v };
+                _mm512_storeu_ps(p, v);
+            }
+        }
+    }
+}
+
+/// The 8 blocks of one super-block of 16 rows, each as 8 registers `[group][row][4 bytes]`.
+///
+/// # Safety
+/// The 16 rows from `row0` (`stride` apart) must hold super-block `sb` of `dtype` (Q4_K, Q5_K
+/// or Q6_K); AVX-512F/BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn superblock16(dtype: DType, row0: *const u8, stride: usize, sb: usize) -> [[__m512i; 8]; 8] {
+    let at = row0.wrapping_add(sb * dtype.block_bytes());
+    let low = _mm512_set1_epi8(0x0f);
+    let mut out = [[_mm512_setzero_si512(); 8]; 8];
+    match dtype {
+        DType::Q4_K | DType::Q5_K => {
+            let (qs, qh) = if dtype == DType::Q4_K { (16, None) } else { (48, Some(16)) };
+            // SAFETY: the 32 bytes of fifth bits of the 16 rows.
+            let h = qh.map(|o| unsafe { transpose16(at.add(o), stride) });
+            for c in 0..4 {
+                // SAFETY: nibble bytes `32c..32c + 32` of the 16 rows.
+                let g = unsafe { transpose16(at.add(qs + 32 * c), stride) };
+                for i in 0..8 {
+                    let mut v0 = _mm512_and_si512(g[i], low);
+                    let mut v1 = _mm512_and_si512(_mm512_srli_epi16::<4>(g[i]), low);
+                    if let Some(h) = h {
+                        let sixteen = _mm512_set1_epi8(16);
+                        let bit0 = _mm512_test_epi8_mask(h[i], _mm512_set1_epi8(1 << (2 * c)));
+                        let bit1 = _mm512_test_epi8_mask(h[i], _mm512_set1_epi8((2 << (2 * c)) as i8));
+                        v0 = _mm512_mask_add_epi8(v0, bit0, v0, sixteen);
+                        v1 = _mm512_mask_add_epi8(v1, bit1, v1, sixteen);
+                    }
+                    out[2 * c][i] = v0;
+                    out[2 * c + 1][i] = v1;
+                }
+            }
+        }
+        _ => {
+            for n in 0..2 {
+                // SAFETY: `ql` bytes `64n..64n + 64` and `qh` bytes `32n..32n + 32` of the 16 rows.
+                let (a, b, q) = unsafe {
+                    (
+                        transpose16(at.add(64 * n), stride),
+                        transpose16(at.add(64 * n + 32), stride),
+                        transpose16(at.add(128 + 32 * n), stride),
+                    )
+                };
+                let bits = |v: __m512i, m: i8| _mm512_and_si512(v, _mm512_set1_epi8(m));
+                for i in 0..8 {
+                    let (ai, bi, qi) = (a[i], b[i], q[i]);
+                    let a_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(ai), low);
+                    let b_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(bi), low);
+                    // The two high bits of value group t sit at bits 2t, 2t + 1 of `qh`; each
+                    // moves to bits 4, 5 within its byte (the masks keep shifts inside bytes).
+                    out[4 * n][i] = _mm512_or_si512(_mm512_and_si512(ai, low), _mm512_slli_epi16::<4>(bits(qi, 0x03)));
+                    out[4 * n + 1][i] =
+                        _mm512_or_si512(_mm512_and_si512(bi, low), _mm512_slli_epi16::<2>(bits(qi, 0x0c)));
+                    out[4 * n + 2][i] = _mm512_or_si512(a_hi, bits(qi, 0x30));
+                    out[4 * n + 3][i] = _mm512_or_si512(b_hi, _mm512_srli_epi16::<2>(bits(qi, -64)));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// [`crate::fast::simd::PackAK`] for 32-row panels, 16 rows at a time in registers.
+///
+/// # Safety
+/// As [`crate::fast::simd::PackAK`]; AVX-512F/BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub unsafe fn pack_a(rows: &Rows, b0: usize, nblocks: usize, mr: usize, dst: *mut u8) {
+    if mr != MR || rows.count != MR {
+        // SAFETY: forwarded.
+        return unsafe { crate::fast::simd::scalar::kquant::pack_a(rows, b0, nblocks, mr, dst) };
+    }
+    for s in 0..nblocks / 8 {
+        let sb = b0 / 8 + s;
+        // SAFETY: blocks `8s..8s + 8` of the panel.
+        let out = unsafe { dst.add(8 * s * kqa_block_bytes(MR)) };
+        for h in 0..2 {
+            // SAFETY: rows `16h..16h + 16` exist and hold super-block `sb`.
+            let blocks = unsafe { superblock16(rows.dtype, rows.ptr.add(16 * h * rows.stride), rows.stride, sb) };
+            for (j, block) in blocks.iter().enumerate() {
+                for (i, gi) in block.iter().enumerate() {
+                    // SAFETY: group `i`, rows `16h..16h + 16` of block `j`: 64 bytes.
+                    unsafe { _mm512_storeu_si512(out.add(j * kqa_block_bytes(MR) + i * 4 * MR + 64 * h).cast(), *gi) };
+                }
+            }
+        }
+        // SAFETY: the 32 rows hold super-block `sb`; `out` holds its 8 blocks.
+        unsafe { pack_scales(rows, sb, MR, out) };
+    }
+}
