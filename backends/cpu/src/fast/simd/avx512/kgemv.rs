@@ -56,26 +56,21 @@ unsafe fn scales(dtype: DType, block: *const u8) -> (__m512, __m512) {
             _mm_loadu_si128(block.add(4).cast()),
         )
     };
-    // Scales 0-3 are the low 6 bits of bytes 0-3, mins 0-3 of bytes 4-7; scales 4-7 the low
-    // nibbles of bytes 8-11 and mins 4-7 their high nibbles, each with two top bits from the
-    // top of bytes 0-3 (scales) or 4-7 (mins). In order: scales 0-7, then mins 0-7.
-    let six_bits = _mm_shuffle_epi8(q, _mm_set_epi8(7, 6, 5, 4, 7, 6, 5, 4, 3, 2, 1, 0, 3, 2, 1, 0));
-    let nibbles = _mm_shuffle_epi8(q, _mm_set_epi8(11, 10, 9, 8, 7, 6, 5, 4, 11, 10, 9, 8, 3, 2, 1, 0));
-    let high_nibbles = _mm_and_si128(_mm_srli_epi16::<4>(nibbles), _mm_set1_epi8(0x0f));
-    let top = _mm_and_si128(_mm_srli_epi16::<2>(six_bits), _mm_set1_epi8(0x30));
-    let low = _mm_and_si128(six_bits, _mm_set1_epi8(0x3f));
-    // Bytes 4-7 (scales 4-7) take the low nibbles, 12-15 (mins 4-7) the high ones.
-    let upper =
-        _mm_or_si128(_mm_mask_blend_epi8(0xf000, _mm_and_si128(nibbles, _mm_set1_epi8(0x0f)), high_nibbles), top);
-    let packed = _mm_mask_blend_epi8(0xf0f0, low, upper);
-    // Lanes 0-7: scales 0-7, lanes 8-15: mins 0-7; each spread over the two halves of its block.
-    let v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed));
+    // As 32-bit words w0, w1, w2: scales 0-3 are the low 6 bits of the bytes of w0, mins 0-3
+    // of w1; scales 4-7 the low nibbles of w2 and mins 4-7 its high nibbles, each with two top
+    // bits from the top of w0 (scales) or w1 (mins). Words out: scales 0-3, 4-7, mins 0-3, 4-7.
+    let top_words = _mm_unpacklo_epi32(q, q); // w0 w0 w1 w1
+    let nibble_words = _mm_shuffle_epi32::<0b10_01_10_00>(q); // w0 w2 w1 w2
+    let six = _mm_and_si128(top_words, _mm_set1_epi8(0x3f));
+    let nibbles = _mm_and_si128(_mm_srlv_epi32(nibble_words, _mm_set_epi32(4, 0, 0, 0)), _mm_set1_epi8(0x0f));
+    let top = _mm_and_si128(_mm_srli_epi32::<2>(top_words), _mm_set1_epi8(0x30));
+    let packed = _mm_mask_blend_epi32(0b1010, six, _mm_or_si128(nibbles, top));
+    // Lanes 0-7: scales, 8-15: mins, times `d` and `dmin`; each then spread over the two
+    // halves of its block.
+    let d_dmin = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_castps128_ps512(dm));
+    let v = _mm512_mul_ps(d_dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed)));
     let mins_of_half = _mm512_add_epi32(block_of_half, _mm512_set1_epi32(8));
-    let (d, dmin) = (_mm512_broadcastss_ps(dm), _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));
-    (
-        _mm512_mul_ps(d, _mm512_permutexvar_ps(block_of_half, v)),
-        _mm512_mul_ps(dmin, _mm512_permutexvar_ps(mins_of_half, v)),
-    )
+    (_mm512_permutexvar_ps(block_of_half, v), _mm512_permutexvar_ps(mins_of_half, v))
 }
 
 /// A super-block's values as 4 x 64 unsigned bytes, with its 16 scales and 16 mins.
