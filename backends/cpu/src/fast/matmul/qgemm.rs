@@ -204,7 +204,7 @@ unsafe fn quantize_column(
                 }
             }
         }
-        Format::KQuant(_) => {
+        Format::KQuant(k) => {
             let out = KOut {
                 q: panel.wrapping_add(j * QK),
                 q_stride: stride,
@@ -213,8 +213,12 @@ unsafe fn quantize_column(
                 s: panel.wrapping_add(nr * (QK + 4) + 8 * j),
                 s_stride: stride,
             };
-            // SAFETY: as the caller guarantees.
-            unsafe { quantize_blocks(kernels.quantize, x, nblocks, &out) };
+            match x {
+                // SAFETY: `x` holds `nblocks * 32` values; `out` addresses `nblocks` blocks.
+                Some(x) => unsafe { (k.quantize)(x, nblocks, &out) },
+                // SAFETY: as the caller guarantees.
+                None => unsafe { quantize_blocks(kernels.quantize, None, nblocks, &out) },
+            }
         }
     }
 }

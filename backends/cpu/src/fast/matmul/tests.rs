@@ -212,7 +212,10 @@ impl Inputs {
         let (mut w_l1, mut x_amax) = (Vec::new(), Vec::new());
         if case.ta.is_quantized() {
             w_l1 = w.chunks(QK).map(|b| b.iter().map(|&v| f64::from(v).abs()).sum()).collect();
-            x_amax = x.chunks(QK).map(|b| b.iter().fold(0.0, |m: f64, &v| m.max(f64::from(v).abs()))).collect();
+            // K-quant products may quantize the activations with one scale per super-block.
+            let group = if case.ta.block_len() > QK { case.ta.block_len() } else { QK };
+            let amax = |b: &[f32]| b.iter().fold(0.0, |m: f64, &v| m.max(f64::from(v).abs()));
+            x_amax = x.chunks(group).flat_map(|g| core::iter::repeat_n(amax(g), g.len() / QK)).collect();
         }
         // Tables with native bf16 products round the activations of BF16 weights to bf16 (8
         // significant bits), in the GEMM and the matrix-vector kernels alike.
@@ -242,7 +245,8 @@ impl Inputs {
     /// `k` terms is within `k * eps / 2` of the sum of the magnitudes of its terms (at most
     /// the product of the 2-norms), and the reference rounds its f64 sum once more. Quantized
     /// weights: the activations are rounded to 8-bit blocks first, each value by at most
-    /// `max|x| / 254` of its block, so each block adds at most `sum |w| * max|x| / 254`.
+    /// `max|x| / 254` of its block (or of its super-block, for K-quants), so each block adds
+    /// at most `sum |w| * max|x| / 254`.
     fn tolerance(&self, o: usize) -> f64 {
         let (row, col) = self.operands_of(o);
         let k = self.case.k;

@@ -24,8 +24,9 @@
 //! - packed K-quant weights: per block of 32 values, `[8 groups][mr rows][4 values]` unsigned
 //!   bytes, then four vectors of `mr` f32: the scales of values 0-15 and 16-31, then their
 //!   mins ([`kqa_block_bytes`]);
-//! - packed K-quant activations: per block, `[nr][32]` i8 values, `nr` f32 scales `d`, then
-//!   per column two i32 `sum(q)` over values 0-15 and 16-31 ([`kqb_block_bytes`]);
+//! - packed K-quant activations: per block, `[nr][32]` i8 values, `nr` f32 scales `d` (one
+//!   per super-block of 256 values, repeated in its 8 blocks), then per column two i32
+//!   `sum(q)` over values 0-15 and 16-31 ([`kqb_block_bytes`]);
 //! - K-quant activations for the matrix-vector path: per column, `nblocks` blocks of 32 i8
 //!   values, the `nblocks` f32 scales, then the `2 * nblocks` half sums ([`KvColumn`]).
 
@@ -166,6 +167,9 @@ pub type PackAQ = unsafe fn(rows: &Rows, b0: usize, nblocks: usize, mr: usize, u
 /// Packs blocks `b0..b0 + nblocks` (`b0` and `nblocks` multiples of 8: whole super-blocks) of
 /// up to `mr` K-quant weight rows as a K-quant int8 panel.
 pub type PackAK = unsafe fn(rows: &Rows, b0: usize, nblocks: usize, mr: usize, dst: *mut u8);
+/// Quantizes `nblocks * 32` f32 values (`nblocks` a multiple of 8) into K-quant activation
+/// blocks with one scale per 256 values, and their half sums.
+pub type KQuantize = unsafe fn(x: *const f32, nblocks: usize, out: &scalar::kquant::KOut);
 /// Matrix-vector products of K-quant weights with K-quant activation columns ([`KvColumn`])
 /// `ldx` bytes apart: `y[j * ldy + r]` for every row and `j < n` (n <= 8).
 pub type KGemv = unsafe fn(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usize, y: *mut f32, ldy: usize);
@@ -215,6 +219,8 @@ pub struct KQuantKernels {
     pub tile: QGemmTile,
     pub tile_halves: QGemmTile,
     pub pack_a: PackAK,
+    /// The GEMM's activation quantizer (the matrix-vector path uses the table's `quantize`).
+    pub quantize: KQuantize,
     pub gemv: KGemv,
 }
 

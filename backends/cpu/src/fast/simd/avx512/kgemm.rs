@@ -1,23 +1,27 @@
-//! The AVX-512 VNNI int8 micro-kernel and packer for K-quant weights: 32 weight rows by 6
-//! activation columns, as the Q8_0/Q4_0 tile, with a min term per block: for a block of 32
-//! values, `sum((s_w q_w - m_w) d_a q_a) = s_w d_a sum(q_w q_a) - m_w d_a sum(q_a)`, where
-//! `sum(q_a)` comes with the activations and `s_w`, `m_w` with the packed weights. Q6_K's
-//! min is `32 s_w`: its integer sums start from `-32 sum(q_a)` instead.
+//! The AVX-512 VNNI int8 micro-kernel and packer for K-quant weights: 32 weight rows by 4
+//! activation columns. For a block of 32 values with weights `s_w q_w - m_w` and activations
+//! `d_a q_a`, the product is `d_a (s_w sum(q_w q_a) - m_w sum(q_a))`; `sum(q_a)` comes with the
+//! activations, `s_w` and `m_w` with the packed weights. Q6_K's min is `32 s_w`: its integer
+//! sums start from `-32 sum(q_a)` instead.
+//!
+//! The activations have one scale `d_a` per super-block (256 values), so a super-block's
+//! blocks are summed without it and multiplied by it once: each block costs a conversion and
+//! an FMA per sum (and an FMA for the min), where a scale per block would add a product.
 
 use core::arch::x86_64::*;
 
 use super::qgemm::transpose16;
-use crate::fast::simd::scalar::kquant::pack_scales;
-use crate::fast::simd::scalar::pack::{get_f32, get_i32};
+use crate::fast::simd::scalar::kquant::{pack_scales, KOut};
+use crate::fast::simd::scalar::pack::{get_f32, get_i32, put_f32};
 use crate::fast::simd::{kqa_block_bytes, kqb_block_bytes, Rows, QK};
 use tessera_core::DType;
 
 pub const MR: usize = 32;
-pub const NR: usize = 6;
+pub const NR: usize = 4;
 
-/// [`crate::fast::simd::QGemmTile`] for a 32 x 6 tile of K-quant panels. `HALVES`: values
-/// 0-15 and 16-31 of a block have their own scales and mins (Q6_K); otherwise both halves
-/// share the first ones (Q4_K, Q5_K), and a block is one integer sum.
+/// [`crate::fast::simd::QGemmTile`] for a 32 x 4 tile of K-quant panels (`nblocks` a multiple
+/// of 8). `HALVES`: values 0-15 and 16-31 of a block have their own scales (Q6_K); otherwise
+/// both halves share the first scale and min (Q4_K, Q5_K), and a block is one integer sum.
 ///
 /// # Safety
 /// As [`crate::fast::simd::QGemmTile`] on K-quant panels; AVX-512F/BW and VNNI.
@@ -36,52 +40,54 @@ pub unsafe fn tile<const HALVES: bool>(
         _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
     }
     let mut acc = [[_mm512_setzero_ps(); 2]; NR];
-    for blk in 0..nblocks {
-        // SAFETY: block `blk < nblocks` of both panels.
-        let (ab, bb) = unsafe { (a.add(blk * kqa_block_bytes(MR)), b.add(blk * kqb_block_bytes(NR))) };
-        let (mut d, mut lo, mut hi) = ([0.0f32; NR], [0i32; NR], [0i32; NR]);
-        for j in 0..NR {
-            // SAFETY: column `j`'s scale and half sums inside the activation block.
-            unsafe {
-                d[j] = get_f32(bb.add(NR * QK + 4 * j));
-                lo[j] = get_i32(bb.add(NR * (QK + 4) + 8 * j));
-                hi[j] = get_i32(bb.add(NR * (QK + 4) + 8 * j + 4));
-            }
-        }
-        // One integer sum per block, or one per half with `HALVES`, each scaled into `acc` as
-        // soon as it is complete (so that at most 12 integer and 12 f32 sums are live).
-        let parts = if HALVES { 2 } else { 1 };
-        for part in 0..parts {
-            let mut sums: [[__m512i; 2]; NR] = core::array::from_fn(|j| {
-                let start = _mm512_set1_epi32(match part {
-                    _ if !HALVES => 0,
-                    0 => -32 * lo[j],
-                    _ => -32 * hi[j],
-                });
-                [start, start]
-            });
-            for g in part * 8 / parts..(part + 1) * 8 / parts {
-                // SAFETY: group `g` of the weight block: 2 x 64 bytes.
-                let (a0, a1) = unsafe {
-                    (_mm512_loadu_si512(ab.add(g * 4 * MR).cast()), _mm512_loadu_si512(ab.add(g * 4 * MR + 64).cast()))
-                };
-                for (j, s) in sums.iter_mut().enumerate() {
-                    // SAFETY: values `4g..4g + 4` of column `j` inside the activation block.
-                    let y = unsafe { core::ptr::read_unaligned(bb.add(j * QK + 4 * g).cast::<i32>()) };
-                    let y = _mm512_set1_epi32(y);
-                    s[0] = _mm512_dpbusd_epi32(s[0], a0, y);
-                    s[1] = _mm512_dpbusd_epi32(s[1], a1, y);
+    for sb in 0..nblocks / 8 {
+        let mut part_sums = [[_mm512_setzero_ps(); 2]; NR];
+        for blk in 8 * sb..8 * sb + 8 {
+            // SAFETY: block `blk < nblocks` of both panels.
+            let (ab, bb) = unsafe { (a.add(blk * kqa_block_bytes(MR)), b.add(blk * kqb_block_bytes(NR))) };
+            let (mut lo, mut hi) = ([0i32; NR], [0i32; NR]);
+            for j in 0..NR {
+                // SAFETY: column `j`'s half sums inside the activation block.
+                unsafe {
+                    lo[j] = get_i32(bb.add(NR * (QK + 4) + 8 * j));
+                    hi[j] = get_i32(bb.add(NR * (QK + 4) + 8 * j + 4));
                 }
             }
-            // SAFETY: the part's scale vector (`MR` f32) after the values.
-            let (s0, s1) = unsafe {
-                let scale = ab.add(QK * MR + 4 * MR * part);
-                (_mm512_loadu_ps(scale.cast()), _mm512_loadu_ps(scale.add(64).cast()))
-            };
-            for (j, (accj, s)) in acc.iter_mut().zip(&sums).enumerate() {
-                let db = _mm512_set1_ps(d[j]);
-                accj[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), _mm512_mul_ps(s0, db), accj[0]);
-                accj[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(s1, db), accj[1]);
+            let parts = if HALVES { 2 } else { 1 };
+            for part in 0..parts {
+                let mut sums: [[__m512i; 2]; NR] = core::array::from_fn(|j| {
+                    let start = _mm512_set1_epi32(match part {
+                        _ if !HALVES => 0,
+                        0 => -32 * lo[j],
+                        _ => -32 * hi[j],
+                    });
+                    [start, start]
+                });
+                for g in part * 8 / parts..(part + 1) * 8 / parts {
+                    // SAFETY: group `g` of the weight block: 2 x 64 bytes.
+                    let (a0, a1) = unsafe {
+                        (
+                            _mm512_loadu_si512(ab.add(g * 4 * MR).cast()),
+                            _mm512_loadu_si512(ab.add(g * 4 * MR + 64).cast()),
+                        )
+                    };
+                    for (j, s) in sums.iter_mut().enumerate() {
+                        // SAFETY: values `4g..4g + 4` of column `j` inside the activation block.
+                        let y = unsafe { core::ptr::read_unaligned(bb.add(j * QK + 4 * g).cast::<i32>()) };
+                        let y = _mm512_set1_epi32(y);
+                        s[0] = _mm512_dpbusd_epi32(s[0], a0, y);
+                        s[1] = _mm512_dpbusd_epi32(s[1], a1, y);
+                    }
+                }
+                // SAFETY: the part's scale vector (`MR` f32) after the values.
+                let (s0, s1) = unsafe {
+                    let scale = ab.add(QK * MR + 4 * MR * part);
+                    (_mm512_loadu_ps(scale.cast()), _mm512_loadu_ps(scale.add(64).cast()))
+                };
+                for (t, s) in part_sums.iter_mut().zip(&sums) {
+                    t[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), s0, t[0]);
+                    t[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), s1, t[1]);
+                }
             }
             if !HALVES {
                 // SAFETY: the min vector (`MR` f32) after the two scale vectors.
@@ -89,12 +95,20 @@ pub unsafe fn tile<const HALVES: bool>(
                     let min = ab.add(QK * MR + 8 * MR);
                     (_mm512_loadu_ps(min.cast()), _mm512_loadu_ps(min.add(64).cast()))
                 };
-                for (j, accj) in acc.iter_mut().enumerate() {
-                    let sb = _mm512_set1_ps(d[j] * (lo[j] + hi[j]) as f32);
-                    accj[0] = _mm512_fnmadd_ps(m0, sb, accj[0]);
-                    accj[1] = _mm512_fnmadd_ps(m1, sb, accj[1]);
+                for (j, t) in part_sums.iter_mut().enumerate() {
+                    let sum_a = _mm512_set1_ps((lo[j] + hi[j]) as f32);
+                    t[0] = _mm512_fnmadd_ps(m0, sum_a, t[0]);
+                    t[1] = _mm512_fnmadd_ps(m1, sum_a, t[1]);
                 }
             }
+        }
+        // SAFETY: the super-block's activation scales, in its first block.
+        let b0 = unsafe { b.add(8 * sb * kqb_block_bytes(NR)) };
+        for (j, (accj, t)) in acc.iter_mut().zip(&part_sums).enumerate() {
+            // SAFETY: column `j`'s scale.
+            let d = _mm512_set1_ps(unsafe { get_f32(b0.add(NR * QK + 4 * j)) });
+            accj[0] = _mm512_fmadd_ps(t[0], d, accj[0]);
+            accj[1] = _mm512_fmadd_ps(t[1], d, accj[1]);
         }
     }
     for (j, accj) in acc.iter().enumerate() {
@@ -104,6 +118,38 @@ pub unsafe fn tile<const HALVES: bool>(
                 let p = c.add(j * ldc + 16 * h);
                 let v = if accumulate { _mm512_add_ps(_mm512_loadu_ps(p), v) } else { v };
                 _mm512_storeu_ps(p, v);
+            }
+        }
+    }
+}
+
+/// [`crate::fast::simd::KQuantize`]: per super-block `d = max|x| / 127`, `q = round_half_even(x
+/// * (1 / d))`, `d` written into each of its 8 blocks, with each block's half sums.
+///
+/// # Safety
+/// As [`crate::fast::simd::KQuantize`]; AVX-512F/BW/VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub unsafe fn quantize(x: *const f32, nblocks: usize, out: &KOut) {
+    const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for sb in 0..nblocks / 8 {
+        // SAFETY: values `256 sb..256 sb + 256` of the input.
+        let v: [__m512; 16] = core::array::from_fn(|i| unsafe { _mm512_loadu_ps(x.add(256 * sb + 16 * i)) });
+        let amax = v.iter().fold(_mm512_setzero_ps(), |m, &vi| _mm512_max_ps(m, _mm512_abs_ps(vi)));
+        let d = _mm512_reduce_max_ps(amax) / 127.0;
+        let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        for b in 0..8 {
+            let q0 = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_mul_ps(v[2 * b], id));
+            let q1 = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_mul_ps(v[2 * b + 1], id));
+            let blk = 8 * sb + b;
+            // SAFETY: block `blk`'s values, scale and half sums.
+            unsafe {
+                let q = out.q.add(blk * out.q_stride);
+                _mm_storeu_si128(q.cast(), _mm512_cvtepi32_epi8(q0));
+                _mm_storeu_si128(q.add(16).cast(), _mm512_cvtepi32_epi8(q1));
+                put_f32(out.d.add(blk * out.d_stride), d);
+                let s = out.s.add(blk * out.s_stride);
+                core::ptr::write_unaligned(s.cast::<i32>(), _mm512_reduce_add_epi32(q0));
+                core::ptr::write_unaligned(s.add(4).cast::<i32>(), _mm512_reduce_add_epi32(q1));
             }
         }
     }

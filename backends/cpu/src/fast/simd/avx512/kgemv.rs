@@ -67,7 +67,10 @@ unsafe fn scales(dtype: DType, block: *const u8) -> (__m512, __m512) {
     let packed = _mm_mask_blend_epi32(0b1010, six, _mm_or_si128(nibbles, top));
     // Lanes 0-7: scales, 8-15: mins, times `d` and `dmin`; each then spread over the two
     // halves of its block.
-    let d_dmin = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_castps128_ps512(dm));
+    let d_dmin = _mm512_permutexvar_ps(
+        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+        _mm512_castps128_ps512(dm),
+    );
     let v = _mm512_mul_ps(d_dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed)));
     let mins_of_half = _mm512_add_epi32(block_of_half, _mm512_set1_epi32(8));
     (_mm512_permutexvar_ps(block_of_half, v), _mm512_permutexvar_ps(mins_of_half, v))

@@ -43,6 +43,7 @@ pub static KERNELS_VNNI: Kernels = Kernels {
         tile: kgemm::tile::<false>,
         tile_halves: kgemm::tile::<true>,
         pack_a: kgemm::pack_a,
+        quantize: kgemm::quantize,
         gemv: kgemv::gemv,
     }),
     unsigned_weights: true,
