@@ -392,6 +392,9 @@ fn quantized_matrix_vector_products_match_the_reference() {
     ]);
 }
 
+// Under Miri (scalar kernels only, so the dequantizing driver that the float tests cover) these
+// take minutes.
+#[cfg_attr(miri, ignore)]
 #[test]
 fn k_quant_matrix_vector_products_match_the_reference() {
     check(&[
@@ -430,7 +433,9 @@ fn quantized_gemm_matches_the_reference() {
     ]);
 }
 
-// 35 rows: one whole 32-row panel of the AVX-512 K-quant packer and a partial one.
+// 35 rows: one whole 32-row panel of the AVX-512 K-quant packer and a partial one. Under Miri
+// these take minutes, as above.
+#[cfg_attr(miri, ignore)]
 #[test]
 fn k_quant_gemm_matches_the_reference() {
     check(&[
