@@ -21,13 +21,6 @@ fn halves8(a: i8, b: i8) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm256_set1_epi8(a)), _mm256_set1_epi8(b))
 }
 
-/// A register whose first 16 16-bit lanes are `a` and last 16 are `b` (shift counts).
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn halves16(a: i16, b: i16) -> __m512i {
-    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm256_set1_epi16(a)), _mm256_set1_epi16(b))
-}
-
 /// The 16 scales and mins (one per 16 values) of super-block `block` of `dtype`, as the
 /// portable [`crate::fast::simd::scalar::kquant::scales`] computes them.
 ///
@@ -104,16 +97,17 @@ unsafe fn unpack(dtype: DType, block: *const u8) -> Superblock {
                 wp[0] = _mm512_shuffle_i64x2::<0b01_00_01_00>(lo, hi);
                 wp[1] = _mm512_shuffle_i64x2::<0b11_10_11_10>(lo, hi);
             }
-            for (c, wc) in w.iter_mut().enumerate() {
-                if let Some(h) = h {
+            if let Some(h) = h {
+                for (c, wc) in w.iter_mut().enumerate() {
                     let bits = halves8(1 << (2 * c), (2 << (2 * c)) as i8);
                     *wc = _mm512_mask_add_epi8(*wc, _mm512_test_epi8_mask(h, bits), *wc, _mm512_set1_epi8(16));
                 }
             }
         }
         _ => {
-            let (low_bits, high_bits) = (halves8(0x03, 0x0c), halves8(0x30, -0x40));
-            let (up, down) = (halves16(4, 2), halves16(0, 2));
+            // The 16-bit lanes of the first 32 bytes (mask 0x0000ffff) and of the last 32.
+            let (first_lanes, last_lanes) = (0x0000_ffff_u32, 0xffff_0000_u32);
+            let two_bits = _mm512_set1_epi8(0x30);
             for n in 0..2 {
                 // SAFETY: `ql` bytes `64n..64n + 64` and `qh` bytes `32n..32n + 32`.
                 let (ab, q) = unsafe {
@@ -122,12 +116,17 @@ unsafe fn unpack(dtype: DType, block: *const u8) -> Superblock {
                         _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(128 + 32 * n).cast())),
                     )
                 };
-                // Values `128n..128n + 64`: low nibbles, high bits 0-1 (first 32) and 2-3;
-                // values `128n + 64..`: high nibbles, high bits 4-5 and 6-7.
-                let first = _mm512_sllv_epi16(_mm512_and_si512(q, low_bits), up);
-                let second = _mm512_srlv_epi16(_mm512_and_si512(q, high_bits), down);
-                w[2 * n] = _mm512_or_si512(_mm512_and_si512(ab, low), first);
-                w[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ab), low), second);
+                // Values `128n..128n + 64`: low nibbles with high bits 0-1 (first 32) or 2-3
+                // (last 32); values `128n + 64..`: high nibbles with high bits 4-5 or 6-7. Each
+                // pair moves to bits 4-5 by an immediate shift (variable 16-bit shifts are slow),
+                // and the mask drops what crossed a byte.
+                let first = _mm512_mask_slli_epi16::<4>(_mm512_slli_epi16::<2>(q), first_lanes, q);
+                let second = _mm512_mask_srli_epi16::<2>(q, last_lanes, q);
+                w[2 * n] = _mm512_or_si512(_mm512_and_si512(ab, low), _mm512_and_si512(first, two_bits));
+                w[2 * n + 1] = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(ab), low),
+                    _mm512_and_si512(second, two_bits),
+                );
             }
         }
     }
@@ -177,9 +176,26 @@ unsafe fn cols<const N: usize, const A: usize>(
         let row = rows.ptr.wrapping_add(r * rows.stride);
         let mut acc = [[_mm512_setzero_ps(); A]; N];
         let mut mins = [_mm512_setzero_ps(); N];
-        for sb in 0..nblocks / 8 {
-            // SAFETY: super-block `sb` of row `r`.
-            let (w, scale, min) = unsafe { unpack(rows.dtype, row.add(sb * bytes)) };
+        let superblocks = nblocks / 8;
+        if superblocks == 0 {
+            continue;
+        }
+        // With few columns, super-blocks are unpacked one ahead: the unpacking is a long chain
+        // of dependent steps, and the products waiting on it would otherwise fill the
+        // schedulers. (With more columns there is work enough, and no registers to spare.)
+        let ahead = N <= 4;
+        // SAFETY: super-block 0 of row `r`.
+        let mut next = if ahead { Some(unsafe { unpack(rows.dtype, row) }) } else { None };
+        for sb in 0..superblocks {
+            let (w, scale, min) = match next {
+                Some(unpacked) => unpacked,
+                // SAFETY: super-block `sb` of row `r`.
+                None => unsafe { unpack(rows.dtype, row.add(sb * bytes)) },
+            };
+            if ahead && sb + 1 < superblocks {
+                // SAFETY: super-block `sb + 1` of row `r`.
+                next = Some(unsafe { unpack(rows.dtype, row.add((sb + 1) * bytes)) });
+            }
             for (j, col) in columns.iter().enumerate() {
                 // SAFETY: blocks `8sb..8sb + 8` of column `j`: scales, half sums, values.
                 unsafe {
