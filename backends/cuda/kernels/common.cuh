@@ -132,6 +132,7 @@ struct I32 {
 struct Q8_0 {
     static constexpr bool quantized = true;
     static constexpr int block_bytes = Q8_0_BYTES;
+    static constexpr int block_values = QK;
     __device__ __forceinline__ static float load(const char *row, long long i0, long long) {
         const char *block = row + (i0 / QK) * Q8_0_BYTES;
         const float d = f16_bits_to_f32(*(const unsigned short *)block);
@@ -165,6 +166,7 @@ struct Q8_0 {
 struct Q4_0 {
     static constexpr bool quantized = true;
     static constexpr int block_bytes = Q4_0_BYTES;
+    static constexpr int block_values = QK;
     __device__ __forceinline__ static float load(const char *row, long long i0, long long) {
         const char *block = row + (i0 / QK) * Q4_0_BYTES;
         const float d = f16_bits_to_f32(*(const unsigned short *)block);

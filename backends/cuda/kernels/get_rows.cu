@@ -6,7 +6,7 @@
 // the destination row is filled with NaN (F32) or i32::MIN (I32) and nothing outside `a` is read.
 //
 // Launch: 2-D blocks (x over dimension 0, y over destination rows), grid-strided over rows.
-#include "common.cuh"
+#include "kquant.cuh"
 
 // The row of `a` that destination row (j, i2, i3) copies, or -1 if its index is out of range.
 __device__ __forceinline__ long long picked_row(const TensorArg &a, const TensorArg &idx, long long j, long long i2,
@@ -61,6 +61,9 @@ GET_ROWS_KERNEL(get_rows_f16, F16)
 GET_ROWS_KERNEL(get_rows_bf16, BF16)
 GET_ROWS_KERNEL(get_rows_q8_0, Q8_0)
 GET_ROWS_KERNEL(get_rows_q4_0, Q4_0)
+GET_ROWS_KERNEL(get_rows_q4_K, Q4_K)
+GET_ROWS_KERNEL(get_rows_q5_K, Q5_K)
+GET_ROWS_KERNEL(get_rows_q6_K, Q6_K)
 
 extern "C" __global__ void get_rows_i32(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg idx,
                                         const __grid_constant__ TensorArg dst) {

@@ -1,11 +1,12 @@
 // MUL_MAT through cuBLAS: the pointer arrays of a batched GEMM (products of more than 8
-// columns, and those the matrix-vector kernels of mul_mat_vec.cu do not take). The launcher
-// converts operands with the CPY kernels where needed.
+// columns, and those the matrix-vector kernels of mul_mat_vec.cu do not take), and K-quant
+// weights dequantized to f16 for the f16 GEMM. The launcher converts other operands with the
+// CPY kernels where needed.
 //
 // dst[i, j, i2, i3] = sum_k a[k, i, i2 / r2, i3 / r3] * b[k, j, i2, i3], with a: [K, M, a2, a3],
 // b: [K, N, b2, b3], dst: [M, N, b2, b3], and r2 = b2 / a2, r3 = b3 / a3 (the broadcast of a
 // over b's matrices).
-#include "common.cuh"
+#include "kquant.cuh"
 
 // The pointer arrays of cublasGemmBatchedEx for the b2 * b3 matrices of dst: `out` holds the
 // matrices of a (broadcast by r2, r3), then those of b, then those of dst (only addresses are
@@ -23,3 +24,36 @@ extern "C" __global__ void mul_mat_ptrs(const __grid_constant__ TensorArg a, con
         out[2 * nmat + mat] = dst.data + (unsigned long long)(i2 * dst.nb[2] + i3 * dst.nb[3]);
     }
 }
+
+// K-quant weights `a` (packed rows, any row strides) dequantized into `dst`, packed f16 of a's
+// shape starting on a 16-byte boundary: one warp per super-block, each lane 8 consecutive
+// values written as one 16-byte store (the CPY kernels write 2 bytes a thread and decode a
+// block's scales for every value). Grid-strided over the super-blocks of all rows.
+template <typename Q> __device__ void dequantize_f16(const TensorArg &a, const TensorArg &dst) {
+    const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const long long nsb = a.ne[0] / QK_K;
+    const long long total = nrows_of(a) * nsb;
+    for (long long s = (long long)blockIdx.x * warps + threadIdx.x / 32; s < total; s += (long long)gridDim.x * warps) {
+        long long row, ib, i1, i2, i3;
+        divmod64(s, nsb, row, ib);
+        unravel_row(row, a.ne[1], a.ne[2], i1, i2, i3);
+        const unsigned char *block = (const unsigned char *)row_ptr(a, i1, i2, i3) + ib * Q::block_bytes;
+        float y[8];
+        Q::load8(block, lane, y);
+        unsigned int h[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            h[i] = (unsigned int)f32_to_f16_bits(y[2 * i]) | ((unsigned int)f32_to_f16_bits(y[2 * i + 1]) << 16);
+        }
+        *(uint4 *)((char *)dst.data + (s * QK_K + 8 * lane) * 2) = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+}
+
+#define DEQUANTIZE_F16_KERNEL(name, Q)                                                                           \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
+        dequantize_f16<Q>(a, dst);                                                                               \
+    }
+
+DEQUANTIZE_F16_KERNEL(dequantize_f16_q4_K, Q4_K)
+DEQUANTIZE_F16_KERNEL(dequantize_f16_q5_K, Q5_K)
+DEQUANTIZE_F16_KERNEL(dequantize_f16_q6_K, Q6_K)

@@ -7,69 +7,15 @@
 // - Float weights (f32, f16, bf16) multiply b's f32 values directly: 16-byte loads of both, f32
 //   products and sums. The launcher takes this path only when every row of a and every column
 //   of b starts on a 16-byte boundary and is packed.
-// - Quantized weights (q8_0, q4_0) multiply b quantized once per launch into Q8_1 blocks (below)
-//   with 4-way int8 dot products (dp4a): the integer sums are exact, so the result differs from
-//   the f32 product only by b's quantization.
+// - Quantized weights (q8_0, q4_0) multiply b quantized once per launch into Q8_1 blocks
+//   (mul_mat_vec.cuh; quantized here, for the K-quants of mul_mat_vec_kquant.cu too) with
+//   4-way int8 dot products (dp4a): the integer sums are exact, so the result differs from the
+//   f32 product only by b's quantization.
 //
 // Grid: x over groups of ROWS weight rows, y strided over the b2 * b3 matrices. Block:
 // MMV_WARPS warps computing the same ROWS rows for all NCOLS columns, the warps and their lanes
 // splitting K; sums are reduced with shuffles, then across the warps in shared memory.
-//
-// ROWS grows with NCOLS: each piece of b a lane loads serves ROWS rows, so that b's loads
-// (from L1/L2) stay a small multiple of the weights' (from memory); each lane keeps
-// ROWS * NCOLS sums and ROWS pieces of weights in flight. One column takes 4 rows: a 4096-row
-// product is then 1024 blocks, all resident at once on an H100, where 2 rows made 2048 blocks,
-// one wave and a third (the last third ran alone, at half the memory bandwidth).
-#include "common.cuh"
-
-#define MMV_WARPS 4
-
-template <int NCOLS> struct MmvRows {
-    static constexpr int value = NCOLS == 2 ? 2 : NCOLS <= 4 ? 4 : 8;
-};
-
-// Adds up each warp's sums of the block (already reduced within the warp) and stores the
-// block's ROWS x NCOLS results of matrix (i2, i3); rows at or past m are not stored.
-template <int ROWS, int NCOLS>
-__device__ __forceinline__ void mmv_store(float (&acc)[ROWS][NCOLS], float *shared, const TensorArg &dst,
-                                          long long row0, long long m, long long i2, long long i3) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) {
-#pragma unroll
-        for (int c = 0; c < NCOLS; c++) {
-            const float sum = warp_sum(acc[r][c]);
-            if (lane == 0) {
-                shared[(warp * ROWS + r) * NCOLS + c] = sum;
-            }
-        }
-    }
-    __syncthreads();
-    for (int t = threadIdx.x; t < ROWS * NCOLS; t += blockDim.x) {
-        const int r = t / NCOLS, c = t % NCOLS;
-        float sum = 0.0f;
-#pragma unroll
-        for (int w = 0; w < MMV_WARPS; w++) {
-            sum += shared[(w * ROWS + r) * NCOLS + c];
-        }
-        if (row0 + r < m) {
-            *(float *)(row_ptr(dst, c, i2, i3) + (row0 + r) * dst.nb[0]) = sum;
-        }
-    }
-    __syncthreads(); // `shared` is free for the next matrix
-}
-
-// ---------------------------------------------------------------------------------------------
-// b quantized: Q8_1 blocks of 32 values, d = max|x| / 127, q = round(x / d), and s = d * sum(q)
-// (which the q4_0 product needs for the weights' offset of 8). 40 bytes, 8-byte aligned.
-
-struct Q8_1 {
-    float d;
-    float s;
-    int qs[8];
-};
-
-static_assert(sizeof(Q8_1) == 40, "Q8_1 must match Q8_1_BYTES in mul_mat.rs");
+#include "mul_mat_vec.cuh"
 
 // One warp per block of 32 values of one column: blocks of column j of matrix mat at
 // out[(mat * ncols + j) * nblocks + block]. Grid: x over blocks (MMV_WARPS per thread block),
@@ -213,13 +159,6 @@ __device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &b, const 
 
 // ---------------------------------------------------------------------------------------------
 // Quantized weights: each lane takes 2 of a weight block's 32-bit words of quants at a time.
-
-// A 32-bit word of quants at a 2-byte aligned address (the blocks of q8_0 and q4_0 are 34 and
-// 18 bytes long).
-__device__ __forceinline__ int load_i32_a2(const char *p) {
-    const unsigned short *h = (const unsigned short *)p;
-    return (int)((unsigned int)h[0] | ((unsigned int)h[1] << 16));
-}
 
 // q8_0: 8 words of quants per block; value = q * d.
 struct MmvQ8_0 {

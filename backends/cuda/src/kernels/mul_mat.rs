@@ -6,13 +6,15 @@
 //!
 //! The plan, chosen from shapes and strides alone ([`plan`]):
 //! - `K = 0`: the result is zeros;
-//! - `N <= 8`: a matrix-vector kernel (mul_mat_vec.cu) that reads the weights once for all
-//!   columns: q8_0/q4_0 weights with `b` quantized to Q8_1 blocks in scratch first (any
-//!   strides), float weights with `b` read in place when both operands' rows start on 16-byte
-//!   boundaries and are packed;
-//! - otherwise a GEMM of type f32 (f32 weights), bf16 (bf16 weights) or f16 (f16, q8_0, q4_0
+//! - `N <= 8`: a matrix-vector kernel (mul_mat_vec.cu, mul_mat_vec_kquant.cu) that reads the
+//!   weights once for all columns: quantized weights with `b` quantized to Q8_1 blocks in
+//!   scratch first (any strides; q4_K and q5_K rows must start on 16-byte boundaries), float
+//!   weights with `b` read in place when both operands' rows start on 16-byte boundaries and are
+//!   packed;
+//! - otherwise a GEMM of type f32 (f32 weights), bf16 (bf16 weights) or f16 (f16 and quantized
 //!   weights) with f32 output: an operand that is not of that type or whose columns are not
-//!   packed (`nb[0]`) is first converted by the CPY kernels into packed scratch; then one GEMM
+//!   packed (`nb[0]`) is first converted into packed scratch (K-quant weights by a dequantizing
+//!   kernel of mul_mat.cu, everything else by the CPY kernels); then one GEMM
 //!   (a single matrix, or every matrix of `b` and `dst` folded into the columns of one product
 //!   when `a` is a single matrix), one strided-batched GEMM (uniform batch strides, no
 //!   broadcast), or a pointer-array batched GEMM whose pointers a kernel computes in scratch.
@@ -166,7 +168,9 @@ pub(crate) fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
         return none(Path::Fill);
     }
     if n <= MMV_MAX_COLS {
-        if at.is_quantized() {
+        // q4_K and q5_K blocks are read 16 bytes at a time.
+        let vec_loads = !matches!(at, DType::Q4_K | DType::Q5_K) || rows_16_byte_aligned(&a, at.block_bytes() as i64);
+        if at.is_quantized() && vec_loads {
             let blocks = usize::try_from(b.nelements() / 32).unwrap_or(usize::MAX);
             return Plan {
                 scratch_bytes: blocks.saturating_mul(Q8_1_BYTES),
@@ -331,7 +335,20 @@ fn gemm_operands(
     let base = if p.scratch_bytes > 0 { scratch.reserve(p.scratch_bytes)? } else { 0 };
     let ga = if convert_a {
         let t = TensorArg::contiguous(base + p.a_offset as u64, gemm, a.ne)?;
-        copy(kernels, stream, (a, at), (t, gemm))?;
+        match names::dequantize_f16(at).filter(|_| gemm == DType::F16) {
+            Some(name) => {
+                // One warp per super-block, 8 warps a block.
+                let superblocks = a.nelements() / at.block_len() as i64;
+                let cfg = cudarc::driver::LaunchConfig {
+                    grid_dim: (div_ceil(superblocks, 8).clamp(1, 1 << 16) as u32, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // dequantize_f16_<type>(TensorArg a, TensorArg dst)
+                launch_kernel!(kernels, stream, name, cfg, &a, &t)?;
+            }
+            None => copy(kernels, stream, (a, at), (t, gemm))?,
+        }
         t
     } else {
         a
@@ -585,6 +602,24 @@ mod tests {
         assert_eq!(p.path, Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single });
         assert_eq!(p.b_offset, 2560);
         assert_eq!(p.scratch_bytes, p.b_offset + align(256 * 9 * 2));
+    }
+
+    #[test]
+    fn k_quant_weights_take_the_matrix_vector_kernels_or_a_dequantized_gemm() {
+        for at in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+            let p = plan(t(at, [512, 5, 1, 1]), t(DType::F32, [512, 8, 1, 1]), t(DType::F32, [5, 8, 1, 1]));
+            assert_eq!((p.path, p.scratch_bytes), (Path::MatVec { quantize_b: true }, 16 * 8 * Q8_1_BYTES), "{at}");
+            let p = plan(t(at, [512, 5, 1, 1]), t(DType::F32, [512, 9, 1, 1]), t(DType::F32, [5, 9, 1, 1]));
+            assert_eq!(p.path, Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single });
+        }
+        // q4_K and q5_K rows off 16-byte boundaries (a view 2 bytes in) go to the GEMM; q6_K
+        // blocks are read 2 bytes at a time anyway.
+        for (at, vec) in [(DType::Q4_K, false), (DType::Q5_K, false), (DType::Q6_K, true)] {
+            let (mut a, _) = t(at, [512, 5, 1, 1]);
+            a.data += 2;
+            let p = plan((a, at), t(DType::F32, [512, 1, 1, 1]), t(DType::F32, [5, 1, 1, 1]));
+            assert_eq!(matches!(p.path, Path::MatVec { .. }), vec, "{at}: {p:?}");
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! `validate` accepts a node only when these give a kernel, so `supports` and `launch` agree
 //! by construction; the tests check every name given here is in the module table.
 
-use tessera_core::DType::{self, BF16, F16, F32, I32, Q4_0, Q8_0};
+use tessera_core::DType::{self, BF16, F16, F32, I32, Q4_0, Q4_K, Q5_K, Q6_K, Q8_0};
 
 /// CPY and CONT from `src` to `dst`.
 pub(crate) fn cpy(src: DType, dst: DType) -> Option<&'static str> {
@@ -32,6 +32,25 @@ pub(crate) fn cpy(src: DType, dst: DType) -> Option<&'static str> {
         (BF16, Q4_0) => "cpy_bf16_q4_0",
         (Q8_0, Q4_0) => "cpy_q8_0_q4_0",
         (Q4_0, Q4_0) => "cpy_q4_0_q4_0",
+        // The K-quants to and from the float types only (see copy.cu).
+        (Q4_K, F32) => "cpy_q4_K_f32",
+        (Q4_K, F16) => "cpy_q4_K_f16",
+        (Q4_K, BF16) => "cpy_q4_K_bf16",
+        (Q5_K, F32) => "cpy_q5_K_f32",
+        (Q5_K, F16) => "cpy_q5_K_f16",
+        (Q5_K, BF16) => "cpy_q5_K_bf16",
+        (Q6_K, F32) => "cpy_q6_K_f32",
+        (Q6_K, F16) => "cpy_q6_K_f16",
+        (Q6_K, BF16) => "cpy_q6_K_bf16",
+        (F32, Q4_K) => "cpy_f32_q4_K",
+        (F16, Q4_K) => "cpy_f16_q4_K",
+        (BF16, Q4_K) => "cpy_bf16_q4_K",
+        (F32, Q5_K) => "cpy_f32_q5_K",
+        (F16, Q5_K) => "cpy_f16_q5_K",
+        (BF16, Q5_K) => "cpy_bf16_q5_K",
+        (F32, Q6_K) => "cpy_f32_q6_K",
+        (F16, Q6_K) => "cpy_f16_q6_K",
+        (BF16, Q6_K) => "cpy_bf16_q6_K",
         _ => return None,
     })
 }
@@ -157,7 +176,7 @@ pub(crate) fn rope(t: DType) -> Option<&'static str> {
     by_float(t, ["rope_f32", "rope_f16", "rope_bf16"])
 }
 
-/// GET_ROWS from rows of type `a` (into F32, or I32 from I32); none for the K-quants yet.
+/// GET_ROWS from rows of type `a` (into F32, or I32 from I32).
 pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
     Some(match a {
         F32 => "get_rows_f32",
@@ -165,8 +184,10 @@ pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
         BF16 => "get_rows_bf16",
         Q8_0 => "get_rows_q8_0",
         Q4_0 => "get_rows_q4_0",
+        Q4_K => "get_rows_q4_K",
+        Q5_K => "get_rows_q5_K",
+        Q6_K => "get_rows_q6_K",
         I32 => "get_rows_i32",
-        DType::Q4_K | DType::Q5_K | DType::Q6_K => return None,
     })
 }
 
@@ -219,9 +240,22 @@ pub(crate) fn mul_mat_vec(a: DType, ncols: usize) -> Option<&'static str> {
         BF16 => by_cols!("bf16"),
         Q8_0 => by_cols!("q8_0"),
         Q4_0 => by_cols!("q4_0"),
+        Q4_K => by_cols!("q4_K"),
+        Q5_K => by_cols!("q5_K"),
+        Q6_K => by_cols!("q6_K"),
         _ => return None,
     };
     names.get(ncols.checked_sub(1)?).copied()
+}
+
+/// K-quant weights of type `a` dequantized into packed f16 for MUL_MAT's GEMM.
+pub(crate) fn dequantize_f16(a: DType) -> Option<&'static str> {
+    Some(match a {
+        Q4_K => "dequantize_f16_q4_K",
+        Q5_K => "dequantize_f16_q5_K",
+        Q6_K => "dequantize_f16_q6_K",
+        _ => return None,
+    })
 }
 
 /// Quantizes the columns of a matrix-vector product's b for quantized weights.
@@ -245,7 +279,7 @@ mod tests {
         let known: BTreeSet<&str> = MODULES.iter().flat_map(|m| m.kernels.iter().copied()).collect();
         let mut chosen = BTreeSet::new();
         for a in DType::ALL {
-            for f in [unary, argmax, norm, diag_mask_inf, rope, get_rows, concat, pool_2d] {
+            for f in [unary, argmax, norm, diag_mask_inf, rope, get_rows, concat, pool_2d, dequantize_f16] {
                 chosen.extend(f(a));
             }
             for ncols in 0..=9 {

@@ -191,14 +191,17 @@ pub(crate) fn validate(node: &Node) -> Result<(), Why> {
     }
 }
 
-/// MUL_MAT: `a: [K, M, a2, a3]` f32, f16, bf16, q8_0 or q4_0 with packed rows, `b: [K, N, b2,
+/// MUL_MAT: `a: [K, M, a2, a3]` f32, f16, bf16, q8_0, q4_0, q4_K, q5_K or q6_K with packed rows, `b: [K, N, b2,
 /// b3]` F32 with any strides, `dst: [M, N, b2, b3]` F32 with packed columns (cuBLAS writes it),
 /// sizes within cuBLAS's 32-bit arguments.
 fn validate_mul_mat(node: &Node) -> Result<(), Why> {
     let op = Op::MulMat;
     let ((a, at), (b, bt)) = (node.src(0)?, node.src(1)?);
     let (dst, dt) = node.dst;
-    let weight_ok = matches!(at, DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0);
+    let weight_ok = matches!(
+        at,
+        DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_K | DType::Q5_K | DType::Q6_K
+    );
     need(weight_ok && bt == DType::F32 && dt == DType::F32, || no_kernel(op, &[at, bt, dt]))?;
     need(a.ne[0] <= 1 || a.nb[0] == at.block_bytes() as i64, || "the rows of a must be packed".into())?;
     let [k, m, a2, a3] = a.ne;
@@ -231,11 +234,17 @@ mod tests {
     #[test]
     fn copies_between_float_and_quantized_types_and_i32_to_i32() {
         let floats = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
+        let plain = [DType::F32, DType::F16, DType::BF16];
+        let k_quants = [DType::Q4_K, DType::Q5_K, DType::Q6_K];
         for s in DType::ALL {
             for d in DType::ALL {
                 // 256 values per row: whole blocks of every type.
                 let ok = check(Op::Cpy, arg(d, [256, 3, 1, 1]), &[Some(arg(s, [256, 3, 1, 1]))]).is_ok();
-                let expected = (s == DType::I32 && d == DType::I32) || (floats.contains(&s) && floats.contains(&d));
+                // The K-quants to and from the float types only.
+                let expected = (s == DType::I32 && d == DType::I32)
+                    || (floats.contains(&s) && floats.contains(&d))
+                    || (k_quants.contains(&s) && plain.contains(&d))
+                    || (plain.contains(&s) && k_quants.contains(&d));
                 assert_eq!(ok, expected, "{s} -> {d}");
             }
         }
@@ -255,14 +264,12 @@ mod tests {
     }
 
     #[test]
-    fn mul_mat_weights_of_every_float_and_32_value_block_type() {
+    fn mul_mat_weights_of_every_float_and_quantized_type() {
         for at in DType::ALL {
             let a = arg(at, [256, 7, 2, 1]);
             let b = arg(DType::F32, [256, 9, 4, 3]);
             let ok = check(Op::MulMat, arg(DType::F32, [7, 9, 4, 3]), &[Some(a), Some(b)]).is_ok();
-            // The K-quants have no CUDA kernels yet: the scheduler gives them to the CPU.
-            let k_quant = matches!(at, DType::Q4_K | DType::Q5_K | DType::Q6_K);
-            assert_eq!(ok, at != DType::I32 && !k_quant, "{at}");
+            assert_eq!(ok, at != DType::I32, "{at}");
         }
         // A transposed destination cannot be written by cuBLAS.
         let mut dst = arg(DType::F32, [7, 9, 1, 1]);
