@@ -157,7 +157,8 @@ pub(crate) fn rope(t: DType) -> Option<&'static str> {
     by_float(t, ["rope_f32", "rope_f16", "rope_bf16"])
 }
 
-/// GET_ROWS from rows of type `a` (into F32, or I32 from I32); none for the K-quants yet.
+/// GET_ROWS from rows of type `a` (into F32, or I32 from I32); none for the K-quants and the
+/// other 4- and 5-bit types yet.
 pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
     Some(match a {
         F32 => "get_rows_f32",
@@ -166,7 +167,8 @@ pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
         Q8_0 => "get_rows_q8_0",
         Q4_0 => "get_rows_q4_0",
         I32 => "get_rows_i32",
-        DType::Q4_K | DType::Q5_K | DType::Q6_K => return None,
+        DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => return None,
+        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => return None,
     })
 }
 

@@ -54,7 +54,7 @@ pub fn mul_mat(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, node
         unsafe { core::ptr::write_bytes(mm.out(0), 0, mm.m * mm.n * mm.batches()) };
         return Ok(true);
     }
-    if matches!(mm.a_type, DType::Q4_K | DType::Q5_K | DType::Q6_K) {
+    if !mm.a_type.is_float() && !matches!(mm.a_type, DType::Q8_0 | DType::Q4_0) {
         return dequantized::run(kernels, team, memory, &mm);
     }
     let quantized = matches!(mm.a_type, DType::Q8_0 | DType::Q4_0);
