@@ -16,6 +16,8 @@ from the gguf package's `quantize` where it has one (q4_1, q5_0, q5_1), else fro
 `quantize_row_TYPE_ref` of a libggml-base built from ggml's sources (its path in
 $GGML_BASE_LIB, default /tmp/ggml-build/bin/libggml-base.so); without the library those
 fixtures are left as they are.
+
+GGUF: types.gguf holds the dequantization fixtures' blocks as tensors (tests/gguf.rs loads it).
 """
 
 import ctypes
@@ -94,11 +96,29 @@ def quantization_fixtures(rng: np.random.Generator) -> None:
         print(f"{name}: {x.size} values quantized")
 
 
+def gguf_fixture() -> None:
+    """types.gguf: the dequantization fixtures' blocks as tensors of two rows, one per type
+    and named after it, written by the gguf package's GGUFWriter."""
+    from gguf import GGUFWriter
+
+    path = OUT / "types.gguf"
+    w = GGUFWriter(str(path), "tessera-types")
+    for qtype, name, _, size, _ in TYPES:
+        blocks = np.frombuffer((OUT / f"{name}.blocks").read_bytes(), dtype=np.uint8)
+        w.add_tensor(name, blocks.reshape(2, BLOCKS // 2 * size), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"types.gguf: {len(TYPES)} tensors")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(2019)
     dequantization_fixtures(rng)
     quantization_fixtures(rng)
+    gguf_fixture()
 
 
 if __name__ == "__main__":

@@ -15,9 +15,11 @@ macro_rules! fixture {
     };
 }
 
-/// Each type with its `(blocks, values)` dequantization fixture and `(values, blocks)`
-/// quantization fixture.
-fn fixtures() -> [(DType, (&'static [u8], &'static [u8]), (&'static [u8], &'static [u8])); 8] {
+/// Two fixture files: `(blocks, values)` for dequantization, `(values, blocks)` for quantization.
+type Pair = (&'static [u8], &'static [u8]);
+
+/// Each type with its dequantization and quantization fixtures.
+fn fixtures() -> [(DType, Pair, Pair); 8] {
     macro_rules! entry {
         ($t:expr, $name:literal) => {
             (
