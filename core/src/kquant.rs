@@ -8,7 +8,7 @@
 
 use half::f16;
 
-use crate::kquant_search::{make_qkx2_quants, make_qx_quants, nearest_int};
+use crate::kquant_search::{make_qkx2_quants, make_qx_quants, nearest_int, sqrtf};
 
 /// Below this largest scale magnitude a Q6_K block is all zeros (ggml's `GROUP_MAX_EPS`).
 const GROUP_MAX_EPS: f32 = 1e-15;
@@ -155,7 +155,7 @@ fn quantize_scale_min(x: &[f32], nmax: i32, rmin: f32, nstep: i32, head: &mut [u
         for v in x {
             sum_x2 += v * v;
         }
-        let av_x = libm::sqrtf(sum_x2 / 32.0);
+        let av_x = sqrtf(sum_x2 / 32.0);
         let weights: [f32; 32] = core::array::from_fn(|i| av_x + libm::fabsf(x[i]));
         (scales[j], mins[j]) = make_qkx2_quants(nmax, x, &weights, l, rmin, 0.1, nstep, false);
         if scales[j] > max_scale {

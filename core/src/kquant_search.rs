@@ -15,6 +15,19 @@ pub fn nearest_int(v: f32) -> i32 {
     (bits & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
+/// The square root, correctly rounded (as C's `sqrtf`, so blocks stay ggml's). libm's x86
+/// version is inline assembly, which Miri cannot run; under Miri, std's.
+#[inline]
+pub fn sqrtf(v: f32) -> f32 {
+    #[cfg(miri)]
+    {
+        extern crate std;
+        std::primitive::f32::sqrt(v)
+    }
+    #[cfg(not(miri))]
+    libm::sqrtf(v)
+}
+
 /// Below this largest magnitude a group counts as all zeros.
 const GROUP_MAX_EPS: f32 = 1e-15;
 

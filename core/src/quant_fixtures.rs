@@ -48,6 +48,7 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 /// Random blocks and their values as llama.cpp's `gguf` package dequantizes them: equal bit
 /// for bit.
 #[test]
+#[cfg_attr(miri, ignore = "safe arithmetic only, and minutes under Miri")]
 fn dequantization_is_bit_identical_to_the_gguf_package() {
     for (t, (blocks, values), _) in fixtures() {
         let want = f32s(values);
@@ -62,6 +63,7 @@ fn dequantization_is_bit_identical_to_the_gguf_package() {
 
 /// Rows of varied character quantized as ggml's reference quantizer does: the same bytes.
 #[test]
+#[cfg_attr(miri, ignore = "safe arithmetic only, and minutes under Miri")]
 fn quantization_is_byte_identical_to_ggml() {
     for (t, _, (values, blocks)) in fixtures() {
         let x = f32s(values);
@@ -86,13 +88,14 @@ impl Rng {
     fn gaussian(&mut self) -> f32 {
         let u = (self.uniform() + 1.0) * 0.5 + 1e-7;
         let v = self.uniform();
-        libm::sqrtf(-2.0 * libm::logf(u)) * libm::cosf(core::f32::consts::PI * v)
+        crate::kquant_search::sqrtf(-2.0 * libm::logf(u)) * libm::cosf(core::f32::consts::PI * v)
     }
 }
 
 /// Quantizers must take any f32 without panicking (in debug builds too, where arithmetic
 /// overflow would), and dequantize to something of the right length.
 #[test]
+#[cfg_attr(miri, ignore = "safe arithmetic only, and minutes under Miri")]
 fn quantizers_never_panic() {
     let mut rng = Rng(7);
     let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN, 1e-45, -0.0, 0.0, 65504.0, 1e30];
@@ -130,7 +133,7 @@ fn rmse(t: DType, quantize: fn(&[f32], &mut [u8]), x: &[f32]) -> f32 {
     let mut y = vec![0.0f32; x.len()];
     row_to_f32(t, &q, &mut y);
     let err: f32 = x.iter().zip(&y).map(|(a, b)| (a - b) * (a - b)).sum();
-    libm::sqrtf(err / x.len() as f32)
+    crate::kquant_search::sqrtf(err / x.len() as f32)
 }
 
 /// ggml's scale searches (now the K-quant quantizers) lose less than the range fit tessera
@@ -138,6 +141,7 @@ fn rmse(t: DType, quantize: fn(&[f32], &mut [u8]), x: &[f32]) -> f32 {
 /// (64 blocks each): uniform q4_K 0.0359 -> 0.0317, q5_K 0.0176 -> 0.0160, q6_K 0.0086 ->
 /// 0.0076; Gaussian q4_K 0.0798 -> 0.0712, q5_K 0.0391 -> 0.0361, q6_K 0.0196 -> 0.0176.
 #[test]
+#[cfg_attr(miri, ignore = "safe arithmetic only, and minutes under Miri")]
 fn scale_searches_beat_the_range_fit() {
     use crate::{kquant, kquant_minmax};
     type Quantize = fn(&[f32], &mut [u8]);
