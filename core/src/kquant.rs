@@ -8,10 +8,7 @@
 
 use half::f16;
 
-use crate::kquant_search::{make_qkx2_quants, make_qx_quants, nearest_int, sqrtf};
-
-/// Below this largest scale magnitude a Q6_K block is all zeros (ggml's `GROUP_MAX_EPS`).
-const GROUP_MAX_EPS: f32 = 1e-15;
+use crate::kquant_search::{make_qkx2_quants, make_qx_quants, nearest_int, sqrtf, GROUP_MAX_EPS};
 
 /// Values per K-quant super-block.
 pub const QK_K: usize = 256;
@@ -123,7 +120,7 @@ pub fn dequantize_row_q6_k(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// Writes the quants of `L` (values `0..=31`) of a Q4_K or Q5_K block: low nibbles in 128
+/// Writes the quants `q` (values `0..=31`) of a Q4_K or Q5_K block: low nibbles in 128
 /// bytes of `qs` (bytes `32 c + l` hold values `64 c + l` and `64 c + 32 + l`), fifth bits,
 /// when `qh` is given, at bits `2 c` and `2 c + 1` of byte `l`.
 fn pack_4_5(q: &[u8; QK_K], qs: &mut [u8], mut qh: Option<&mut [u8]>) {

@@ -28,8 +28,9 @@ pub fn sqrtf(v: f32) -> f32 {
     libm::sqrtf(v)
 }
 
-/// Below this largest magnitude a group counts as all zeros.
-const GROUP_MAX_EPS: f32 = 1e-15;
+/// Below this largest magnitude (of values, or of a block's scales) a group counts as all
+/// zeros (ggml's `GROUP_MAX_EPS`).
+pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// The value of largest magnitude (sign kept, first on ties) and that magnitude.
 fn signed_max(x: &[f32]) -> (f32, f32) {
