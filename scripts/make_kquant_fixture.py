@@ -11,7 +11,7 @@ scales are set to finite values of either sign, and to 0 in block 3) and TYPE.f3
 values, little-endian f32).
 
 Quantization: rows of f32 (uniform, Gaussian, with outliers, constant, zero and tiny values;
-TYPE.quant.f32) and their blocks as ggml's reference quantizer writes them (TYPE.quant.blocks):
+quantizer_input.f32) and their blocks as ggml's reference quantizer writes them (TYPE.quant.blocks):
 from the gguf package's `quantize` where it has one (q4_1, q5_0, q5_1), else from
 `quantize_row_TYPE_ref` of a libggml-base built from ggml's sources (its path in
 $GGML_BASE_LIB, default /tmp/ggml-build/bin/libggml-base.so); without the library those
@@ -77,6 +77,7 @@ def quantizer_inputs(rng: np.random.Generator) -> np.ndarray:
 
 def quantization_fixtures(rng: np.random.Generator) -> None:
     x = quantizer_inputs(rng)
+    (OUT / "quantizer_input.f32").write_bytes(x.astype("<f4").tobytes())
     path = os.environ.get("GGML_BASE_LIB", "/tmp/ggml-build/bin/libggml-base.so")
     lib = ctypes.CDLL(path) if Path(path).exists() else None
     for qtype, name, per_block, size, _ in TYPES:
@@ -91,7 +92,6 @@ def quantization_fixtures(rng: np.random.Generator) -> None:
         else:
             print(f"{name}: no libggml-base at {path}; quantization fixture left as it is")
             continue
-        (OUT / f"{name}.quant.f32").write_bytes(x.astype("<f4").tobytes())
         (OUT / f"{name}.quant.blocks").write_bytes(blocks)
         print(f"{name}: {x.size} values quantized")
 

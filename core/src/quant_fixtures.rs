@@ -25,7 +25,7 @@ fn fixtures() -> [(DType, Pair, Pair); 8] {
             (
                 $t,
                 (fixture!($name, ".blocks"), fixture!($name, ".f32")),
-                (fixture!($name, ".quant.f32"), fixture!($name, ".quant.blocks")),
+                (fixture!("quantizer_input", ".f32"), fixture!($name, ".quant.blocks")),
             )
         };
     }
