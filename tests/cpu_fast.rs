@@ -17,6 +17,9 @@ use tessera::host_buffer::HOST_BUFFER_TYPE;
 use tessera::{Backend, BinaryOp, DType, Graph, RopeMode, RopeParams, TensorId, UnaryOp};
 
 const TYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
+/// Types the fast kernels read by dequantizing rows (MUL_MAT through f32 copies of the weights).
+const DEQUANTIZED: [DType; 8] =
+    [DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K];
 
 /// One MUL_MAT case: `a: [k, m, bs...]` of `ta` times `b: [k, n, bs * nr...]`, `b` optionally
 /// transposed (`[n, k]` leaf) or with dims 1 and 2 swapped.
@@ -124,7 +127,7 @@ fn row_op_cases() -> Vec<Case> {
             g.rope(a, pos, RopeParams { mode, n_dims, freq_base: 10000.0, freq_scale: 1.0 })
         }));
     }
-    for t in TYPES {
+    for t in TYPES.into_iter().chain(DEQUANTIZED) {
         v.push(Case::new("GET_ROWS", format!("GET_ROWS(type={t},n=1024,r=300,m=200)"), move |g| {
             let a = g.leaf(t, [1024, 300, 1, 1])?;
             let b = g.leaf_init(DType::I32, [200, 1, 1, 1], Init::Ints(0, 300))?;

@@ -326,6 +326,31 @@ fn files_from_pythons_gguf_package_read_correctly() {
     assert_eq!(g.tensor_data(q), &ours[..]);
 }
 
+/// A file from the `gguf` package with a tensor of each of ggml's block types tessera reads
+/// beyond q8_0 and q4_0 (scripts/make_kquant_fixture.py): every one loads, and its values are
+/// the package's dequantization of its blocks, bit for bit.
+#[test]
+fn files_with_every_block_type_load_and_dequantize_as_the_gguf_package_does() {
+    static FILE: &[u8] = include_bytes!("data/kquant/types.gguf");
+    let values = |name: &str| -> Vec<f32> {
+        let bytes = std::fs::read(format!("tests/data/kquant/{name}.f32")).unwrap();
+        bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+    };
+    let mut graph = Graph::new();
+    let (g, ids) = bind_static(&mut graph, FILE).unwrap();
+    let types =
+        [DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K];
+    assert_eq!(g.tensors().len(), types.len());
+    for t in types {
+        let info = g.tensor(t.name()).unwrap();
+        assert_eq!(info.dtype(), t);
+        assert_eq!(info.ne(), [4 * t.block_len(), 2, 1, 1], "{t}");
+        let got: Vec<u32> = graph.get_f32(ids[t.name()]).unwrap().iter().map(|v| v.to_bits()).collect();
+        let want: Vec<u32> = values(t.name()).iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, want, "{t}");
+    }
+}
+
 /// A file with metadata, arrays and tensors for the malformed-input tests.
 fn sample_file() -> Vec<u8> {
     let mut w = every_value_type();

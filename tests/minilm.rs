@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use tessera::runtime::placement::Placement;
 use tessera::{DType, Device};
-use tessera_models::{Embedder, MODULES};
+use tessera_models::{Embedder, Recipe, MODULES};
 use tessera_sim::{SimConfig, SimDevice};
 
 const MODEL: &str = "weights/all-MiniLM-L6-v2/model.safetensors";
@@ -105,10 +105,11 @@ fn the_tokenizer_next_to_the_model_gives_the_reference_tokens() {
     assert_eq!(embedder.tokenize(&sentences).unwrap(), reference().tokens);
 }
 
-/// The model converted to GGUF with `dtype` matrices (the example's `--convert`).
-fn converted(model: &Path, dtype: DType) -> PathBuf {
-    let out = std::env::temp_dir().join(format!("tessera-minilm-{dtype}-{}.gguf", std::process::id()));
-    tessera_models::convert(model, &out, dtype).unwrap();
+/// The model converted to GGUF with `recipe`'s matrix types (the example's `--convert`).
+fn converted(model: &Path, recipe: impl Into<Recipe>) -> PathBuf {
+    let recipe = recipe.into();
+    let out = std::env::temp_dir().join(format!("tessera-minilm-{}-{}.gguf", recipe.name(), std::process::id()));
+    tessera_models::convert(model, &out, recipe).unwrap();
     out
 }
 
@@ -119,21 +120,30 @@ fn gguf_quantized_and_f16_embeddings_match_the_reference() {
     // Q8_0: the attention q/k/v and FFN up matrices stay in f16 (see converted_type).
     // K-quants: rows of 384 values do not fill their 256-value blocks and fall back to q8_0;
     // the FFN down projections (rows of 1536) take the K-quant, and cost what its fewer bits
-    // do (measured: q4_K 0.978, q5_K 0.995, q6_K 0.9988).
+    // do (measured against the f32 run: q2_K 0.773, q3_K 0.937, q4_K 0.984, q5_K 0.995, q6_K
+    // 0.9989, q4_K_M 0.9948, q5_K_M 0.9976; q4_0 0.970, q4_1 0.980, q5_0 0.9926, q5_1 0.9938).
     let types = [
-        (DType::Q8_0, 0.9995),
-        (DType::F16, 0.99999),
-        (DType::F32, 0.999999),
-        (DType::Q4_K, 0.97),
-        (DType::Q5_K, 0.993),
-        (DType::Q6_K, 0.998),
+        (Recipe::Uniform(DType::Q8_0), 0.9995),
+        (Recipe::Uniform(DType::F16), 0.99999),
+        (Recipe::Uniform(DType::F32), 0.999999),
+        (Recipe::Uniform(DType::Q2_K), 0.75),
+        (Recipe::Uniform(DType::Q3_K), 0.93),
+        (Recipe::Uniform(DType::Q4_K), 0.98),
+        (Recipe::Uniform(DType::Q5_K), 0.993),
+        (Recipe::Uniform(DType::Q6_K), 0.998),
+        (Recipe::Q4_K_M, 0.993),
+        (Recipe::Q5_K_M, 0.997),
+        (Recipe::Uniform(DType::Q4_1), 0.975),
+        (Recipe::Uniform(DType::Q5_0), 0.99),
+        (Recipe::Uniform(DType::Q5_1), 0.99),
     ];
-    for (dtype, bound) in types {
-        let path = converted(&model, dtype);
+    for (recipe, bound) in types {
+        let path = converted(&model, recipe);
         let (worst, _) = worst_cosine(&mut load(&path, "", "", &cpu()));
-        println!("minilm gguf {dtype}: worst cosine similarity {worst:.9}");
+        let name = recipe.name();
+        println!("minilm gguf {name}: worst cosine similarity {worst:.9}");
         std::fs::remove_file(&path).ok();
-        assert!(worst >= bound, "{dtype}: worst cosine {worst} < {bound}");
+        assert!(worst >= bound, "{name}: worst cosine {worst} < {bound}");
     }
 }
 

@@ -6,7 +6,7 @@
 use half::{bf16, f16};
 
 use crate::dtype::DType;
-use crate::{kquant, quant};
+use crate::{kquant, kquant_low, legacy_quant, quant};
 
 /// Reads `out.len()` values of type `dtype` from `src` (densely packed) into f32.
 /// I32 values are converted numerically.
@@ -35,6 +35,11 @@ pub fn row_to_f32(dtype: DType, src: &[u8], out: &mut [f32]) {
         }
         DType::Q8_0 => quant::dequantize_row_q8_0(src, out),
         DType::Q4_0 => quant::dequantize_row_q4_0(src, out),
+        DType::Q4_1 => legacy_quant::dequantize_row_q4_1(src, out),
+        DType::Q5_0 => legacy_quant::dequantize_row_q5_0(src, out),
+        DType::Q5_1 => legacy_quant::dequantize_row_q5_1(src, out),
+        DType::Q2_K => kquant_low::dequantize_row_q2_k(src, out),
+        DType::Q3_K => kquant_low::dequantize_row_q3_k(src, out),
         DType::Q4_K => kquant::dequantize_row_q4_k(src, out),
         DType::Q5_K => kquant::dequantize_row_q5_k(src, out),
         DType::Q6_K => kquant::dequantize_row_q6_k(src, out),
@@ -68,6 +73,11 @@ pub fn row_from_f32(dtype: DType, src: &[f32], out: &mut [u8]) {
         }
         DType::Q8_0 => quant::quantize_row_q8_0(src, out),
         DType::Q4_0 => quant::quantize_row_q4_0(src, out),
+        DType::Q4_1 => legacy_quant::quantize_row_q4_1(src, out),
+        DType::Q5_0 => legacy_quant::quantize_row_q5_0(src, out),
+        DType::Q5_1 => legacy_quant::quantize_row_q5_1(src, out),
+        DType::Q2_K => kquant_low::quantize_row_q2_k(src, out),
+        DType::Q3_K => kquant_low::quantize_row_q3_k(src, out),
         DType::Q4_K => kquant::quantize_row_q4_k(src, out),
         DType::Q5_K => kquant::quantize_row_q5_k(src, out),
         DType::Q6_K => kquant::quantize_row_q6_k(src, out),

@@ -11,8 +11,11 @@ use crate::error::{Error, Result};
 /// - `Q8_0`: 32 values = an f16 scale followed by 32 `i8` (34 bytes); value = scale * q.
 /// - `Q4_0`: 32 values = an f16 scale followed by 16 bytes of nibbles (18 bytes); byte `j`
 ///   holds value `j` in its low nibble and value `j + 16` in its high nibble; value = scale * (q - 8).
-/// - `Q4_K`, `Q5_K`, `Q6_K`: 256 values in sub-blocks with quantized scales (144, 176 and 210
-///   bytes); see [`kquant`](crate::kquant).
+/// - `Q4_1`, `Q5_0`, `Q5_1`: 32 values with an f16 scale (and min), 4 or 5 bits each (20, 22
+///   and 24 bytes); see [`legacy_quant`](crate::legacy_quant).
+/// - `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`: 256 values in sub-blocks with quantized scales
+///   (84, 110, 144, 176 and 210 bytes); see [`kquant_low`](crate::kquant_low) and
+///   [`kquant`](crate::kquant).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(non_camel_case_types)] // ggml's names: Q4_K is not Q4K.
 pub enum DType {
@@ -22,6 +25,11 @@ pub enum DType {
     I32,
     Q8_0,
     Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q2_K,
+    Q3_K,
     Q4_K,
     Q5_K,
     Q6_K,
@@ -29,13 +37,18 @@ pub enum DType {
 
 impl DType {
     /// Every type, in a fixed order (useful for tests and tables).
-    pub const ALL: [DType; 9] = [
+    pub const ALL: [DType; 14] = [
         DType::F32,
         DType::F16,
         DType::BF16,
         DType::I32,
         DType::Q8_0,
         DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q2_K,
+        DType::Q3_K,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,
@@ -50,6 +63,11 @@ impl DType {
             DType::I32 => "i32",
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
+            DType::Q2_K => "q2_K",
+            DType::Q3_K => "q3_K",
             DType::Q4_K => "q4_K",
             DType::Q5_K => "q5_K",
             DType::Q6_K => "q6_K",
@@ -59,8 +77,8 @@ impl DType {
     /// Number of values in one storage block (1 for plain types).
     pub const fn block_len(self) -> usize {
         match self {
-            DType::Q8_0 | DType::Q4_0 => 32,
-            DType::Q4_K | DType::Q5_K | DType::Q6_K => crate::kquant::QK_K,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => crate::quant::QK,
+            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => crate::kquant::QK_K,
             _ => 1,
         }
     }
@@ -72,6 +90,11 @@ impl DType {
             DType::F16 | DType::BF16 => 2,
             DType::Q8_0 => 34,
             DType::Q4_0 => 18,
+            DType::Q4_1 => crate::legacy_quant::Q4_1_BLOCK_BYTES,
+            DType::Q5_0 => crate::legacy_quant::Q5_0_BLOCK_BYTES,
+            DType::Q5_1 => crate::legacy_quant::Q5_1_BLOCK_BYTES,
+            DType::Q2_K => crate::kquant_low::Q2_K_BLOCK_BYTES,
+            DType::Q3_K => crate::kquant_low::Q3_K_BLOCK_BYTES,
             DType::Q4_K => crate::kquant::Q4_K_BLOCK_BYTES,
             DType::Q5_K => crate::kquant::Q5_K_BLOCK_BYTES,
             DType::Q6_K => crate::kquant::Q6_K_BLOCK_BYTES,
@@ -117,5 +140,10 @@ mod tests {
         assert_eq!(DType::Q5_K.row_bytes(256).unwrap(), 176);
         assert_eq!(DType::Q6_K.row_bytes(256).unwrap(), 210);
         assert!(matches!(DType::Q6_K.row_bytes(128), Err(Error::BlockAlignment { .. })));
+        assert_eq!(DType::Q4_1.row_bytes(64).unwrap(), 40);
+        assert_eq!(DType::Q5_0.row_bytes(64).unwrap(), 44);
+        assert_eq!(DType::Q5_1.row_bytes(64).unwrap(), 48);
+        assert_eq!(DType::Q2_K.row_bytes(512).unwrap(), 168);
+        assert_eq!(DType::Q3_K.row_bytes(256).unwrap(), 110);
     }
 }

@@ -3,11 +3,12 @@
 //! Q6_K files most models are published in).
 //!
 //! Dequantization follows ggml's formulas operation for operation, so values are bit-identical
-//! to ggml's. Quantization is a plain range fit per sub-block, its quantized scales rounded up
-//! so that no value is clipped (ggml searches for the scales that minimise the error; its
-//! choices of scale, and so its bytes, can differ).
+//! to ggml's; quantization is ggml's reference quantizer with its scale searches
+//! ([`kquant_search`](crate::kquant_search)), so blocks are ggml's bytes too.
 
 use half::f16;
+
+use crate::kquant_search::{make_qkx2_quants, make_qx_quants, nearest_int, sqrtf, GROUP_MAX_EPS};
 
 /// Values per K-quant super-block.
 pub const QK_K: usize = 256;
@@ -36,7 +37,7 @@ pub fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
 }
 
 /// Packs eight 6-bit scales and mins as [`scale_min`] reads them.
-fn pack_scale_min(scales: &[u8; 8], mins: &[u8; 8], q: &mut [u8]) {
+pub(crate) fn pack_scale_min(scales: &[u8; 8], mins: &[u8; 8], q: &mut [u8]) {
     q[..12].fill(0);
     for j in 0..8 {
         let (ls, lm) = (scales[j], mins[j]);
@@ -119,116 +120,126 @@ pub fn dequantize_row_q6_k(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-fn round_clamped(v: f32, max: u8) -> u8 {
-    // The float-to-int cast saturates, so NaN and huge values stay in range.
-    (libm::roundf(v) as i32).clamp(0, i32::from(max)) as u8
-}
-
-/// The smallest f16 `d` with `d * steps >= max` (`max >= 0`): a scale quantized against it
-/// never needs more than `steps`.
-fn super_scale(max: f32, steps: f32) -> f16 {
-    let d = f16::from_f32(max / steps);
-    if d.to_f32() * steps < max {
-        f16::from_bits(d.to_bits() + 1)
-    } else {
-        d
-    }
-}
-
-/// `v / d` rounded up, at most `max` (0 when `d` is 0): quantized scales round up so that the
-/// values they cover never fall outside the quants' range.
-fn ceil_steps(v: f32, d: f16, max: u8) -> u8 {
-    let d = d.to_f32();
-    if d > 0.0 {
-        (libm::ceilf(v / d) as i32).clamp(0, i32::from(max)) as u8
-    } else {
-        0
-    }
-}
-
-/// Super-block scales of eight sub-blocks of 32 fitted as `scale * q - min` with `q` in
-/// `0..=levels`: the f16 `d` and `dmin`, the 6-bit scales and mins, and each value's `q`.
-/// Mins are quantized first (rounded up, so the lowest value is covered), then each scale is
-/// fitted to the range above the quantized min.
-fn fit_scale_min(x: &[f32], levels: u8, q: &mut [u8; QK_K]) -> (f16, f16, [u8; 8], [u8; 8]) {
-    let (mut lo, mut hi) = ([0.0f32; 8], [0.0f32; 8]);
-    for (j, sub) in x.chunks_exact(32).enumerate() {
-        lo[j] = sub.iter().fold(0.0f32, |m, v| m.min(*v));
-        hi[j] = sub.iter().fold(0.0f32, |m, v| m.max(*v));
-    }
-    let dmin = super_scale(lo.iter().fold(0.0f32, |m, v| m.max(-v)), 63.0);
-    let lm = lo.map(|l| ceil_steps(-l, dmin, 63));
-    let mut scale = [0.0f32; 8];
-    for j in 0..8 {
-        scale[j] = (hi[j] + dmin.to_f32() * f32::from(lm[j])) / f32::from(levels);
-    }
-    let d = super_scale(scale.iter().fold(0.0f32, |m, v| m.max(*v)), 63.0);
-    let ls = scale.map(|s| ceil_steps(s, d, 63));
-    for (j, (sub, q)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
-        let (step, offset) = (d.to_f32() * f32::from(ls[j]), dmin.to_f32() * f32::from(lm[j]));
-        let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
-        for (q, v) in q.iter_mut().zip(sub) {
-            *q = round_clamped((v + offset) * inv, levels);
-        }
-    }
-    (d, dmin, ls, lm)
-}
-
-/// Quantizes `src` (a whole number of super-blocks) into Q4_K blocks in `dst`.
-pub fn quantize_row_q4_k(src: &[f32], dst: &mut [u8]) {
-    for (x, block) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q4_K_BLOCK_BYTES)) {
-        let mut q = [0u8; QK_K];
-        let (d, dmin, ls, lm) = fit_scale_min(x, 15, &mut q);
-        block[..2].copy_from_slice(&d.to_le_bytes());
-        block[2..4].copy_from_slice(&dmin.to_le_bytes());
-        pack_scale_min(&ls, &lm, &mut block[4..16]);
-        for (c, out) in block[16..].chunks_exact_mut(32).enumerate() {
-            for (l, b) in out.iter_mut().enumerate() {
-                *b = q[64 * c + l] | (q[64 * c + 32 + l] << 4);
-            }
-        }
-    }
-}
-
-/// Quantizes `src` (a whole number of super-blocks) into Q5_K blocks in `dst`.
-pub fn quantize_row_q5_k(src: &[f32], dst: &mut [u8]) {
-    for (x, block) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q5_K_BLOCK_BYTES)) {
-        let mut q = [0u8; QK_K];
-        let (d, dmin, ls, lm) = fit_scale_min(x, 31, &mut q);
-        block[..2].copy_from_slice(&d.to_le_bytes());
-        block[2..4].copy_from_slice(&dmin.to_le_bytes());
-        pack_scale_min(&ls, &lm, &mut block[4..16]);
-        let (qh, qs) = block[16..].split_at_mut(32);
+/// Writes the quants `q` (values `0..=31`) of a Q4_K or Q5_K block: low nibbles in 128
+/// bytes of `qs` (bytes `32 c + l` hold values `64 c + l` and `64 c + 32 + l`), fifth bits,
+/// when `qh` is given, at bits `2 c` and `2 c + 1` of byte `l`.
+fn pack_4_5(q: &[u8; QK_K], qs: &mut [u8], mut qh: Option<&mut [u8]>) {
+    if let Some(qh) = qh.as_deref_mut() {
         qh.fill(0);
-        for (c, out) in qs.chunks_exact_mut(32).enumerate() {
-            for (l, b) in out.iter_mut().enumerate() {
-                let (lo, hi) = (q[64 * c + l], q[64 * c + 32 + l]);
-                *b = (lo & 0xf) | ((hi & 0xf) << 4);
+    }
+    for (c, out) in qs.chunks_exact_mut(32).enumerate() {
+        for (l, b) in out.iter_mut().enumerate() {
+            let (lo, hi) = (q[64 * c + l], q[64 * c + 32 + l]);
+            *b = (lo & 0xf) | ((hi & 0xf) << 4);
+            if let Some(qh) = qh.as_deref_mut() {
                 qh[l] |= ((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1));
             }
         }
     }
 }
 
-/// Quantizes `src` (a whole number of super-blocks) into Q6_K blocks in `dst`: each
-/// sub-block of 16 gets the positive scale that maps its largest magnitude to 31 (rounded up
-/// against the shared f16 `d`, so no value falls outside `-32..=31`).
+/// ggml's Q4_K / Q5_K quantizer (quants `0..=nmax`): each sub-block of 32 fitted as
+/// `scale * q - min` by [`make_qkx2_quants`] (weighted by `rms + |x|`), scales and mins
+/// quantized to 6 bits against the block's largest, and the quants recomputed for the
+/// quantized values. Writes `d`, `dmin` and the packed scales to `head` (16 bytes) and
+/// returns the quants.
+fn quantize_scale_min(x: &[f32], nmax: i32, rmin: f32, nstep: i32, head: &mut [u8]) -> [u8; QK_K] {
+    let mut l = [0u8; QK_K];
+    let (mut scales, mut mins) = ([0.0f32; 8], [0.0f32; 8]);
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for (j, (x, l)) in x.chunks_exact(32).zip(l.chunks_exact_mut(32)).enumerate() {
+        let mut sum_x2 = 0.0f32;
+        for v in x {
+            sum_x2 += v * v;
+        }
+        let av_x = sqrtf(sum_x2 / 32.0);
+        let weights: [f32; 32] = core::array::from_fn(|i| av_x + libm::fabsf(x[i]));
+        (scales[j], mins[j]) = make_qkx2_quants(nmax, x, &weights, l, rmin, 0.1, nstep, false);
+        if scales[j] > max_scale {
+            max_scale = scales[j];
+        }
+        if mins[j] > max_min {
+            max_min = mins[j];
+        }
+    }
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    // ggml keeps the rounded values in bytes (wrapping) before capping them at 63.
+    let ls = scales.map(|s| (nearest_int(inv_scale * s) as u8).min(63));
+    let lm = mins.map(|m| (nearest_int(inv_min * m) as u8).min(63));
+    let (d, dmin) = (f16::from_f32(max_scale / 63.0), f16::from_f32(max_min / 63.0));
+    head[..2].copy_from_slice(&d.to_le_bytes());
+    head[2..4].copy_from_slice(&dmin.to_le_bytes());
+    pack_scale_min(&ls, &lm, &mut head[4..16]);
+    for (j, (x, l)) in x.chunks_exact(32).zip(l.chunks_exact_mut(32)).enumerate() {
+        let (sc, m) = scale_min(j, &head[4..16]);
+        let step = d.to_f32() * f32::from(sc);
+        if step == 0.0 {
+            continue;
+        }
+        let dm = dmin.to_f32() * f32::from(m);
+        for (l, &v) in l.iter_mut().zip(x) {
+            *l = nearest_int((v + dm) / step).clamp(0, nmax) as u8;
+        }
+    }
+    l
+}
+
+/// Quantizes `src` (a whole number of super-blocks) into Q4_K blocks in `dst`, as ggml's
+/// reference quantizer does.
+pub fn quantize_row_q4_k(src: &[f32], dst: &mut [u8]) {
+    for (x, block) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q4_K_BLOCK_BYTES)) {
+        let (head, qs) = block.split_at_mut(16);
+        let q = quantize_scale_min(x, 15, -1.0, 20, head);
+        pack_4_5(&q, qs, None);
+    }
+}
+
+/// Quantizes `src` (a whole number of super-blocks) into Q5_K blocks in `dst`, as ggml's
+/// reference quantizer does.
+pub fn quantize_row_q5_k(src: &[f32], dst: &mut [u8]) {
+    for (x, block) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q5_K_BLOCK_BYTES)) {
+        let (head, rest) = block.split_at_mut(16);
+        let q = quantize_scale_min(x, 31, -0.5, 15, head);
+        let (qh, qs) = rest.split_at_mut(32);
+        pack_4_5(&q, qs, Some(qh));
+    }
+}
+
+/// Quantizes `src` (a whole number of super-blocks) into Q6_K blocks in `dst`, as ggml's
+/// reference quantizer does: each sub-block of 16 fitted by [`make_qx_quants`], the scales
+/// quantized to 8 signed bits against the one of largest magnitude, and the quants
+/// recomputed for the quantized scales.
 pub fn quantize_row_q6_k(src: &[f32], dst: &mut [u8]) {
     for (x, block) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q6_K_BLOCK_BYTES)) {
-        let mut scale = [0.0f32; 16];
-        for (s, sub) in scale.iter_mut().zip(x.chunks_exact(16)) {
-            *s = sub.iter().fold(0.0f32, |m, v| m.max(libm::fabsf(*v))) / 31.0;
-        }
-        let d = super_scale(scale.iter().fold(0.0f32, |m, v| m.max(*v)), 127.0);
-        let sc = scale.map(|s| ceil_steps(s, d, 127) as i8);
-        let mut q = [0u8; QK_K];
-        for (j, (sub, q)) in x.chunks_exact(16).zip(q.chunks_exact_mut(16)).enumerate() {
-            let step = d.to_f32() * f32::from(sc[j]);
-            let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
-            for (q, v) in q.iter_mut().zip(sub) {
-                *q = ((libm::roundf(v * inv) as i32).clamp(-32, 31) + 32) as u8;
+        let mut l = [0i8; QK_K];
+        let mut scales = [0.0f32; 16];
+        let (mut max_scale, mut max_abs) = (0.0f32, 0.0f32);
+        for (j, (x, l)) in x.chunks_exact(16).zip(l.chunks_exact_mut(16)).enumerate() {
+            scales[j] = make_qx_quants(32, x, l);
+            if libm::fabsf(scales[j]) > max_abs {
+                max_abs = libm::fabsf(scales[j]);
+                max_scale = scales[j];
             }
         }
+        if max_abs < GROUP_MAX_EPS {
+            block.fill(0);
+            continue;
+        }
+        let iscale = -128.0 / max_scale;
+        let d = f16::from_f32(1.0 / iscale);
+        // ggml stores the capped scale into an i8 (wrapping).
+        let sc = scales.map(|s| nearest_int(iscale * s).min(127) as i8);
+        for (j, (x, l)) in x.chunks_exact(16).zip(l.chunks_exact_mut(16)).enumerate() {
+            let step = d.to_f32() * f32::from(sc[j]);
+            if step == 0.0 {
+                continue;
+            }
+            for (l, &v) in l.iter_mut().zip(x) {
+                *l = (nearest_int(v / step).clamp(-32, 31) + 32) as i8;
+            }
+        }
+        let q = l.map(|l| l as u8);
         for h in 0..2 {
             let q = &q[128 * h..];
             for l in 0..32 {
@@ -275,41 +286,6 @@ mod tests {
         let q5 = round_trip(&x, quantize_row_q5_k, dequantize_row_q5_k, Q5_K_BLOCK_BYTES);
         let q6 = round_trip(&x, quantize_row_q6_k, dequantize_row_q6_k, Q6_K_BLOCK_BYTES);
         assert!(q4 < 3e-3 && q5 < q4 && q6 < q5, "relative squared errors: q4_K {q4}, q5_K {q5}, q6_K {q6}");
-    }
-
-    /// Random blocks and their values as llama.cpp's `gguf` package dequantizes them
-    /// (scripts/make_kquant_fixture.py): equal bit for bit.
-    #[test]
-    fn dequantization_is_bit_identical_to_the_gguf_package() {
-        type Dequantize = fn(&[u8], &mut [f32]);
-        let cases: [(&str, &[u8], &[u8], Dequantize); 3] = [
-            (
-                "q4_K",
-                include_bytes!("../../tests/data/kquant/q4_K.blocks"),
-                include_bytes!("../../tests/data/kquant/q4_K.f32"),
-                dequantize_row_q4_k,
-            ),
-            (
-                "q5_K",
-                include_bytes!("../../tests/data/kquant/q5_K.blocks"),
-                include_bytes!("../../tests/data/kquant/q5_K.f32"),
-                dequantize_row_q5_k,
-            ),
-            (
-                "q6_K",
-                include_bytes!("../../tests/data/kquant/q6_K.blocks"),
-                include_bytes!("../../tests/data/kquant/q6_K.f32"),
-                dequantize_row_q6_k,
-            ),
-        ];
-        for (name, blocks, values, dequantize) in cases {
-            let mut y = [0.0f32; 8 * QK_K];
-            dequantize(blocks, &mut y);
-            for (i, (got, want)) in y.iter().zip(values.chunks_exact(4)).enumerate() {
-                let want = f32::from_le_bytes([want[0], want[1], want[2], want[3]]);
-                assert_eq!(got.to_bits(), want.to_bits(), "{name} value {i}: {got} != {want}");
-            }
-        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! tessera-core: the `no_std + alloc` heart of tessera.
 //!
-//! - [`dtype`], [`quant`], [`convert`]: element types, ggml's quantized block layouts and
-//!   row conversions;
+//! - [`dtype`], [`quant`], [`legacy_quant`], [`kquant`], [`kquant_low`], [`convert`]: element
+//!   types, ggml's quantized block layouts and row conversions;
 //! - [`tensor`], [`op`], [`graph`]: tensor metadata, ops with their parameters, and the graph
 //!   arena whose op constructors infer and check shapes; [`tensor_view`]: nodes resolved to
 //!   memory, as kernels take them;
@@ -29,9 +29,16 @@ pub mod gguf;
 pub mod graph;
 pub mod host_buffer;
 pub mod kquant;
+pub mod kquant_low;
+#[cfg(test)]
+mod kquant_minmax;
+pub mod kquant_search;
+pub mod legacy_quant;
 pub mod op;
 pub mod op_code;
 pub mod quant;
+#[cfg(test)]
+mod quant_fixtures;
 pub mod registry;
 pub mod sched;
 pub mod tensor;

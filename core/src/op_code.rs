@@ -23,7 +23,7 @@ pub const fn dtype_id(dtype: DType) -> u32 {
 pub fn dtype_from_id(id: u32) -> Result<DType> {
     DType::ALL.into_iter().find(|d| dtype_id(*d) == id).ok_or_else(|| {
         invalid(format!(
-            "unknown type id {id} (known: 0 f32, 1 f16, 2 q4_0, 8 q8_0, 12 q4_K, 13 q5_K, 14 q6_K, 26 i32, 30 bf16)"
+            "unknown type id {id} (known: 0 f32, 1 f16, 2 q4_0, 3 q4_1, 6 q5_0, 7 q5_1, 8 q8_0, 10 q2_K, 11 q3_K, 12 q4_K, 13 q5_K, 14 q6_K, 26 i32, 30 bf16)"
         ))
     })
 }

@@ -18,7 +18,7 @@ use std::time::Instant;
 use tessera::runtime::placement::Placement;
 use tessera::runtime::threads::parse_threads;
 use tessera::DType;
-use tessera_models::{Embedder, LoadOptions, Module, Tokenizer, MAX_TOKENS, MODULES};
+use tessera_models::{Embedder, LoadOptions, Module, Recipe, Tokenizer, MAX_TOKENS, MODULES};
 
 use input::Input;
 
@@ -30,7 +30,7 @@ const HELP: &str = "\
 Sentence embeddings with all-MiniLM-L6-v2 (fetch it once with scripts/fetch_minilm.sh).
 
 usage: embed [OPTIONS] SENTENCE...
-       embed --convert OUT.gguf [--type f32|f16|q8_0|q4_K|q5_K|q6_K] [--model FILE]
+       embed --convert OUT.gguf [--type TYPE] [--model FILE]
 
 options:
   --model FILE           weights, safetensors or GGUF [weights/all-MiniLM-L6-v2/model.safetensors,
@@ -51,7 +51,9 @@ options:
                          median call [1]
   --convert OUT.gguf     write the model as GGUF in llama.cpp's layout, with its vocabulary,
                          instead of embedding
-  --type TYPE            matrix type for --convert: f32, f16, q8_0, q4_K, q5_K or q6_K [f32]
+  --type TYPE            matrix type for --convert: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
+                         q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, or the mixes q4_K_M and q5_K_M
+                         (q4_K/q5_K with some FFN down projections in q6_K) [f32]
                          (K-quant rows that do not fill 256-value blocks are stored as q8_0)
   -h, --help             print this help
 
@@ -73,7 +75,7 @@ struct Args {
     files: Vec<PathBuf>,
     batch_size: usize,
     convert: Option<PathBuf>,
-    matrix_type: Option<DType>,
+    matrix_type: Option<Recipe>,
     repeat: usize, // timed calls of each batch after one warm-up: the median is reported
 }
 
@@ -120,17 +122,13 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
             Long("file") => a.files.push(parser.value()?.into()),
             Long("convert") => a.convert = Some(parser.value()?.into()),
             Long("type") => {
-                a.matrix_type = Some(match parser.value()?.string()?.to_lowercase().as_str() {
-                    "f32" => DType::F32,
-                    "f16" => DType::F16,
-                    "q8_0" => DType::Q8_0,
-                    "q4_k" => DType::Q4_K,
-                    "q5_k" => DType::Q5_K,
-                    "q6_k" => DType::Q6_K,
-                    other => {
-                        return Err(format!("--type: '{other}' is not one of f32, f16, q8_0, q4_K, q5_K, q6_K").into())
-                    }
-                })
+                let name = parser.value()?.string()?;
+                a.matrix_type = Some(Recipe::parse(&name).ok_or_else(|| {
+                    format!(
+                        "--type: '{name}' is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, \
+                         q4_K, q5_K, q6_K, q4_K_M, q5_K_M"
+                    )
+                })?)
             }
             Short('h') | Long("help") => {
                 out!("{HELP}");
@@ -235,11 +233,12 @@ fn median(v: &mut [f64]) -> f64 {
 fn run(args: Args) -> Result<(), BoxError> {
     let model = model_path(&args)?;
     if let Some(out) = &args.convert {
-        let dtype = args.matrix_type.unwrap_or(DType::F32);
-        let n = tessera_models::convert(&model, out, dtype)?;
-        let mix = if dtype.is_quantized() { " (attention q/k/v and FFN up in f16)" } else { "" };
+        let recipe = args.matrix_type.unwrap_or(Recipe::Uniform(DType::F32));
+        let n = tessera_models::convert(&model, out, recipe)?;
+        let mix = if recipe.is_quantized() { " (attention q/k/v and FFN up in f16)" } else { "" };
         let mb = std::fs::metadata(out).map_or(0.0, |m| m.len() as f64 / 1e6);
-        outln!("wrote {} ({n} tensors, matrices as {dtype}{mix}, {mb:.1} MB)", out.display());
+        let name = recipe.name();
+        outln!("wrote {} ({n} tensors, matrices as {name}{mix}, {mb:.1} MB)", out.display());
         return Ok(());
     }
     let input = Input::open(&args.sentences, &args.files)?;

@@ -41,7 +41,7 @@ mod test_model;
 
 pub use bert::{BertGraph, Layout};
 pub use config::{BertConfig, HfConfig};
-pub use convert::{convert, converted_type};
+pub use convert::{convert, converted_type, Recipe};
 pub use embedder::{Embedder, LoadOptions, Timing};
 pub use error::{Error, Result};
 pub use gguf_vocab::Vocab;

@@ -143,11 +143,18 @@ const BF16: DType = DType::BF16;
 const I32: DType = DType::I32;
 const Q8_0: DType = DType::Q8_0;
 const Q4_0: DType = DType::Q4_0;
+const Q4_1: DType = DType::Q4_1;
+const Q5_0: DType = DType::Q5_0;
+const Q5_1: DType = DType::Q5_1;
+const Q2_K: DType = DType::Q2_K;
+const Q3_K: DType = DType::Q3_K;
 const Q4_K: DType = DType::Q4_K;
 const Q5_K: DType = DType::Q5_K;
 const Q6_K: DType = DType::Q6_K;
 /// The K-quants, whose blocks hold 256 values.
-const K_QUANTS: [DType; 3] = [Q4_K, Q5_K, Q6_K];
+const K_QUANTS: [DType; 5] = [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K];
+/// The 32-value block types besides Q8_0 and Q4_0.
+const LEGACY_QUANTS: [DType; 3] = [Q4_1, Q5_0, Q5_1];
 
 const FLOATS: [DType; 3] = [F32, F16, BF16];
 const SWAP01: [usize; 4] = [1, 0, 2, 3];
@@ -470,7 +477,7 @@ fn mul_mat(v: &mut Vec<Case>) {
         /// `a` is a `[k, d2, m, d3]` leaf with dims 1 and 2 swapped (rows stay contiguous).
         PermA,
     }
-    for ta in [F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K] {
+    for ta in [F32, F16, BF16, Q8_0, Q4_0].into_iter().chain(LEGACY_QUANTS).chain(K_QUANTS) {
         let sizes: &[(usize, usize, usize)] = if K_QUANTS.contains(&ta) {
             &[(7, 1, 256), (17, 9, 512), (5, 3, 256), (33, 1, 768), (16, 16, 256), (67, 33, 512)]
         } else if ta.is_quantized() {
@@ -545,7 +552,7 @@ fn mul_mat(v: &mut Vec<Case>) {
 }
 
 fn get_rows(v: &mut Vec<Case>) {
-    for t in [F32, F16, BF16, I32, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K] {
+    for t in [F32, F16, BF16, I32, Q8_0, Q4_0].into_iter().chain(LEGACY_QUANTS).chain(K_QUANTS) {
         let n = if t.is_quantized() { 2 * t.block_len() } else { 33 };
         let one_block = t.block_len().max(32);
         for (n, r, m, d2, d3) in [(n, 5, 3, 1, 1), (n, 7, 9, 3, 1), (n, 4, 2, 2, 3), (one_block, 1, 5, 1, 1)] {
@@ -627,10 +634,10 @@ fn cpy(v: &mut Vec<Case>) {
         let b = g.leaf(I32, [10, 5, 4, 3])?;
         g.cpy(a, b)
     }));
-    // The K-quants from and to f32, and as casts. (Not into their own type: the reference
-    // requantizes what it dequantized, which their range fit does not reproduce exactly, where
-    // a copy keeps the bytes.)
-    for t in K_QUANTS {
+    // The K-quants and the other 4- and 5-bit types from and to f32, and as casts. (Not into
+    // their own type: the reference requantizes what it dequantized, which their quantizers do
+    // not reproduce exactly, where a copy keeps the bytes.)
+    for t in K_QUANTS.into_iter().chain(LEGACY_QUANTS) {
         for (ts, td) in [(F32, t), (t, F32)] {
             let name = format!("CPY(type_src={ts},type_dst={td},ne=[512,3,2,1])");
             v.push(Case::new("CPY", name, move |g| {

@@ -400,7 +400,7 @@ fn read_tensor_infos<'a>(c: &mut Cursor<'a>, tensor_count: u64, alignment: usize
 }
 
 fn unsupported_type(field: Field<'_>, name: &str, id: u32) -> Error {
-    let supported = "f32, f16, bf16, i32, q8_0, q4_0, q4_K, q5_K, q6_K";
+    let supported = "f32, f16, bf16, i32, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K";
     match ggml_type_name(id) {
         Some(ty) => field.error(format!(
             "tensor '{name}' has type {ty} (ggml type {id}), which tessera does not support (supported: {supported})"

@@ -176,7 +176,8 @@ pub(crate) fn rope(t: DType) -> Option<&'static str> {
     by_float(t, ["rope_f32", "rope_f16", "rope_bf16"])
 }
 
-/// GET_ROWS from rows of type `a` (into F32, or I32 from I32).
+/// GET_ROWS from rows of type `a` (into F32, or I32 from I32); none for Q4_1, Q5_0, Q5_1,
+/// Q2_K and Q3_K yet.
 pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
     Some(match a {
         F32 => "get_rows_f32",
@@ -188,6 +189,7 @@ pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
         Q5_K => "get_rows_q5_K",
         Q6_K => "get_rows_q6_K",
         I32 => "get_rows_i32",
+        DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q2_K | DType::Q3_K => return None,
     })
 }
 

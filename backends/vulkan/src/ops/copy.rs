@@ -20,6 +20,10 @@ pub(super) fn plan(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dis
     })?;
     // CPY's second source names the destination's memory; only the first is read.
     let args = args_of(dst, &srcs[..1]);
+    // `quantize.comp` fits K-quant scales by range, while the CPU searches for them as ggml
+    // does: different bytes, so copies into the K-quants are left to the CPU.
+    let k_quant = matches!(dst.dtype, DType::Q4_K | DType::Q5_K | DType::Q6_K);
+    need(!k_quant, || no_shader(op, &[a.dtype, dst.dtype]))?;
     if dst.dtype.is_quantized() {
         let blocks = n / dst.dtype.block_len() as u64;
         return Ok(Dispatch { shader: Shader::Quantize, args, groups: linear_groups(blocks, BLOCKS_PER_GROUP)? });
@@ -47,8 +51,9 @@ mod tests {
     #[test]
     fn quantized_destinations_take_one_invocation_per_block() {
         let src = dense(DType::Q4_0, [32, 8, 2, 1]);
-        let d = copy(Op::Cpy, src, dense(DType::Q6_K, [256, 2, 1, 1])).expect("values in another shape");
+        let d = copy(Op::Cpy, src, dense(DType::Q8_0, [256, 2, 1, 1])).expect("values in another shape");
         assert_eq!((d.shader, d.groups), (Shader::Quantize, [1, 1, 1]));
+        assert!(copy(Op::Cpy, src, dense(DType::Q6_K, [256, 2, 1, 1])).is_err(), "K-quants quantize on the CPU");
         // CPY's second source is the destination itself: the shader gets only the first.
         assert_eq!(d.args.src[1], crate::args::TensorDesc::default());
         let d = copy(Op::Cont, src, dense(DType::BF16, [32, 8, 2, 1])).expect("a dequantizing copy");

@@ -65,6 +65,9 @@ pub fn mul_mat(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, node
         }
         return Ok(true);
     }
+    if !mm.a_type.is_float() && !matches!(mm.a_type, DType::Q8_0 | DType::Q4_0) {
+        return dequantized::run(kernels, team, memory, &mm);
+    }
     let quantized = matches!(mm.a_type, DType::Q8_0 | DType::Q4_0);
     match (quantized, mm.n <= GEMV_MAX_N) {
         (false, true) => gemv::run_float(kernels, team, memory, &mm)?,
