@@ -81,9 +81,6 @@ fn bytes(ne: [usize; 4]) -> f64 {
     4.0 * ne.iter().product::<usize>() as f64
 }
 
-const MUL_MAT_TYPES: [DType; 8] =
-    [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K];
-
 /// MUL_MAT: square products, a 4096 x 14336 weight matrix against 1 to 8 columns (batched
 /// decoding) and 512, and a BERT layer's products over many tokens.
 fn mul_mat() -> Vec<Case> {
@@ -93,7 +90,8 @@ fn mul_mat() -> Vec<Case> {
     shapes.extend([(384, 131072, 384), (1536, 131072, 384), (384, 131072, 1536)]);
     let mut cases = Vec::new();
     for (m, n, k) in shapes {
-        for ta in MUL_MAT_TYPES {
+        // Every weight type (I32 is no weight type).
+        for ta in DType::ALL.into_iter().filter(|&t| t != DType::I32) {
             cases.push(Case {
                 op: "MUL_MAT",
                 params: format!("type_a={ta},type_b=f32,m={m},n={n},k={k},bs=[1,1],nr=[1,1]"),

@@ -20,11 +20,10 @@ pub(super) fn plan(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dis
     })?;
     // CPY's second source names the destination's memory; only the first is read.
     let args = args_of(dst, &srcs[..1]);
-    // `quantize.comp` fits K-quant scales by range, while the CPU searches for them as ggml
-    // does: different bytes, so copies into the K-quants are left to the CPU.
-    let k_quant = matches!(dst.dtype, DType::Q4_K | DType::Q5_K | DType::Q6_K);
-    need(!k_quant, || no_shader(op, &[a.dtype, dst.dtype]))?;
+    // `quantize.comp` writes Q8_0 and Q4_0 as the CPU does; the K-quants search their scales as
+    // ggml does, so copies into them are left to the CPU.
     if dst.dtype.is_quantized() {
+        need(matches!(dst.dtype, DType::Q8_0 | DType::Q4_0), || no_shader(op, &[a.dtype, dst.dtype]))?;
         let blocks = n / dst.dtype.block_len() as u64;
         return Ok(Dispatch { shader: Shader::Quantize, args, groups: linear_groups(blocks, BLOCKS_PER_GROUP)? });
     }
