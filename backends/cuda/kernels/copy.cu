@@ -5,8 +5,8 @@
 // Launch: 2-D blocks (x over dimension 0 of a destination row, or its blocks when quantized;
 // y over rows), grid-strided over the destination's rows.
 //
-// The K-quants (kquant.cuh) are copied to and from the float types; not into each other or
-// themselves (a requantized block need not keep the bytes it came from).
+// The K-quants (kquant.cuh) are copied into the float types only: quantizing into them is
+// ggml's iterative scale search, which the CUDA backend leaves to the CPU.
 #include "kquant.cuh"
 
 // True when both tensors have the same shape: row (i1, i2, i3) of the destination is then row
@@ -46,57 +46,41 @@ __device__ void cpy_convert(const TensorArg &src, const TensorArg &dst) {
     }
 }
 
-// Into a quantized type: one thread per destination block (32 values; 256 for the K-quants).
+// Into a quantized type of 32-value blocks: one thread per destination block.
 template <typename S, typename D>
 __device__ void cpy_quantize(const TensorArg &src, const TensorArg &dst) {
-    constexpr int BV = D::block_values;
-    const long long nblocks = dst.ne[0] / BV;
+    const long long nblocks = dst.ne[0] / QK;
     const bool same = same_shape(src, dst);
     FOR_EACH_ROW(row, nrows_of(dst)) {
         long long i1, i2, i3;
         unravel_row(row, dst.ne[1], dst.ne[2], i1, i2, i3);
         char *drow = row_ptr(dst, i1, i2, i3);
         FOR_EACH_I0(ib, nblocks) {
-            char *block = drow + ib * D::block_bytes;
-            if constexpr (BV == QK) {
-                float x[QK];
-                if (same) {
-                    const char *srow = row_ptr(src, i1, i2, i3);
-                    for (int j = 0; j < QK; j++) {
-                        x[j] = S::load(srow, ib * QK + j, src.nb[0]);
-                    }
-                } else {
-                    // Values of the source in row-major order from `base` on, stepping the
-                    // indices.
-                    long long j0, j1, j2, j3;
-                    unravel_flat(row * dst.ne[0] + ib * QK, src.ne, j0, j1, j2, j3);
-                    for (int j = 0; j < QK; j++) {
-                        x[j] = S::load(row_ptr(src, j1, j2, j3), j0, src.nb[0]);
-                        if (++j0 == src.ne[0]) {
-                            j0 = 0;
-                            if (++j1 == src.ne[1]) {
-                                j1 = 0;
-                                if (++j2 == src.ne[2]) {
-                                    j2 = 0;
-                                    ++j3;
-                                }
+            float x[QK];
+            if (same) {
+                const char *srow = row_ptr(src, i1, i2, i3);
+                for (int j = 0; j < QK; j++) {
+                    x[j] = S::load(srow, ib * QK + j, src.nb[0]);
+                }
+            } else {
+                // Values of the source in row-major order from `base` on, stepping the indices.
+                long long j0, j1, j2, j3;
+                unravel_flat(row * dst.ne[0] + ib * QK, src.ne, j0, j1, j2, j3);
+                for (int j = 0; j < QK; j++) {
+                    x[j] = S::load(row_ptr(src, j1, j2, j3), j0, src.nb[0]);
+                    if (++j0 == src.ne[0]) {
+                        j0 = 0;
+                        if (++j1 == src.ne[1]) {
+                            j1 = 0;
+                            if (++j2 == src.ne[2]) {
+                                j2 = 0;
+                                ++j3;
                             }
                         }
                     }
                 }
-                D::quantize(x, block);
-            } else {
-                // K-quants read their 256 values twice (range, then quants) from the source
-                // rather than hold them in (local) memory.
-                const long long first = ib * BV;
-                if (same) {
-                    const char *srow = row_ptr(src, i1, i2, i3);
-                    D::quantize([&](int j) { return S::load(srow, first + j, src.nb[0]); }, block);
-                } else {
-                    const long long base = row * dst.ne[0] + first;
-                    D::quantize([&](int j) { return load_flat<S>(src, base + j); }, block);
-                }
             }
+            D::quantize(x, drow + ib * D::block_bytes);
         }
     }
 }
@@ -171,15 +155,6 @@ CPY_QUANTIZE_KERNEL(cpy_f16_q4_0, F16, Q4_0)
 CPY_QUANTIZE_KERNEL(cpy_bf16_q4_0, BF16, Q4_0)
 CPY_QUANTIZE_KERNEL(cpy_q8_0_q4_0, Q8_0, Q4_0)
 CPY_QUANTIZE_KERNEL(cpy_q4_0_q4_0, Q4_0, Q4_0)
-CPY_QUANTIZE_KERNEL(cpy_f32_q4_K, F32, Q4_K)
-CPY_QUANTIZE_KERNEL(cpy_f16_q4_K, F16, Q4_K)
-CPY_QUANTIZE_KERNEL(cpy_bf16_q4_K, BF16, Q4_K)
-CPY_QUANTIZE_KERNEL(cpy_f32_q5_K, F32, Q5_K)
-CPY_QUANTIZE_KERNEL(cpy_f16_q5_K, F16, Q5_K)
-CPY_QUANTIZE_KERNEL(cpy_bf16_q5_K, BF16, Q5_K)
-CPY_QUANTIZE_KERNEL(cpy_f32_q6_K, F32, Q6_K)
-CPY_QUANTIZE_KERNEL(cpy_f16_q6_K, F16, Q6_K)
-CPY_QUANTIZE_KERNEL(cpy_bf16_q6_K, BF16, Q6_K)
 
 // f32 -> f32, i32 -> i32
 CPY_RAW_KERNEL(cpy_b32, unsigned int)

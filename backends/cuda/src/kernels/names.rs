@@ -32,7 +32,7 @@ pub(crate) fn cpy(src: DType, dst: DType) -> Option<&'static str> {
         (BF16, Q4_0) => "cpy_bf16_q4_0",
         (Q8_0, Q4_0) => "cpy_q8_0_q4_0",
         (Q4_0, Q4_0) => "cpy_q4_0_q4_0",
-        // The K-quants to and from the float types only (see copy.cu).
+        // The K-quants into the float types only (see copy.cu).
         (Q4_K, F32) => "cpy_q4_K_f32",
         (Q4_K, F16) => "cpy_q4_K_f16",
         (Q4_K, BF16) => "cpy_q4_K_bf16",
@@ -42,15 +42,6 @@ pub(crate) fn cpy(src: DType, dst: DType) -> Option<&'static str> {
         (Q6_K, F32) => "cpy_q6_K_f32",
         (Q6_K, F16) => "cpy_q6_K_f16",
         (Q6_K, BF16) => "cpy_q6_K_bf16",
-        (F32, Q4_K) => "cpy_f32_q4_K",
-        (F16, Q4_K) => "cpy_f16_q4_K",
-        (BF16, Q4_K) => "cpy_bf16_q4_K",
-        (F32, Q5_K) => "cpy_f32_q5_K",
-        (F16, Q5_K) => "cpy_f16_q5_K",
-        (BF16, Q5_K) => "cpy_bf16_q5_K",
-        (F32, Q6_K) => "cpy_f32_q6_K",
-        (F16, Q6_K) => "cpy_f16_q6_K",
-        (BF16, Q6_K) => "cpy_bf16_q6_K",
         _ => return None,
     })
 }
