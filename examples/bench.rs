@@ -81,8 +81,21 @@ fn bytes(ne: [usize; 4]) -> f64 {
     4.0 * ne.iter().product::<usize>() as f64
 }
 
-const MUL_MAT_TYPES: [DType; 8] =
-    [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K];
+const MUL_MAT_TYPES: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
 
 /// MUL_MAT: square products, a 4096 x 14336 weight matrix against 1 to 8 columns (batched
 /// decoding) and 512, and a BERT layer's products over many tokens.

@@ -5,9 +5,11 @@
 // Launch: 2-D blocks (x over dimension 0 of a destination row, or its blocks when quantized;
 // y over rows), grid-strided over the destination's rows.
 //
-// The K-quants (kquant.cuh) are copied into the float types only: quantizing into them is
-// ggml's iterative scale search, which the CUDA backend leaves to the CPU.
-#include "kquant.cuh"
+// The K-quants (kquant.cuh, kquant_low.cuh) are copied into the float types only: quantizing
+// into them is ggml's scale search, which the CUDA backend leaves to the CPU. Q4_1, Q5_0 and
+// Q5_1 (legacy_quant.cuh) are copied to and from the float types.
+#include "kquant_low.cuh"
+#include "legacy_quant.cuh"
 
 // True when both tensors have the same shape: row (i1, i2, i3) of the destination is then row
 // (i1, i2, i3) of the source, with no per-value index arithmetic.
@@ -144,6 +146,21 @@ CPY_KERNEL(cpy_q5_K_bf16, Q5_K, BF16)
 CPY_KERNEL(cpy_q6_K_f32, Q6_K, F32)
 CPY_KERNEL(cpy_q6_K_f16, Q6_K, F16)
 CPY_KERNEL(cpy_q6_K_bf16, Q6_K, BF16)
+CPY_KERNEL(cpy_q4_1_f32, Q4_1, F32)
+CPY_KERNEL(cpy_q4_1_f16, Q4_1, F16)
+CPY_KERNEL(cpy_q4_1_bf16, Q4_1, BF16)
+CPY_KERNEL(cpy_q5_0_f32, Q5_0, F32)
+CPY_KERNEL(cpy_q5_0_f16, Q5_0, F16)
+CPY_KERNEL(cpy_q5_0_bf16, Q5_0, BF16)
+CPY_KERNEL(cpy_q5_1_f32, Q5_1, F32)
+CPY_KERNEL(cpy_q5_1_f16, Q5_1, F16)
+CPY_KERNEL(cpy_q5_1_bf16, Q5_1, BF16)
+CPY_KERNEL(cpy_q2_K_f32, Q2_K, F32)
+CPY_KERNEL(cpy_q2_K_f16, Q2_K, F16)
+CPY_KERNEL(cpy_q2_K_bf16, Q2_K, BF16)
+CPY_KERNEL(cpy_q3_K_f32, Q3_K, F32)
+CPY_KERNEL(cpy_q3_K_f16, Q3_K, F16)
+CPY_KERNEL(cpy_q3_K_bf16, Q3_K, BF16)
 
 CPY_QUANTIZE_KERNEL(cpy_f32_q8_0, F32, Q8_0)
 CPY_QUANTIZE_KERNEL(cpy_f16_q8_0, F16, Q8_0)
@@ -155,6 +172,15 @@ CPY_QUANTIZE_KERNEL(cpy_f16_q4_0, F16, Q4_0)
 CPY_QUANTIZE_KERNEL(cpy_bf16_q4_0, BF16, Q4_0)
 CPY_QUANTIZE_KERNEL(cpy_q8_0_q4_0, Q8_0, Q4_0)
 CPY_QUANTIZE_KERNEL(cpy_q4_0_q4_0, Q4_0, Q4_0)
+CPY_QUANTIZE_KERNEL(cpy_f32_q4_1, F32, Q4_1)
+CPY_QUANTIZE_KERNEL(cpy_f16_q4_1, F16, Q4_1)
+CPY_QUANTIZE_KERNEL(cpy_bf16_q4_1, BF16, Q4_1)
+CPY_QUANTIZE_KERNEL(cpy_f32_q5_0, F32, Q5_0)
+CPY_QUANTIZE_KERNEL(cpy_f16_q5_0, F16, Q5_0)
+CPY_QUANTIZE_KERNEL(cpy_bf16_q5_0, BF16, Q5_0)
+CPY_QUANTIZE_KERNEL(cpy_f32_q5_1, F32, Q5_1)
+CPY_QUANTIZE_KERNEL(cpy_f16_q5_1, F16, Q5_1)
+CPY_QUANTIZE_KERNEL(cpy_bf16_q5_1, BF16, Q5_1)
 
 // f32 -> f32, i32 -> i32
 CPY_RAW_KERNEL(cpy_b32, unsigned int)
