@@ -87,7 +87,6 @@ __device__ __forceinline__ int f32_to_i32_sat(float v) {
 // block at a time (`quantize`).
 
 struct F32 {
-    static constexpr bool quantized = false;
     __device__ __forceinline__ static float load(const char *row, long long i0, long long nb0) {
         return *(const float *)(row + i0 * nb0);
     }
@@ -97,7 +96,6 @@ struct F32 {
 };
 
 struct F16 {
-    static constexpr bool quantized = false;
     __device__ __forceinline__ static float load(const char *row, long long i0, long long nb0) {
         return f16_bits_to_f32(*(const unsigned short *)(row + i0 * nb0));
     }
@@ -107,7 +105,6 @@ struct F16 {
 };
 
 struct BF16 {
-    static constexpr bool quantized = false;
     __device__ __forceinline__ static float load(const char *row, long long i0, long long nb0) {
         return bf16_bits_to_f32(*(const unsigned short *)(row + i0 * nb0));
     }
@@ -118,7 +115,6 @@ struct BF16 {
 
 // I32 read as a number (`as f32`, round to nearest even) and written truncated and saturated.
 struct I32 {
-    static constexpr bool quantized = false;
     __device__ __forceinline__ static float load(const char *row, long long i0, long long nb0) {
         return (float)*(const int *)(row + i0 * nb0);
     }
@@ -130,9 +126,7 @@ struct I32 {
 // Q8_0: an f16 scale d and 32 int8 q; value = q * d. Quantizing: d = max|x| / 127,
 // q = round(x / d) (half away from zero, via x * (1/d)), saturated to int8 (NaN -> 0).
 struct Q8_0 {
-    static constexpr bool quantized = true;
     static constexpr int block_bytes = Q8_0_BYTES;
-    static constexpr int block_values = QK;
     __device__ __forceinline__ static float load(const char *row, long long i0, long long) {
         const char *block = row + (i0 / QK) * Q8_0_BYTES;
         const float d = f16_bits_to_f32(*(const unsigned short *)block);
@@ -164,9 +158,7 @@ struct Q8_0 {
 // nibble); value = (nibble - 8) * d. Quantizing: m = the value of largest magnitude (the first
 // one, sign kept), d = m / -8, nibble = min(15, trunc(x * (1/d) + 8.5)) (saturating, NaN -> 0).
 struct Q4_0 {
-    static constexpr bool quantized = true;
     static constexpr int block_bytes = Q4_0_BYTES;
-    static constexpr int block_values = QK;
     __device__ __forceinline__ static float load(const char *row, long long i0, long long) {
         const char *block = row + (i0 / QK) * Q4_0_BYTES;
         const float d = f16_bits_to_f32(*(const unsigned short *)block);

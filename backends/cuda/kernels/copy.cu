@@ -5,9 +5,11 @@
 // Launch: 2-D blocks (x over dimension 0 of a destination row, or its blocks when quantized;
 // y over rows), grid-strided over the destination's rows.
 //
-// The K-quants (kquant.cuh) are copied to and from the float types; not into each other or
-// themselves (a requantized block need not keep the bytes it came from).
-#include "kquant.cuh"
+// The K-quants (kquant.cuh, kquant_low.cuh) are copied into the float types only: quantizing
+// into them is ggml's scale search, which the CUDA backend leaves to the CPU. Q4_1, Q5_0 and
+// Q5_1 (legacy_quant.cuh) are copied to and from the float types.
+#include "kquant_low.cuh"
+#include "legacy_quant.cuh"
 
 // True when both tensors have the same shape: row (i1, i2, i3) of the destination is then row
 // (i1, i2, i3) of the source, with no per-value index arithmetic.
@@ -46,57 +48,41 @@ __device__ void cpy_convert(const TensorArg &src, const TensorArg &dst) {
     }
 }
 
-// Into a quantized type: one thread per destination block (32 values; 256 for the K-quants).
+// Into a quantized type of 32-value blocks: one thread per destination block.
 template <typename S, typename D>
 __device__ void cpy_quantize(const TensorArg &src, const TensorArg &dst) {
-    constexpr int BV = D::block_values;
-    const long long nblocks = dst.ne[0] / BV;
+    const long long nblocks = dst.ne[0] / QK;
     const bool same = same_shape(src, dst);
     FOR_EACH_ROW(row, nrows_of(dst)) {
         long long i1, i2, i3;
         unravel_row(row, dst.ne[1], dst.ne[2], i1, i2, i3);
         char *drow = row_ptr(dst, i1, i2, i3);
         FOR_EACH_I0(ib, nblocks) {
-            char *block = drow + ib * D::block_bytes;
-            if constexpr (BV == QK) {
-                float x[QK];
-                if (same) {
-                    const char *srow = row_ptr(src, i1, i2, i3);
-                    for (int j = 0; j < QK; j++) {
-                        x[j] = S::load(srow, ib * QK + j, src.nb[0]);
-                    }
-                } else {
-                    // Values of the source in row-major order from `base` on, stepping the
-                    // indices.
-                    long long j0, j1, j2, j3;
-                    unravel_flat(row * dst.ne[0] + ib * QK, src.ne, j0, j1, j2, j3);
-                    for (int j = 0; j < QK; j++) {
-                        x[j] = S::load(row_ptr(src, j1, j2, j3), j0, src.nb[0]);
-                        if (++j0 == src.ne[0]) {
-                            j0 = 0;
-                            if (++j1 == src.ne[1]) {
-                                j1 = 0;
-                                if (++j2 == src.ne[2]) {
-                                    j2 = 0;
-                                    ++j3;
-                                }
+            float x[QK];
+            if (same) {
+                const char *srow = row_ptr(src, i1, i2, i3);
+                for (int j = 0; j < QK; j++) {
+                    x[j] = S::load(srow, ib * QK + j, src.nb[0]);
+                }
+            } else {
+                // Values of the source in row-major order from `base` on, stepping the indices.
+                long long j0, j1, j2, j3;
+                unravel_flat(row * dst.ne[0] + ib * QK, src.ne, j0, j1, j2, j3);
+                for (int j = 0; j < QK; j++) {
+                    x[j] = S::load(row_ptr(src, j1, j2, j3), j0, src.nb[0]);
+                    if (++j0 == src.ne[0]) {
+                        j0 = 0;
+                        if (++j1 == src.ne[1]) {
+                            j1 = 0;
+                            if (++j2 == src.ne[2]) {
+                                j2 = 0;
+                                ++j3;
                             }
                         }
                     }
                 }
-                D::quantize(x, block);
-            } else {
-                // K-quants read their 256 values twice (range, then quants) from the source
-                // rather than hold them in (local) memory.
-                const long long first = ib * BV;
-                if (same) {
-                    const char *srow = row_ptr(src, i1, i2, i3);
-                    D::quantize([&](int j) { return S::load(srow, first + j, src.nb[0]); }, block);
-                } else {
-                    const long long base = row * dst.ne[0] + first;
-                    D::quantize([&](int j) { return load_flat<S>(src, base + j); }, block);
-                }
             }
+            D::quantize(x, drow + ib * D::block_bytes);
         }
     }
 }
@@ -160,6 +146,21 @@ CPY_KERNEL(cpy_q5_K_bf16, Q5_K, BF16)
 CPY_KERNEL(cpy_q6_K_f32, Q6_K, F32)
 CPY_KERNEL(cpy_q6_K_f16, Q6_K, F16)
 CPY_KERNEL(cpy_q6_K_bf16, Q6_K, BF16)
+CPY_KERNEL(cpy_q4_1_f32, Q4_1, F32)
+CPY_KERNEL(cpy_q4_1_f16, Q4_1, F16)
+CPY_KERNEL(cpy_q4_1_bf16, Q4_1, BF16)
+CPY_KERNEL(cpy_q5_0_f32, Q5_0, F32)
+CPY_KERNEL(cpy_q5_0_f16, Q5_0, F16)
+CPY_KERNEL(cpy_q5_0_bf16, Q5_0, BF16)
+CPY_KERNEL(cpy_q5_1_f32, Q5_1, F32)
+CPY_KERNEL(cpy_q5_1_f16, Q5_1, F16)
+CPY_KERNEL(cpy_q5_1_bf16, Q5_1, BF16)
+CPY_KERNEL(cpy_q2_K_f32, Q2_K, F32)
+CPY_KERNEL(cpy_q2_K_f16, Q2_K, F16)
+CPY_KERNEL(cpy_q2_K_bf16, Q2_K, BF16)
+CPY_KERNEL(cpy_q3_K_f32, Q3_K, F32)
+CPY_KERNEL(cpy_q3_K_f16, Q3_K, F16)
+CPY_KERNEL(cpy_q3_K_bf16, Q3_K, BF16)
 
 CPY_QUANTIZE_KERNEL(cpy_f32_q8_0, F32, Q8_0)
 CPY_QUANTIZE_KERNEL(cpy_f16_q8_0, F16, Q8_0)
@@ -171,15 +172,15 @@ CPY_QUANTIZE_KERNEL(cpy_f16_q4_0, F16, Q4_0)
 CPY_QUANTIZE_KERNEL(cpy_bf16_q4_0, BF16, Q4_0)
 CPY_QUANTIZE_KERNEL(cpy_q8_0_q4_0, Q8_0, Q4_0)
 CPY_QUANTIZE_KERNEL(cpy_q4_0_q4_0, Q4_0, Q4_0)
-CPY_QUANTIZE_KERNEL(cpy_f32_q4_K, F32, Q4_K)
-CPY_QUANTIZE_KERNEL(cpy_f16_q4_K, F16, Q4_K)
-CPY_QUANTIZE_KERNEL(cpy_bf16_q4_K, BF16, Q4_K)
-CPY_QUANTIZE_KERNEL(cpy_f32_q5_K, F32, Q5_K)
-CPY_QUANTIZE_KERNEL(cpy_f16_q5_K, F16, Q5_K)
-CPY_QUANTIZE_KERNEL(cpy_bf16_q5_K, BF16, Q5_K)
-CPY_QUANTIZE_KERNEL(cpy_f32_q6_K, F32, Q6_K)
-CPY_QUANTIZE_KERNEL(cpy_f16_q6_K, F16, Q6_K)
-CPY_QUANTIZE_KERNEL(cpy_bf16_q6_K, BF16, Q6_K)
+CPY_QUANTIZE_KERNEL(cpy_f32_q4_1, F32, Q4_1)
+CPY_QUANTIZE_KERNEL(cpy_f16_q4_1, F16, Q4_1)
+CPY_QUANTIZE_KERNEL(cpy_bf16_q4_1, BF16, Q4_1)
+CPY_QUANTIZE_KERNEL(cpy_f32_q5_0, F32, Q5_0)
+CPY_QUANTIZE_KERNEL(cpy_f16_q5_0, F16, Q5_0)
+CPY_QUANTIZE_KERNEL(cpy_bf16_q5_0, BF16, Q5_0)
+CPY_QUANTIZE_KERNEL(cpy_f32_q5_1, F32, Q5_1)
+CPY_QUANTIZE_KERNEL(cpy_f16_q5_1, F16, Q5_1)
+CPY_QUANTIZE_KERNEL(cpy_bf16_q5_1, BF16, Q5_1)
 
 // f32 -> f32, i32 -> i32
 CPY_RAW_KERNEL(cpy_b32, unsigned int)

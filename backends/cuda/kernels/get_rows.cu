@@ -6,7 +6,8 @@
 // the destination row is filled with NaN (F32) or i32::MIN (I32) and nothing outside `a` is read.
 //
 // Launch: 2-D blocks (x over dimension 0, y over destination rows), grid-strided over rows.
-#include "kquant.cuh"
+#include "kquant_low.cuh"
+#include "legacy_quant.cuh"
 
 // The row of `a` that destination row (j, i2, i3) copies, or -1 if its index is out of range.
 __device__ __forceinline__ long long picked_row(const TensorArg &a, const TensorArg &idx, long long j, long long i2,
@@ -61,6 +62,11 @@ GET_ROWS_KERNEL(get_rows_f16, F16)
 GET_ROWS_KERNEL(get_rows_bf16, BF16)
 GET_ROWS_KERNEL(get_rows_q8_0, Q8_0)
 GET_ROWS_KERNEL(get_rows_q4_0, Q4_0)
+GET_ROWS_KERNEL(get_rows_q4_1, Q4_1)
+GET_ROWS_KERNEL(get_rows_q5_0, Q5_0)
+GET_ROWS_KERNEL(get_rows_q5_1, Q5_1)
+GET_ROWS_KERNEL(get_rows_q2_K, Q2_K)
+GET_ROWS_KERNEL(get_rows_q3_K, Q3_K)
 GET_ROWS_KERNEL(get_rows_q4_K, Q4_K)
 GET_ROWS_KERNEL(get_rows_q5_K, Q5_K)
 GET_ROWS_KERNEL(get_rows_q6_K, Q6_K)

@@ -6,7 +6,7 @@
 // dst[i, j, i2, i3] = sum_k a[k, i, i2 / r2, i3 / r3] * b[k, j, i2, i3], with a: [K, M, a2, a3],
 // b: [K, N, b2, b3], dst: [M, N, b2, b3], and r2 = b2 / a2, r3 = b3 / a3 (the broadcast of a
 // over b's matrices).
-#include "kquant.cuh"
+#include "kquant_low.cuh"
 
 // The pointer arrays of cublasGemmBatchedEx for the b2 * b3 matrices of dst: `out` holds the
 // matrices of a (broadcast by r2, r3), then those of b, then those of dst (only addresses are
@@ -54,6 +54,8 @@ template <typename Q> __device__ void dequantize_f16(const TensorArg &a, const T
         dequantize_f16<Q>(a, dst);                                                                               \
     }
 
+DEQUANTIZE_F16_KERNEL(dequantize_f16_q2_K, Q2_K)
+DEQUANTIZE_F16_KERNEL(dequantize_f16_q3_K, Q3_K)
 DEQUANTIZE_F16_KERNEL(dequantize_f16_q4_K, Q4_K)
 DEQUANTIZE_F16_KERNEL(dequantize_f16_q5_K, Q5_K)
 DEQUANTIZE_F16_KERNEL(dequantize_f16_q6_K, Q6_K)

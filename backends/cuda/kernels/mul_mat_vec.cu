@@ -7,7 +7,7 @@
 // - Float weights (f32, f16, bf16) multiply b's f32 values directly: 16-byte loads of both, f32
 //   products and sums. The launcher takes this path only when every row of a and every column
 //   of b starts on a 16-byte boundary and is packed.
-// - Quantized weights (q8_0, q4_0) multiply b quantized once per launch into Q8_1 blocks
+// - Quantized weights (q8_0, q4_0, q4_1, q5_0, q5_1) multiply b quantized once per launch into Q8_1 blocks
 //   (mul_mat_vec.cuh; quantized here, for the K-quants of mul_mat_vec_kquant.cu too) with
 //   4-way int8 dot products (dp4a): the integer sums are exact, so the result differs from the
 //   f32 product only by b's quantization.
@@ -15,6 +15,7 @@
 // Grid: x over groups of ROWS weight rows, y strided over the b2 * b3 matrices. Block:
 // MMV_WARPS warps computing the same ROWS rows for all NCOLS columns, the warps and their lanes
 // splitting K; sums are reduced with shuffles, then across the warps in shared memory.
+#include "legacy_quant.cuh"
 #include "mul_mat_vec.cuh"
 
 // One warp per block of 32 values of one column: blocks of column j of matrix mat at
@@ -202,6 +203,72 @@ struct MmvQ4_0 {
     }
 };
 
+// Four fifth bits (bits 0..3 of `bits`) as bit 4 of each byte of a word: the multiplication
+// moves bit i to bit 7i, the products' bit ranges never overlap, so nothing carries.
+__device__ __forceinline__ int fifth_bits(unsigned int bits) {
+    return (int)(((bits * 0x00204081u) & 0x01010101u) << 4);
+}
+
+// q4_1: as q4_0 with value = q * d + m; sum(value * y) = d * sum(q y) + m * sum(y), where b's
+// block sum s is sum(y). Two lanes share a block, each adding half of m * s.
+struct MmvQ4_1 {
+    static constexpr int block_bytes = Q4_1_BYTES;
+    static constexpr int words = 4;
+    struct Part {
+        float d, m;
+        int v[2];
+    };
+    __device__ __forceinline__ static Part load(const char *block, int w) {
+        return {lq_half_at(block, 0), lq_half_at(block, 2),
+                {load_i32_a2(block + 4 + 4 * w), load_i32_a2(block + 8 + 4 * w)}};
+    }
+    __device__ __forceinline__ static float dot(const Part &p, int w, const Q8_1 &y) {
+        int sum = 0;
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            sum = __dp4a(p.v[t] & 0x0f0f0f0f, y.qs[w + t], sum);
+            sum = __dp4a((p.v[t] >> 4) & 0x0f0f0f0f, y.qs[w + t + 4], sum);
+        }
+        return p.d * y.d * (float)sum + 0.5f * p.m * y.s;
+    }
+};
+
+// q5_0 and q5_1: the nibbles of words w, w + 1 (values 4w .. 4w + 7 and 16 more) with their
+// fifth bits from the block's u32 (bit i for value i) as 5-bit quants; value = (q - 16) * d
+// (q5_0, each of two lanes subtracting half of 16 d s) or q * d + m (q5_1).
+template <bool MIN> struct MmvQ5 {
+    static constexpr int block_bytes = MIN ? Q5_1_BYTES : Q5_0_BYTES;
+    static constexpr int words = 4;
+    static constexpr int qh_at = MIN ? 4 : 2;
+    struct Part {
+        float d, m;
+        int lo[2], hi[2];
+    };
+    __device__ __forceinline__ static Part load(const char *block, int w) {
+        const unsigned int qh = lq_u32_at(block, qh_at);
+        Part p;
+        p.d = lq_half_at(block, 0);
+        p.m = MIN ? lq_half_at(block, 2) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const int i = w + t;
+            const int v = load_i32_a2(block + qh_at + 4 + 4 * i);
+            p.lo[t] = (v & 0x0f0f0f0f) | fifth_bits((qh >> (4 * i)) & 0xf);
+            p.hi[t] = ((v >> 4) & 0x0f0f0f0f) | fifth_bits((qh >> (16 + 4 * i)) & 0xf);
+        }
+        return p;
+    }
+    __device__ __forceinline__ static float dot(const Part &p, int w, const Q8_1 &y) {
+        int sum = 0;
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            sum = __dp4a(p.lo[t], y.qs[w + t], sum);
+            sum = __dp4a(p.hi[t], y.qs[w + t + 4], sum);
+        }
+        return MIN ? p.d * y.d * (float)sum + 0.5f * p.m * y.s : p.d * (y.d * (float)sum - 8.0f * y.s);
+    }
+};
+
 template <typename Q, int NCOLS>
 __device__ void mul_mat_vec_quant(const TensorArg &a, const Q8_1 *bq, const TensorArg &dst, long long r2,
                                   long long r3) {
@@ -310,3 +377,27 @@ MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_5, MmvQ4_0, 5)
 MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_6, MmvQ4_0, 6)
 MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_7, MmvQ4_0, 7)
 MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_0_8, MmvQ4_0, 8)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_1_1, MmvQ4_1, 1)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_1_2, MmvQ4_1, 2)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_1_3, MmvQ4_1, 3)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_1_4, MmvQ4_1, 4)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_1_5, MmvQ4_1, 5)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_1_6, MmvQ4_1, 6)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_1_7, MmvQ4_1, 7)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q4_1_8, MmvQ4_1, 8)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_0_1, MmvQ5<false>, 1)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_0_2, MmvQ5<false>, 2)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_0_3, MmvQ5<false>, 3)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_0_4, MmvQ5<false>, 4)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_0_5, MmvQ5<false>, 5)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_0_6, MmvQ5<false>, 6)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_0_7, MmvQ5<false>, 7)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_0_8, MmvQ5<false>, 8)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_1, MmvQ5<true>, 1)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_2, MmvQ5<true>, 2)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_3, MmvQ5<true>, 3)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_4, MmvQ5<true>, 4)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_5, MmvQ5<true>, 5)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_6, MmvQ5<true>, 6)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_7, MmvQ5<true>, 7)
+MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_8, MmvQ5<true>, 8)

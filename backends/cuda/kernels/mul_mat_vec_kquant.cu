@@ -1,4 +1,5 @@
-// Matrix-vector products of K-quant weights (q4_K, q5_K, q6_K; kquant.cuh): MUL_MAT with at
+// Matrix-vector products of K-quant weights (q2_K, q3_K, q4_K, q5_K, q6_K; kquant.cuh,
+// kquant_low.cuh): MUL_MAT with at
 // most 8 columns of b, as the q8_0/q4_0 kernels of mul_mat_vec.cu run them: b quantized once
 // per launch into Q8_1 blocks of 32 (quantize_q8_1), 4-way int8 dot products (dp4a) per
 // sub-block, each sub-block's integer sum scaled by its weight and b scales, the mins (q4_K,
@@ -7,16 +8,16 @@
 //
 // Eight lanes take a super-block (4 per warp at a step), each lane 32 of its values: 16 bytes
 // of nibbles of one 32-byte chunk for q4_K and q5_K (two sub-blocks: the low and the high
-// nibbles), 8 values of each of the 4 groups of one half for q6_K. A lane decodes its scales
-// once per row and uses them for every column.
+// nibbles), 8 values of each of the 4 groups of one half for q2_K, q3_K and q6_K. A lane
+// decodes its scales once per row and uses them for every column.
 //
 // q4_K and q5_K read their nibbles 16 bytes at a time: the launcher takes this path for them
 // only when every row of a starts on a 16-byte boundary (their blocks are 144 and 176 bytes).
-// q6_K blocks (210 bytes) are 2-byte aligned and read 2 bytes at a time.
+// q2_K, q3_K and q6_K blocks (84, 110 and 210 bytes) are read 2 bytes at a time.
 //
 // Grid and block as in mul_mat_vec.cu: x over groups of ROWS weight rows, y strided over the
 // b2 * b3 matrices; MMV_WARPS warps splitting K.
-#include "kquant.cuh"
+#include "kquant_low.cuh"
 #include "mul_mat_vec.cuh"
 
 #define KQ_LANES 8
@@ -27,15 +28,41 @@
 // multiprocessors hold at once only at 8 a piece, as q4_K (2 steps, 64 registers) and q6_K
 // (1 step) fit; q5_K's two 16-byte loads a row need more registers and ran fastest with 2 steps
 // at 3 blocks (capped to 8 blocks it spilled and ran slower). Up to 4 columns 4 blocks; more
-// columns (8 rows a block) 2.
+// columns (8 rows a block) 2. q2_K and q3_K decode more per value: at one column they keep 6
+// blocks (80 registers, 2 steps; capped to 8 blocks they spilled), measured 5 and 9% faster
+// than 8 blocks of 1 step; at 2 to 4 columns they unroll once (2 steps spilled).
 template <typename Q, int NCOLS> struct KqLaunch {
     static constexpr int min_blocks = NCOLS == 1 ? Q::one_col_min_blocks : NCOLS <= 4 ? 4 : 2;
-    static constexpr int unroll = NCOLS == 1 ? Q::one_col_unroll : MmvRows<NCOLS>::value < 8 ? 2 : 1;
+    static constexpr int unroll = NCOLS == 1 ? Q::one_col_unroll : MmvRows<NCOLS>::value < 8 ? Q::few_cols_unroll : 1;
 };
 
 // Two 32-bit words of b's quants from a Q8_1 block, word w (even) and w + 1.
 __device__ __forceinline__ int2 q8_1_words(const Q8_1 &y, int w) {
     return *(const int2 *)(y.qs + w);
+}
+
+// b's words for q2_K, q3_K and q6_K lane t: half h = t / 4, positions 8 (t % 4) .. + 7 of each
+// of its 4 groups of 32 (Q8_1 blocks 4h + g), with each group's scale and `off` = the dot
+// product of its words with `ones` (a constant per byte: 32 * sum(y) for q6_K's offset).
+struct YGroups {
+    int q[4][2];
+    int off[4];
+    float d[4];
+};
+
+__device__ __forceinline__ YGroups load_y_groups(const Q8_1 *ys, int t, int ones) {
+    const int h = t / 4, w = 2 * (t % 4);
+    YGroups y;
+#pragma unroll
+    for (int g = 0; g < 4; g++) {
+        const Q8_1 &b = ys[4 * h + g];
+        const int2 v = q8_1_words(b, w);
+        y.q[g][0] = v.x;
+        y.q[g][1] = v.y;
+        y.off[g] = __dp4a(ones, v.y, __dp4a(ones, v.x, 0));
+        y.d[g] = b.d;
+    }
+    return y;
 }
 
 // The scales (sub-block 2c in the low byte, 2c + 1 in the high byte) and the mins of
@@ -54,6 +81,7 @@ template <bool FIVE_BITS> struct MmvKq45 {
     static constexpr int block_bytes = FIVE_BITS ? Q5_K_BYTES : Q4_K_BYTES;
     static constexpr int one_col_min_blocks = FIVE_BITS ? 3 : 8;
     static constexpr int one_col_unroll = 2;
+    static constexpr int few_cols_unroll = 2;
     static constexpr int qs_offset = FIVE_BITS ? 48 : 16;
     struct Part {
         int lo[4], hi[4];     // the quants of sub-blocks 2c and 2c + 1, one byte each
@@ -120,15 +148,12 @@ struct MmvQ6_K {
     static constexpr int block_bytes = Q6_K_BYTES;
     static constexpr int one_col_min_blocks = 8;
     static constexpr int one_col_unroll = 1;
+    static constexpr int few_cols_unroll = 2;
     struct Part {
         int q[4][2]; // group g's quants q (0..63, the value's q - 32 is applied in `dot`)
         float d[4];  // d * scale of group g
     };
-    struct Y {
-        int q[4][2];
-        int off[4]; // 32 * the sum of b's quants that group g multiplies
-        float d[4];
-    };
+    using Y = YGroups; // off: 32 * the sum of b's quants that group g multiplies
 
     __device__ __forceinline__ static Part load(const char *block, int t) {
         const int h = t / 4, l0 = 8 * (t % 4);
@@ -153,18 +178,7 @@ struct MmvQ6_K {
     }
 
     __device__ __forceinline__ static Y load_y(const Q8_1 *ys, int t) {
-        const int h = t / 4, w = 2 * (t % 4);
-        Y y;
-#pragma unroll
-        for (int g = 0; g < 4; g++) {
-            const Q8_1 &b = ys[4 * h + g];
-            const int2 v = q8_1_words(b, w);
-            y.q[g][0] = v.x;
-            y.q[g][1] = v.y;
-            y.off[g] = __dp4a(0x20202020, v.y, __dp4a(0x20202020, v.x, 0));
-            y.d[g] = b.d;
-        }
-        return y;
+        return load_y_groups(ys, t, 0x20202020);
     }
 
     // sum (q - 32) y = sum q y - 32 sum y, with q in 0..63 (a non-negative int8).
@@ -173,6 +187,114 @@ struct MmvQ6_K {
 #pragma unroll
         for (int g = 0; g < 4; g++) {
             const int s = __dp4a(p.q[g][1], y.q[g][1], __dp4a(p.q[g][0], y.q[g][0], 0));
+            sum += p.d[g] * y.d[g] * (float)(s - y.off[g]);
+        }
+        return sum;
+    }
+};
+
+// q2_K: lane t takes the 2 words of qs at 32h + l0 (l0 = 8 (t % 4)), whose bit pairs 2g are
+// group g's quants (sub-block 8h + 2g + l0 / 16); value = d * scale * q - dmin * min, the mins
+// applied through the sum of the 8 values of y each covers.
+struct MmvQ2_K {
+    static constexpr int block_bytes = Q2_K_BYTES;
+    static constexpr int one_col_min_blocks = 6;
+    static constexpr int one_col_unroll = 2;
+    static constexpr int few_cols_unroll = 1;
+    struct Part {
+        int q[4][2];
+        float d[4], m[4]; // d * scale and dmin * min of group g's sub-block
+    };
+    using Y = YGroups;
+
+    __device__ __forceinline__ static Part load(const char *block, int t) {
+        const int h = t / 4, l0 = 8 * (t % 4);
+        const char *qs = block + 16 + 32 * h + l0;
+        const unsigned int w[2] = {(unsigned int)load_i32_a2(qs), (unsigned int)load_i32_a2(qs + 4)};
+        const float2 dm = {__half2float(*(const __half *)(block + 80)), __half2float(*(const __half *)(block + 82))};
+        const unsigned char *sc = (const unsigned char *)block + 8 * h + l0 / 16;
+        Part p;
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p.q[g][i] = (int)((w[i] >> (2 * g)) & 0x03030303u);
+            }
+            p.d[g] = dm.x * (float)(sc[2 * g] & 0xf);
+            p.m[g] = dm.y * (float)(sc[2 * g] >> 4);
+        }
+        return p;
+    }
+
+    __device__ __forceinline__ static Y load_y(const Q8_1 *ys, int t) {
+        return load_y_groups(ys, t, 0x01010101);
+    }
+
+    __device__ __forceinline__ static float dot(const Part &p, const Y &y) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            const int s = __dp4a(p.q[g][1], y.q[g][1], __dp4a(p.q[g][0], y.q[g][0], 0));
+            sum += y.d[g] * (p.d[g] * (float)s - p.m[g] * (float)y.off[g]);
+        }
+        return sum;
+    }
+};
+
+// q3_K: as q2_K, with each quant's high bit from hmask's 2 words at l0 (bit 4h + g) making
+// q in 0..7; value = d * (scale - 32) * (q - 4). The quants stay packed in the part (2 words of
+// low bits, 2 of high bits shifted by 4h) and are unpacked per column: a part of 4 unpacked
+// groups per row spilled at one column.
+struct MmvQ3_K {
+    static constexpr int block_bytes = Q3_K_BYTES;
+    static constexpr int one_col_min_blocks = 6;
+    static constexpr int one_col_unroll = 2;
+    static constexpr int few_cols_unroll = 1;
+    struct Part {
+        unsigned int low[2], high[2];
+        float d[4];
+    };
+    using Y = YGroups;
+
+    __device__ __forceinline__ static Part load(const char *block, int t) {
+        const int h = t / 4, l0 = 8 * (t % 4);
+        const char *qs = block + 32 + 32 * h + l0;
+        const float d = __half2float(*(const __half *)(block + 108));
+        // The 12 scale bytes as words (Q3_K::scale's layout): sub-block 8h + b (b = 2g + l0 / 16)
+        // has its low 4 bits at bit 4h of byte b, its top 2 at bit 2 (2h + g / 2) of byte 8 + b % 4.
+        const unsigned int low4[2] = {(unsigned int)load_i32_a2(block + 96), (unsigned int)load_i32_a2(block + 100)};
+        const unsigned int top2 = (unsigned int)load_i32_a2(block + 104);
+        Part p;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            p.low[i] = (unsigned int)load_i32_a2(qs + 4 * i);
+            p.high[i] = (unsigned int)load_i32_a2(block + l0 + 4 * i) >> (4 * h);
+        }
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            const int byte = 2 * (g % 2) + l0 / 16;
+            const int low = (low4[g / 2] >> (8 * byte + 4 * h)) & 0xf;
+            const int top = (top2 >> (8 * byte + 2 * (2 * h + g / 2))) & 3;
+            p.d[g] = d * (float)((low | (top << 4)) - 32);
+        }
+        return p;
+    }
+
+    __device__ __forceinline__ static Y load_y(const Q8_1 *ys, int t) {
+        return load_y_groups(ys, t, 0x04040404);
+    }
+
+    // sum (q - 4) y = sum q y - 4 sum y.
+    __device__ __forceinline__ static float dot(const Part &p, const Y &y) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            int s = 0;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const unsigned int q = ((p.low[i] >> (2 * g)) & 0x03030303u) | (((p.high[i] >> g) & 0x01010101u) << 2);
+                s = __dp4a((int)q, y.q[g][i], s);
+            }
             sum += p.d[g] * y.d[g] * (float)(s - y.off[g]);
         }
         return sum;
@@ -259,3 +381,19 @@ MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q6_K_5, MmvQ6_K, 5)
 MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q6_K_6, MmvQ6_K, 6)
 MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q6_K_7, MmvQ6_K, 7)
 MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q6_K_8, MmvQ6_K, 8)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q2_K_1, MmvQ2_K, 1)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q2_K_2, MmvQ2_K, 2)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q2_K_3, MmvQ2_K, 3)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q2_K_4, MmvQ2_K, 4)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q2_K_5, MmvQ2_K, 5)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q2_K_6, MmvQ2_K, 6)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q2_K_7, MmvQ2_K, 7)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q2_K_8, MmvQ2_K, 8)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_1, MmvQ3_K, 1)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_2, MmvQ3_K, 2)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_3, MmvQ3_K, 3)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_4, MmvQ3_K, 4)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_5, MmvQ3_K, 5)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_6, MmvQ3_K, 6)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_7, MmvQ3_K, 7)
+MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_8, MmvQ3_K, 8)

@@ -606,15 +606,17 @@ mod tests {
 
     #[test]
     fn k_quant_weights_take_the_matrix_vector_kernels_or_a_dequantized_gemm() {
-        for at in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        for at in [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
             let p = plan(t(at, [512, 5, 1, 1]), t(DType::F32, [512, 8, 1, 1]), t(DType::F32, [5, 8, 1, 1]));
             assert_eq!((p.path, p.scratch_bytes), (Path::MatVec { quantize_b: true }, 16 * 8 * Q8_1_BYTES), "{at}");
             let p = plan(t(at, [512, 5, 1, 1]), t(DType::F32, [512, 9, 1, 1]), t(DType::F32, [5, 9, 1, 1]));
             assert_eq!(p.path, Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single });
         }
-        // q4_K and q5_K rows off 16-byte boundaries (a view 2 bytes in) go to the GEMM; q6_K
-        // blocks are read 2 bytes at a time anyway.
-        for (at, vec) in [(DType::Q4_K, false), (DType::Q5_K, false), (DType::Q6_K, true)] {
+        // q4_K and q5_K rows off 16-byte boundaries (a view 2 bytes in) go to the GEMM; the
+        // other blocks are read 2 bytes at a time anyway.
+        let cases =
+            [(DType::Q2_K, true), (DType::Q3_K, true), (DType::Q4_K, false), (DType::Q5_K, false), (DType::Q6_K, true)];
+        for (at, vec) in cases {
             let (mut a, _) = t(at, [512, 5, 1, 1]);
             a.data += 2;
             let p = plan((a, at), t(DType::F32, [512, 1, 1, 1]), t(DType::F32, [5, 1, 1, 1]));

@@ -3,7 +3,7 @@
 //! `validate` accepts a node only when these give a kernel, so `supports` and `launch` agree
 //! by construction; the tests check every name given here is in the module table.
 
-use tessera_core::DType::{self, BF16, F16, F32, I32, Q4_0, Q4_K, Q5_K, Q6_K, Q8_0};
+use tessera_core::DType::{self, BF16, F16, F32, I32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
 
 /// CPY and CONT from `src` to `dst`.
 pub(crate) fn cpy(src: DType, dst: DType) -> Option<&'static str> {
@@ -32,7 +32,32 @@ pub(crate) fn cpy(src: DType, dst: DType) -> Option<&'static str> {
         (BF16, Q4_0) => "cpy_bf16_q4_0",
         (Q8_0, Q4_0) => "cpy_q8_0_q4_0",
         (Q4_0, Q4_0) => "cpy_q4_0_q4_0",
-        // The K-quants to and from the float types only (see copy.cu).
+        // Q4_1, Q5_0 and Q5_1 to and from the float types; the K-quants into them only (see
+        // copy.cu).
+        (Q4_1, F32) => "cpy_q4_1_f32",
+        (Q4_1, F16) => "cpy_q4_1_f16",
+        (Q4_1, BF16) => "cpy_q4_1_bf16",
+        (Q5_0, F32) => "cpy_q5_0_f32",
+        (Q5_0, F16) => "cpy_q5_0_f16",
+        (Q5_0, BF16) => "cpy_q5_0_bf16",
+        (Q5_1, F32) => "cpy_q5_1_f32",
+        (Q5_1, F16) => "cpy_q5_1_f16",
+        (Q5_1, BF16) => "cpy_q5_1_bf16",
+        (Q2_K, F32) => "cpy_q2_K_f32",
+        (Q2_K, F16) => "cpy_q2_K_f16",
+        (Q2_K, BF16) => "cpy_q2_K_bf16",
+        (Q3_K, F32) => "cpy_q3_K_f32",
+        (Q3_K, F16) => "cpy_q3_K_f16",
+        (Q3_K, BF16) => "cpy_q3_K_bf16",
+        (F32, Q4_1) => "cpy_f32_q4_1",
+        (F16, Q4_1) => "cpy_f16_q4_1",
+        (BF16, Q4_1) => "cpy_bf16_q4_1",
+        (F32, Q5_0) => "cpy_f32_q5_0",
+        (F16, Q5_0) => "cpy_f16_q5_0",
+        (BF16, Q5_0) => "cpy_bf16_q5_0",
+        (F32, Q5_1) => "cpy_f32_q5_1",
+        (F16, Q5_1) => "cpy_f16_q5_1",
+        (BF16, Q5_1) => "cpy_bf16_q5_1",
         (Q4_K, F32) => "cpy_q4_K_f32",
         (Q4_K, F16) => "cpy_q4_K_f16",
         (Q4_K, BF16) => "cpy_q4_K_bf16",
@@ -42,15 +67,6 @@ pub(crate) fn cpy(src: DType, dst: DType) -> Option<&'static str> {
         (Q6_K, F32) => "cpy_q6_K_f32",
         (Q6_K, F16) => "cpy_q6_K_f16",
         (Q6_K, BF16) => "cpy_q6_K_bf16",
-        (F32, Q4_K) => "cpy_f32_q4_K",
-        (F16, Q4_K) => "cpy_f16_q4_K",
-        (BF16, Q4_K) => "cpy_bf16_q4_K",
-        (F32, Q5_K) => "cpy_f32_q5_K",
-        (F16, Q5_K) => "cpy_f16_q5_K",
-        (BF16, Q5_K) => "cpy_bf16_q5_K",
-        (F32, Q6_K) => "cpy_f32_q6_K",
-        (F16, Q6_K) => "cpy_f16_q6_K",
-        (BF16, Q6_K) => "cpy_bf16_q6_K",
         _ => return None,
     })
 }
@@ -176,8 +192,7 @@ pub(crate) fn rope(t: DType) -> Option<&'static str> {
     by_float(t, ["rope_f32", "rope_f16", "rope_bf16"])
 }
 
-/// GET_ROWS from rows of type `a` (into F32, or I32 from I32); none for Q4_1, Q5_0, Q5_1,
-/// Q2_K and Q3_K yet.
+/// GET_ROWS from rows of type `a` (into F32, or I32 from I32).
 pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
     Some(match a {
         F32 => "get_rows_f32",
@@ -185,11 +200,15 @@ pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
         BF16 => "get_rows_bf16",
         Q8_0 => "get_rows_q8_0",
         Q4_0 => "get_rows_q4_0",
+        Q4_1 => "get_rows_q4_1",
+        Q5_0 => "get_rows_q5_0",
+        Q5_1 => "get_rows_q5_1",
+        Q2_K => "get_rows_q2_K",
+        Q3_K => "get_rows_q3_K",
         Q4_K => "get_rows_q4_K",
         Q5_K => "get_rows_q5_K",
         Q6_K => "get_rows_q6_K",
         I32 => "get_rows_i32",
-        DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q2_K | DType::Q3_K => return None,
     })
 }
 
@@ -242,6 +261,11 @@ pub(crate) fn mul_mat_vec(a: DType, ncols: usize) -> Option<&'static str> {
         BF16 => by_cols!("bf16"),
         Q8_0 => by_cols!("q8_0"),
         Q4_0 => by_cols!("q4_0"),
+        Q4_1 => by_cols!("q4_1"),
+        Q5_0 => by_cols!("q5_0"),
+        Q5_1 => by_cols!("q5_1"),
+        Q2_K => by_cols!("q2_K"),
+        Q3_K => by_cols!("q3_K"),
         Q4_K => by_cols!("q4_K"),
         Q5_K => by_cols!("q5_K"),
         Q6_K => by_cols!("q6_K"),
@@ -250,9 +274,12 @@ pub(crate) fn mul_mat_vec(a: DType, ncols: usize) -> Option<&'static str> {
     names.get(ncols.checked_sub(1)?).copied()
 }
 
-/// K-quant weights of type `a` dequantized into packed f16 for MUL_MAT's GEMM.
+/// K-quant weights of type `a` dequantized into packed f16 for MUL_MAT's GEMM (the 32-value
+/// block types go through the CPY kernels).
 pub(crate) fn dequantize_f16(a: DType) -> Option<&'static str> {
     Some(match a {
+        Q2_K => "dequantize_f16_q2_K",
+        Q3_K => "dequantize_f16_q3_K",
         Q4_K => "dequantize_f16_q4_K",
         Q5_K => "dequantize_f16_q5_K",
         Q6_K => "dequantize_f16_q6_K",

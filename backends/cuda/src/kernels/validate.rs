@@ -191,17 +191,16 @@ pub(crate) fn validate(node: &Node) -> Result<(), Why> {
     }
 }
 
-/// MUL_MAT: `a: [K, M, a2, a3]` f32, f16, bf16, q8_0, q4_0, q4_K, q5_K or q6_K with packed rows, `b: [K, N, b2,
+/// MUL_MAT: `a: [K, M, a2, a3]` of a float or quantized type with packed rows, `b: [K, N, b2,
 /// b3]` F32 with any strides, `dst: [M, N, b2, b3]` F32 with packed columns (cuBLAS writes it),
 /// sizes within cuBLAS's 32-bit arguments.
 fn validate_mul_mat(node: &Node) -> Result<(), Why> {
     let op = Op::MulMat;
     let ((a, at), (b, bt)) = (node.src(0)?, node.src(1)?);
     let (dst, dt) = node.dst;
-    let weight_ok = matches!(
-        at,
-        DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_K | DType::Q5_K | DType::Q6_K
-    );
+    // Every float and quantized type: a matrix-vector kernel for up to 8 columns, a GEMM after
+    // conversion for more.
+    let weight_ok = names::mul_mat_vec(at, 1).is_some();
     need(weight_ok && bt == DType::F32 && dt == DType::F32, || no_kernel(op, &[at, bt, dt]))?;
     need(a.ne[0] <= 1 || a.nb[0] == at.block_bytes() as i64, || "the rows of a must be packed".into())?;
     let [k, m, a2, a3] = a.ne;
@@ -235,16 +234,19 @@ mod tests {
     fn copies_between_float_and_quantized_types_and_i32_to_i32() {
         let floats = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
         let plain = [DType::F32, DType::F16, DType::BF16];
-        let k_quants = [DType::Q4_K, DType::Q5_K, DType::Q6_K];
+        let legacy = [DType::Q4_1, DType::Q5_0, DType::Q5_1];
+        let k_quants = [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K];
         for s in DType::ALL {
             for d in DType::ALL {
                 // 256 values per row: whole blocks of every type.
                 let ok = check(Op::Cpy, arg(d, [256, 3, 1, 1]), &[Some(arg(s, [256, 3, 1, 1]))]).is_ok();
-                // The K-quants to and from the float types only.
+                // Q4_1, Q5_0 and Q5_1 to and from the float types; the K-quants into them only:
+                // quantizing into them is left to the CPU.
                 let expected = (s == DType::I32 && d == DType::I32)
                     || (floats.contains(&s) && floats.contains(&d))
-                    || (k_quants.contains(&s) && plain.contains(&d))
-                    || (plain.contains(&s) && k_quants.contains(&d));
+                    || (legacy.contains(&s) && plain.contains(&d))
+                    || (plain.contains(&s) && legacy.contains(&d))
+                    || (k_quants.contains(&s) && plain.contains(&d));
                 assert_eq!(ok, expected, "{s} -> {d}");
             }
         }
@@ -269,11 +271,7 @@ mod tests {
             let a = arg(at, [256, 7, 2, 1]);
             let b = arg(DType::F32, [256, 9, 4, 3]);
             let ok = check(Op::MulMat, arg(DType::F32, [7, 9, 4, 3]), &[Some(a), Some(b)]).is_ok();
-            // Q4_1, Q5_0, Q5_1, Q2_K and Q3_K have no CUDA kernels yet: the scheduler gives them
-            // to the CPU.
-            let kernel =
-                !matches!(at, DType::I32 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q2_K | DType::Q3_K);
-            assert_eq!(ok, kernel, "{at}");
+            assert_eq!(ok, at != DType::I32, "{at}");
         }
         // A transposed destination cannot be written by cuBLAS.
         let mut dst = arg(DType::F32, [7, 9, 1, 1]);
