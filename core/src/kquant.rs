@@ -239,21 +239,25 @@ pub fn quantize_row_q6_k(src: &[f32], dst: &mut [u8]) {
                 *l = (nearest_int(v / step).clamp(-32, 31) + 32) as i8;
             }
         }
-        let q = l.map(|l| l as u8);
-        for h in 0..2 {
-            let q = &q[128 * h..];
-            for l in 0..32 {
-                block[64 * h + l] = (q[l] & 0xf) | ((q[l + 64] & 0xf) << 4);
-                block[64 * h + l + 32] = (q[l + 32] & 0xf) | ((q[l + 96] & 0xf) << 4);
-                block[128 + 32 * h + l] =
-                    (q[l] >> 4) | ((q[l + 32] >> 4) << 2) | ((q[l + 64] >> 4) << 4) | ((q[l + 96] >> 4) << 6);
-            }
-        }
-        for (b, s) in block[192..208].iter_mut().zip(sc) {
-            *b = s as u8;
-        }
-        block[208..].copy_from_slice(&d.to_le_bytes());
+        pack_q6_k(&l.map(|l| l as u8), sc, d, block);
     }
+}
+
+/// Writes one Q6_K block: 256 values `q` in `0..64` (value + 32), 16 scales and `d`.
+pub(crate) fn pack_q6_k(q: &[u8; QK_K], sc: [i8; 16], d: f16, block: &mut [u8]) {
+    for h in 0..2 {
+        let q = &q[128 * h..];
+        for l in 0..32 {
+            block[64 * h + l] = (q[l] & 0xf) | ((q[l + 64] & 0xf) << 4);
+            block[64 * h + l + 32] = (q[l + 32] & 0xf) | ((q[l + 96] & 0xf) << 4);
+            block[128 + 32 * h + l] =
+                (q[l] >> 4) | ((q[l + 32] >> 4) << 2) | ((q[l + 64] >> 4) << 4) | ((q[l + 96] >> 4) << 6);
+        }
+    }
+    for (b, s) in block[192..208].iter_mut().zip(sc) {
+        *b = s as u8;
+    }
+    block[208..].copy_from_slice(&d.to_le_bytes());
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use half::f16;
 
-use crate::kquant::{pack_scale_min, Q4_K_BLOCK_BYTES, Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, QK_K};
+use crate::kquant::{pack_q6_k, pack_scale_min, Q4_K_BLOCK_BYTES, Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, QK_K};
 
 fn round_clamped(v: f32, max: u8) -> u8 {
     // The float-to-int cast saturates, so NaN and huge values stay in range.
@@ -116,18 +116,6 @@ pub(crate) fn quantize_row_q6_k(src: &[f32], dst: &mut [u8]) {
                 *q = ((libm::roundf(v * inv) as i32).clamp(-32, 31) + 32) as u8;
             }
         }
-        for h in 0..2 {
-            let q = &q[128 * h..];
-            for l in 0..32 {
-                block[64 * h + l] = (q[l] & 0xf) | ((q[l + 64] & 0xf) << 4);
-                block[64 * h + l + 32] = (q[l + 32] & 0xf) | ((q[l + 96] & 0xf) << 4);
-                block[128 + 32 * h + l] =
-                    (q[l] >> 4) | ((q[l + 32] >> 4) << 2) | ((q[l + 64] >> 4) << 4) | ((q[l + 96] >> 4) << 6);
-            }
-        }
-        for (b, s) in block[192..208].iter_mut().zip(sc) {
-            *b = s as u8;
-        }
-        block[208..].copy_from_slice(&d.to_le_bytes());
+        pack_q6_k(&q, sc, d, block);
     }
 }

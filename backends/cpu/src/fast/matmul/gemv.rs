@@ -10,7 +10,7 @@ use super::{gather_column, threads_for};
 use crate::fast::parallel::{Team, WorkCounter};
 use crate::fast::scratch::WorkMemory;
 use crate::fast::simd::scalar::kquant::{quantize_blocks, KOut};
-use crate::fast::simd::{GemvBf16, KGemv, Kernels, QvColumn, Rows, KV_BLOCK_BYTES, QK, QV_BLOCK_BYTES};
+use crate::fast::simd::{GemvBf16, Kernels, QGemv, QvColumn, Rows, KV_BLOCK_BYTES, QK, QV_BLOCK_BYTES};
 
 /// Weight rows per work item (enough to amortise a kernel call, few enough to balance).
 const ROWS: usize = 16;
@@ -112,51 +112,50 @@ fn run_bf16(kernels: &Kernels, gemv: GemvBf16, team: &mut Team, memory: &mut Wor
 /// Q8_0 and Q4_0 weights: the activations are quantized to 8-bit blocks first.
 pub fn run_quant(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
     let gemv = if mm.a_type == DType::Q4_0 { kernels.gemv.q4_0 } else { kernels.gemv.q8_0 };
-    let (k, m, n, batches) = (mm.k, mm.m, mm.n, mm.batches());
-    let nblocks = k / QK;
-    let column_bytes = nblocks * QV_BLOCK_BYTES;
-    let dense = mm.activations_dense();
+    let nblocks = mm.k / QK;
     let bias = kernels.weight_bias(mm.a_type);
-    let threads = threads_for(team.threads(), mm.work());
-    let regions = memory.reserve(batches * n * column_bytes, if dense { 0 } else { k * 4 }, threads)?;
-    let items = batches * m.div_ceil(ROWS);
-    let to_compute = WorkCounter::new();
-
-    team.run(threads, &|w| {
-        let quantized = regions.shared();
-        for u in w.share(batches * n) {
-            let col = mm.activations(u / n, u % n, 1);
-            // SAFETY: the column exists; the private region has room for `k` floats.
-            let x = unsafe { gather_column(&col, k, dense, regions.private(w.ith).cast()) };
-            // SAFETY: column `u` of the shared region, written by this thread only.
-            let at = unsafe { quantized.add(u * column_bytes) };
-            let out = QvColumn::out(at, nblocks);
-            // SAFETY: `x` holds `k` values, `out` addresses `nblocks` blocks, the column `at`.
-            unsafe {
-                (kernels.quantize)(x, nblocks, bias, &out);
-                (kernels.gemv.arrange)(at, nblocks);
-            }
+    let quantize = |x: *const f32, at: *mut u8| {
+        // SAFETY: as `run_int8` guarantees: `x` holds the column, `at` its quantized bytes.
+        unsafe {
+            (kernels.quantize)(x, nblocks, bias, &QvColumn::out(at, nblocks));
+            (kernels.gemv.arrange)(at, nblocks);
         }
-        w.barrier();
-        while let Some(item) = to_compute.next(items) {
-            let (batch, r0) = (item / m.div_ceil(ROWS), item % m.div_ceil(ROWS) * ROWS);
-            let rows = mm.weights(batch, r0, ROWS.min(m - r0));
-            // SAFETY: this batch's `n` quantized columns; the rows hold `nblocks` blocks; the
-            // outputs (rows `r0..` of every column) belong to this item alone.
-            unsafe {
-                let x = quantized.add(batch * n * column_bytes);
-                gemv(nblocks, &rows, x, column_bytes, n, mm.out(batch).add(r0), m);
-            }
-        }
-    })
+    };
+    run_int8(team, memory, mm, QV_BLOCK_BYTES, &quantize, gemv)
 }
 
 /// K-quant weights on the set's int8 kernels: the activations are quantized to 8-bit blocks
 /// with their half sums first.
-pub fn run_kquant(kernels: &Kernels, gemv: KGemv, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
+pub fn run_kquant(kernels: &Kernels, gemv: QGemv, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
+    let nblocks = mm.k / QK;
+    let quantize = |x: *const f32, at: *mut u8| {
+        let out = KOut {
+            q: at,
+            q_stride: QK,
+            d: at.wrapping_add(QK * nblocks),
+            d_stride: 4,
+            s: at.wrapping_add((QK + 4) * nblocks),
+            s_stride: 8,
+        };
+        // SAFETY: as `run_int8` guarantees: `x` holds the column, `at` its quantized bytes.
+        unsafe { quantize_blocks(kernels.quantize, Some(x), nblocks, &out) };
+    };
+    run_int8(team, memory, mm, KV_BLOCK_BYTES, &quantize, gemv)
+}
+
+/// Int8 products: each activation column is quantized once by `quantize(x, at)` (`x` its `k`
+/// values, `at` its `k / 32 * block_bytes` bytes), then `gemv` takes every row.
+fn run_int8(
+    team: &mut Team,
+    memory: &mut WorkMemory,
+    mm: &MatMul,
+    block_bytes: usize,
+    quantize: &(dyn Fn(*const f32, *mut u8) + Sync),
+    gemv: QGemv,
+) -> Result<()> {
     let (k, m, n, batches) = (mm.k, mm.m, mm.n, mm.batches());
     let nblocks = k / QK;
-    let column_bytes = nblocks * KV_BLOCK_BYTES;
+    let column_bytes = nblocks * block_bytes;
     let dense = mm.activations_dense();
     let threads = threads_for(team.threads(), mm.work());
     let regions = memory.reserve(batches * n * column_bytes, if dense { 0 } else { k * 4 }, threads)?;
@@ -169,18 +168,8 @@ pub fn run_kquant(kernels: &Kernels, gemv: KGemv, team: &mut Team, memory: &mut 
             let col = mm.activations(u / n, u % n, 1);
             // SAFETY: the column exists; the private region has room for `k` floats.
             let x = unsafe { gather_column(&col, k, dense, regions.private(w.ith).cast()) };
-            // SAFETY: column `u` of the shared region, written by this thread only.
-            let at = unsafe { quantized.add(u * column_bytes) };
-            let out = KOut {
-                q: at,
-                q_stride: QK,
-                d: at.wrapping_add(QK * nblocks),
-                d_stride: 4,
-                s: at.wrapping_add((QK + 4) * nblocks),
-                s_stride: 8,
-            };
-            // SAFETY: `x` holds `k` values; `out` addresses the column's `nblocks` blocks.
-            unsafe { quantize_blocks(kernels.quantize, Some(x), nblocks, &out) };
+            // Column `u` of the shared region, written by this thread only.
+            quantize(x, quantized.wrapping_add(u * column_bytes));
         }
         w.barrier();
         while let Some(item) = to_compute.next(items) {

@@ -170,9 +170,6 @@ pub type PackAK = unsafe fn(rows: &Rows, b0: usize, nblocks: usize, mr: usize, d
 /// Quantizes `nblocks * 32` f32 values (`nblocks` a multiple of 8) into K-quant activation
 /// blocks with one scale per 256 values, and their half sums.
 pub type KQuantize = unsafe fn(x: *const f32, nblocks: usize, out: &scalar::kquant::KOut);
-/// Matrix-vector products of K-quant weights with K-quant activation columns ([`KvColumn`])
-/// `ldx` bytes apart: `y[j * ldy + r]` for every row and `j < n` (n <= 8).
-pub type KGemv = unsafe fn(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usize, y: *mut f32, ldy: usize);
 /// Quantizes `nblocks * 32` f32 values into 8-bit blocks (`d = max|x| / 127`, `q = round(x / d)`).
 pub type Quantize = unsafe fn(x: *const f32, nblocks: usize, bias: i32, out: &QuantOut);
 /// Matrix-vector products of float weights: `y[j * ldy + r] = dot(row r, x[j * ldx..][..k])`
@@ -184,7 +181,8 @@ pub type GemvBf16 = unsafe fn(k: usize, rows: &Rows, x: *const u16, ldx: usize, 
 /// Reorders a quantized activation column of `nblocks` blocks ([`QvColumn`]) in place into the
 /// order a table's int8 matrix-vector kernels read.
 pub type ArrangeColumn = unsafe fn(x: *mut u8, nblocks: usize);
-/// Matrix-vector products of Q8_0/Q4_0 weights with int8 activation columns `ldx` bytes apart.
+/// Matrix-vector products of int8 weights (Q8_0/Q4_0, or K-quants with [`KvColumn`]s) with
+/// quantized activation columns `ldx` bytes apart.
 pub type QGemv = unsafe fn(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usize, y: *mut f32, ldy: usize);
 
 /// Float GEMM: tile size, micro-kernel and packers.
@@ -221,7 +219,8 @@ pub struct KQuantKernels {
     pub pack_a: PackAK,
     /// The GEMM's activation quantizer (the matrix-vector path uses the table's `quantize`).
     pub quantize: KQuantize,
-    pub gemv: KGemv,
+    /// Matrix-vector products with K-quant activation columns ([`KvColumn`]), as [`QGemv`].
+    pub gemv: QGemv,
 }
 
 /// Matrix-vector kernels, one per weight type.

@@ -156,7 +156,8 @@ const BLOCK_OF_HALF: [u32; 16] = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7
 /// that the sums of one super-block do not wait on each other).
 ///
 /// # Safety
-/// As [`crate::fast::simd::KGemv`] with `n = N`; AVX-512F/BW/VL, VNNI and F16C.
+/// As [`crate::fast::simd::QGemv`] on K-quant rows and columns with `n = N`; AVX-512F/BW/VL,
+/// VNNI and F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
 unsafe fn cols<const N: usize, const A: usize>(
     nblocks: usize,
@@ -221,10 +222,11 @@ unsafe fn cols<const N: usize, const A: usize>(
     }
 }
 
-/// [`crate::fast::simd::KGemv`].
+/// [`crate::fast::simd::QGemv`] on K-quant rows and [`crate::fast::simd::KvColumn`]s.
 ///
 /// # Safety
-/// As [`crate::fast::simd::KGemv`]; AVX-512F/BW/VL, VNNI and F16C.
+/// As [`crate::fast::simd::QGemv`] on K-quant rows and columns; AVX-512F/BW/VL, VNNI and
+/// F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
 pub unsafe fn gemv(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usize, y: *mut f32, ldy: usize) {
     debug_assert!((nblocks * QK).is_multiple_of(QK_K));
