@@ -9,7 +9,7 @@ use core::arch::x86_64::*;
 use half::bf16;
 use tessera_core::DType;
 
-use super::gemm::transpose16;
+use super::gemm::{prefetch_tile, store_tile, transpose16};
 use crate::fast::simd::scalar::pack::{bytes, get_f32};
 use crate::fast::simd::{Cols, Rows};
 
@@ -35,12 +35,7 @@ fn bf16_bits(x: f32) -> u16 {
 /// As [`crate::fast::simd::GemmTile`]; the processor must have AVX-512F and AVX-512 BF16.
 #[target_feature(enable = "avx512f,avx512bf16")]
 pub unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, accumulate: bool) {
-    // The output tile is touched only at the end: start fetching its lines now.
-    for j in 0..NR {
-        let p = c.wrapping_add(j * ldc).cast::<i8>();
-        _mm_prefetch::<_MM_HINT_T0>(p);
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-    }
+    prefetch_tile(c, ldc, NR);
     let (a, b) = (a.cast::<u32>(), b.cast::<u32>());
     let mut acc = [[_mm512_setzero_ps(); 2]; NR];
     for p in 0..kc.div_ceil(2) {
@@ -60,16 +55,8 @@ pub unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: us
             accj[1] = _mm512_dpbf16_ps(accj[1], a1, bj);
         }
     }
-    for (j, accj) in acc.iter().enumerate() {
-        for (h, &v) in accj.iter().enumerate() {
-            // SAFETY: values `16h..16h + 16` of column `j` of the tile.
-            unsafe {
-                let p = c.add(j * ldc + 16 * h);
-                let v = if accumulate { _mm512_add_ps(_mm512_loadu_ps(p), v) } else { v };
-                _mm512_storeu_ps(p, v);
-            }
-        }
-    }
+    // SAFETY: `c` addresses the tile, as the caller guarantees.
+    unsafe { store_tile(&acc, c, ldc, accumulate) }
 }
 
 /// [`crate::fast::simd::PackA`] for BF16 rows into 32-row panels of bf16 pairs: the pairs of

@@ -11,18 +11,47 @@ use crate::fast::simd::{Cols, Rows};
 pub const MR: usize = 32;
 pub const NR: usize = 12;
 
+/// Starts fetching the `nr` columns of a 32-row output tile (two lines each), which the tiles
+/// touch only at their end.
+#[inline]
+pub(super) fn prefetch_tile(c: *mut f32, ldc: usize, nr: usize) {
+    for j in 0..nr {
+        let p = c.wrapping_add(j * ldc).cast::<i8>();
+        // SAFETY: a prefetch never faults, whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+        }
+    }
+}
+
+/// Stores (or, with `accumulate`, adds) the sums of a 32-row tile of `N` columns, two
+/// registers per column, into `c` (column `j` at `c + j * ldc`).
+///
+/// # Safety
+/// `c` must address the tile: `N` columns of 32 f32, `ldc` apart; AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn store_tile<const N: usize>(acc: &[[__m512; 2]; N], c: *mut f32, ldc: usize, accumulate: bool) {
+    for (j, accj) in acc.iter().enumerate() {
+        for (h, &v) in accj.iter().enumerate() {
+            // SAFETY: values `16h..16h + 16` of column `j` of the tile.
+            unsafe {
+                let p = c.add(j * ldc + 16 * h);
+                let v = if accumulate { _mm512_add_ps(_mm512_loadu_ps(p), v) } else { v };
+                _mm512_storeu_ps(p, v);
+            }
+        }
+    }
+}
+
 /// [`crate::fast::simd::GemmTile`] for a 32 x 12 tile.
 ///
 /// # Safety
 /// As [`crate::fast::simd::GemmTile`]; the processor must have AVX-512F.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, accumulate: bool) {
-    // The output tile is touched only at the end: start fetching its lines now.
-    for j in 0..NR {
-        let p = c.wrapping_add(j * ldc).cast::<i8>();
-        _mm_prefetch::<_MM_HINT_T0>(p);
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-    }
+    prefetch_tile(c, ldc, NR);
     let mut acc = [[_mm512_setzero_ps(); 2]; NR];
     for p in 0..kc {
         // SAFETY: step `p < kc` of the packed panels: 32 weights and 12 activations.
@@ -36,16 +65,8 @@ pub unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: us
             accj[1] = _mm512_fmadd_ps(a1, bj, accj[1]);
         }
     }
-    for (j, accj) in acc.iter().enumerate() {
-        for (h, &v) in accj.iter().enumerate() {
-            // SAFETY: values `16h..16h + 16` of column `j` of the tile.
-            unsafe {
-                let p = c.add(j * ldc + 16 * h);
-                let v = if accumulate { _mm512_add_ps(_mm512_loadu_ps(p), v) } else { v };
-                _mm512_storeu_ps(p, v);
-            }
-        }
-    }
+    // SAFETY: `c` addresses the tile, as the caller guarantees.
+    unsafe { store_tile(&acc, c, ldc, accumulate) }
 }
 
 /// 16 values of a float row from value `k`, as f32 (only the lanes of `mask`; others 0).

@@ -10,6 +10,7 @@
 
 use core::arch::x86_64::*;
 
+use super::gemm::{prefetch_tile, store_tile};
 use super::qgemm::transpose16;
 use crate::fast::simd::scalar::kquant::{pack_scales, KOut};
 use crate::fast::simd::scalar::pack::{get_f32, get_i32, put_f32};
@@ -34,11 +35,7 @@ pub unsafe fn tile<const HALVES: bool>(
     ldc: usize,
     accumulate: bool,
 ) {
-    for j in 0..NR {
-        let p = c.wrapping_add(j * ldc).cast::<i8>();
-        _mm_prefetch::<_MM_HINT_T0>(p);
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-    }
+    prefetch_tile(c, ldc, NR);
     let mut acc = [[_mm512_setzero_ps(); 2]; NR];
     for sb in 0..nblocks / 8 {
         let mut part_sums = [[_mm512_setzero_ps(); 2]; NR];
@@ -111,16 +108,8 @@ pub unsafe fn tile<const HALVES: bool>(
             accj[1] = _mm512_fmadd_ps(t[1], d, accj[1]);
         }
     }
-    for (j, accj) in acc.iter().enumerate() {
-        for (h, &v) in accj.iter().enumerate() {
-            // SAFETY: values `16h..16h + 16` of column `j` of the tile.
-            unsafe {
-                let p = c.add(j * ldc + 16 * h);
-                let v = if accumulate { _mm512_add_ps(_mm512_loadu_ps(p), v) } else { v };
-                _mm512_storeu_ps(p, v);
-            }
-        }
-    }
+    // SAFETY: `c` addresses the tile, as the caller guarantees.
+    unsafe { store_tile(&acc, c, ldc, accumulate) }
 }
 
 /// [`crate::fast::simd::KQuantize`]: per super-block `d = max|x| / 127`, `q = round_half_even(x

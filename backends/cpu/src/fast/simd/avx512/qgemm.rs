@@ -6,6 +6,8 @@ use core::arch::x86_64::*;
 
 use tessera_core::DType;
 
+use super::gemm::{prefetch_tile, store_tile};
+
 use crate::fast::simd::scalar::pack::{bytes, get_f32, get_i32};
 use crate::fast::simd::{qa_block_bytes, qb_block_bytes, Rows, QK};
 
@@ -21,12 +23,7 @@ pub const NR: usize = 6;
 /// As [`crate::fast::simd::QGemmTile`]; AVX-512F/BW and VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn tile(nblocks: usize, a: *const u8, b: *const u8, c: *mut f32, ldc: usize, accumulate: bool) {
-    // The output tile is touched only at the end: start fetching its lines now.
-    for j in 0..NR {
-        let p = c.wrapping_add(j * ldc).cast::<i8>();
-        _mm_prefetch::<_MM_HINT_T0>(p);
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-    }
+    prefetch_tile(c, ldc, NR);
     let mut acc = [[_mm512_setzero_ps(); 2]; NR];
     for blk in 0..nblocks {
         // SAFETY: block `blk < nblocks` of both panels.
@@ -59,16 +56,8 @@ pub unsafe fn tile(nblocks: usize, a: *const u8, b: *const u8, c: *mut f32, ldc:
             accj[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(da1, db), accj[1]);
         }
     }
-    for (j, accj) in acc.iter().enumerate() {
-        for (h, &v) in accj.iter().enumerate() {
-            // SAFETY: values `16h..16h + 16` of column `j` of the tile.
-            unsafe {
-                let p = c.add(j * ldc + 16 * h);
-                let v = if accumulate { _mm512_add_ps(_mm512_loadu_ps(p), v) } else { v };
-                _mm512_storeu_ps(p, v);
-            }
-        }
-    }
+    // SAFETY: `c` addresses the tile, as the caller guarantees.
+    unsafe { store_tile(&acc, c, ldc, accumulate) }
 }
 
 /// Block `blk` of 16 rows as 8 registers `[group][row][4 bytes]` (signed values or, with
