@@ -9,8 +9,10 @@ use super::operands::MatMul;
 use super::{gather_column, threads_for};
 use crate::fast::parallel::{Team, WorkCounter};
 use crate::fast::scratch::WorkMemory;
-use crate::fast::simd::scalar::kquant::{quantize_blocks, KOut};
-use crate::fast::simd::{GemvBf16, Kernels, QGemv, QvColumn, Rows, KV_BLOCK_BYTES, QK, QV_BLOCK_BYTES};
+use crate::fast::simd::{
+    GemvBf16, KQuantKernels, Kernels, QGemv, QvColumn, Rows, K8_SUPERBLOCK_BYTES, QK, QV_BLOCK_BYTES,
+};
+use tessera_core::kquant::QK_K;
 
 /// Weight rows per work item (enough to amortise a kernel call, few enough to balance).
 const ROWS: usize = 16;
@@ -121,41 +123,34 @@ pub fn run_quant(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm
             (kernels.gemv.arrange)(at, nblocks);
         }
     };
-    run_int8(team, memory, mm, QV_BLOCK_BYTES, &quantize, gemv)
+    run_int8(team, memory, mm, nblocks * QV_BLOCK_BYTES, &quantize, gemv)
 }
 
-/// K-quant weights on the set's int8 kernels: the activations are quantized to 8-bit blocks
-/// with their half sums first.
-pub fn run_kquant(kernels: &Kernels, gemv: QGemv, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
-    let nblocks = mm.k / QK;
+/// K-quant weights on the set's int8 kernels: the activations are quantized to 8-bit
+/// super-blocks with the sums of each 16 values first.
+pub fn run_kquant(k: KQuantKernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
+    let superblocks = mm.k / QK_K;
     let quantize = |x: *const f32, at: *mut u8| {
-        let out = KOut {
-            q: at,
-            q_stride: QK,
-            d: at.wrapping_add(QK * nblocks),
-            d_stride: 4,
-            s: at.wrapping_add((QK + 4) * nblocks),
-            s_stride: 8,
-        };
         // SAFETY: as `run_int8` guarantees: `x` holds the column, `at` its quantized bytes.
-        unsafe { quantize_blocks(kernels.quantize, Some(x), nblocks, &out) };
+        unsafe { (k.gemv_quantize)(x, superblocks, at) };
     };
-    run_int8(team, memory, mm, KV_BLOCK_BYTES, &quantize, gemv)
+    // Whole cache lines per column, so that every column's values start aligned.
+    let column_bytes = (superblocks * K8_SUPERBLOCK_BYTES).next_multiple_of(64);
+    run_int8(team, memory, mm, column_bytes, &quantize, k.gemv)
 }
 
 /// Int8 products: each activation column is quantized once by `quantize(x, at)` (`x` its `k`
-/// values, `at` its `k / 32 * block_bytes` bytes), then `gemv` takes every row.
+/// values, `at` its `column_bytes` bytes), then `gemv` takes every row.
 fn run_int8(
     team: &mut Team,
     memory: &mut WorkMemory,
     mm: &MatMul,
-    block_bytes: usize,
+    column_bytes: usize,
     quantize: &(dyn Fn(*const f32, *mut u8) + Sync),
     gemv: QGemv,
 ) -> Result<()> {
     let (k, m, n, batches) = (mm.k, mm.m, mm.n, mm.batches());
     let nblocks = k / QK;
-    let column_bytes = nblocks * block_bytes;
     let dense = mm.activations_dense();
     let threads = threads_for(team.threads(), mm.work());
     let regions = memory.reserve(batches * n * column_bytes, if dense { 0 } else { k * 4 }, threads)?;

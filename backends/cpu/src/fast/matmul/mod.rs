@@ -59,7 +59,7 @@ pub fn mul_mat(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, node
     if matches!(mm.a_type, DType::Q4_K | DType::Q5_K | DType::Q6_K) {
         let Some(k) = kernels.kquant else { return dequantized::run(kernels, team, memory, &mm) };
         if mm.n <= GEMV_MAX_N {
-            gemv::run_kquant(kernels, k.gemv, team, memory, &mm)?;
+            gemv::run_kquant(k, team, memory, &mm)?;
         } else {
             qgemm::run(kernels, team, memory, &mm)?;
         }

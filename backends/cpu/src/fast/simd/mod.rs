@@ -27,8 +27,9 @@
 //! - packed K-quant activations: per block, `[nr][32]` i8 values, `nr` f32 scales `d` (one
 //!   per super-block of 256 values, repeated in its 8 blocks), then per column two i32
 //!   `sum(q)` over values 0-15 and 16-31 ([`kqb_block_bytes`]);
-//! - K-quant activations for the matrix-vector path: per column, `nblocks` blocks of 32 i8
-//!   values, the `nblocks` f32 scales, then the `2 * nblocks` half sums ([`KvColumn`]).
+//! - K-quant activations for the matrix-vector path, as ggml's Q8_K: per column, the i8
+//!   values of its super-blocks (256 values each, one scale per super-block), then per
+//!   super-block the sums of each 16 values (16 i16), then the f32 scales ([`K8Column`]).
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
@@ -68,26 +69,26 @@ pub const fn kqb_block_bytes(nr: usize) -> usize {
     nr * (QK + 12)
 }
 
-/// Bytes per block of a matrix-vector K-quant activation column.
-pub const KV_BLOCK_BYTES: usize = QK + 12;
+/// Bytes per super-block of a matrix-vector K-quant activation column.
+pub const K8_SUPERBLOCK_BYTES: usize = 256 + 32 + 4;
 
 /// A K-quant activation column of the matrix-vector path (see the module docs).
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub struct KvColumn {
-    /// Block `b`'s 32 values at `q + 32 b`.
+pub struct K8Column {
+    /// Super-block `s`'s 256 values at `q + 256 s`.
     pub q: *const u8,
-    /// Block `b`'s f32 scale at `d + 4 b`.
-    pub d: *const u8,
-    /// Block `b`'s half sums (i32 `sum(q)` over values 0-15, then 16-31) at `s + 8 b`.
+    /// Super-block `s`'s sums of each 16 values (16 i16) at `s + 32 s`.
     pub s: *const u8,
+    /// Super-block `s`'s scale at `d + s`.
+    pub d: *const f32,
 }
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-impl KvColumn {
-    /// The column of `nblocks` blocks that starts at `x`.
-    pub fn at(x: *const u8, nblocks: usize) -> KvColumn {
-        KvColumn { q: x, d: x.wrapping_add(QK * nblocks), s: x.wrapping_add((QK + 4) * nblocks) }
+impl K8Column {
+    /// The column of `superblocks` super-blocks that starts at `x`.
+    pub fn at(x: *const u8, superblocks: usize) -> K8Column {
+        K8Column { q: x, s: x.wrapping_add(256 * superblocks), d: x.wrapping_add(288 * superblocks).cast() }
     }
 }
 
@@ -170,6 +171,8 @@ pub type PackAK = unsafe fn(rows: &Rows, b0: usize, nblocks: usize, mr: usize, d
 /// Quantizes `nblocks * 32` f32 values (`nblocks` a multiple of 8) into K-quant activation
 /// blocks with one scale per 256 values, and their half sums.
 pub type KQuantize = unsafe fn(x: *const f32, nblocks: usize, out: &scalar::kquant::KOut);
+/// Quantizes `superblocks * 256` f32 values into a [`K8Column`] at `out`.
+pub type K8Quantize = unsafe fn(x: *const f32, superblocks: usize, out: *mut u8);
 /// Quantizes `nblocks * 32` f32 values into 8-bit blocks (`d = max|x| / 127`, `q = round(x / d)`).
 pub type Quantize = unsafe fn(x: *const f32, nblocks: usize, bias: i32, out: &QuantOut);
 /// Matrix-vector products of float weights: `y[j * ldy + r] = dot(row r, x[j * ldx..][..k])`
@@ -181,7 +184,7 @@ pub type GemvBf16 = unsafe fn(k: usize, rows: &Rows, x: *const u16, ldx: usize, 
 /// Reorders a quantized activation column of `nblocks` blocks ([`QvColumn`]) in place into the
 /// order a table's int8 matrix-vector kernels read.
 pub type ArrangeColumn = unsafe fn(x: *mut u8, nblocks: usize);
-/// Matrix-vector products of int8 weights (Q8_0/Q4_0, or K-quants with [`KvColumn`]s) with
+/// Matrix-vector products of int8 weights (Q8_0/Q4_0, or K-quants with [`K8Column`]s) with
 /// quantized activation columns `ldx` bytes apart.
 pub type QGemv = unsafe fn(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usize, y: *mut f32, ldy: usize);
 
@@ -217,10 +220,12 @@ pub struct KQuantKernels {
     pub tile: QGemmTile,
     pub tile_halves: QGemmTile,
     pub pack_a: PackAK,
-    /// The GEMM's activation quantizer (the matrix-vector path uses the table's `quantize`).
+    /// The GEMM's activation quantizer.
     pub quantize: KQuantize,
-    /// Matrix-vector products with K-quant activation columns ([`KvColumn`]), as [`QGemv`].
+    /// Matrix-vector products with K-quant activation columns ([`K8Column`]), as [`QGemv`].
     pub gemv: QGemv,
+    /// The matrix-vector path's activation quantizer.
+    pub gemv_quantize: K8Quantize,
 }
 
 /// Matrix-vector kernels, one per weight type.

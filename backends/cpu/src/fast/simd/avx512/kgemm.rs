@@ -112,6 +112,16 @@ pub unsafe fn tile<const HALVES: bool>(
     unsafe { store_tile(&acc, c, ldc, accumulate) }
 }
 
+/// The scale `d = max|x| / 127` of a super-block's 256 values, and `1 / d` (0 for zeros) in
+/// every lane.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub fn superblock_scale(v: &[__m512; 16]) -> (f32, __m512) {
+    let amax = v.iter().fold(_mm512_setzero_ps(), |m, &vi| _mm512_max_ps(m, _mm512_abs_ps(vi)));
+    let d = _mm512_reduce_max_ps(amax) / 127.0;
+    (d, _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 }))
+}
+
 /// [`crate::fast::simd::KQuantize`]: per super-block `d = max|x| / 127`, `q = round_half_even(x
 /// * (1 / d))`, `d` written into each of its 8 blocks, with each block's half sums.
 ///
@@ -123,9 +133,7 @@ pub unsafe fn quantize(x: *const f32, nblocks: usize, out: &KOut) {
     for sb in 0..nblocks / 8 {
         // SAFETY: values `256 sb..256 sb + 256` of the input.
         let v: [__m512; 16] = core::array::from_fn(|i| unsafe { _mm512_loadu_ps(x.add(256 * sb + 16 * i)) });
-        let amax = v.iter().fold(_mm512_setzero_ps(), |m, &vi| _mm512_max_ps(m, _mm512_abs_ps(vi)));
-        let d = _mm512_reduce_max_ps(amax) / 127.0;
-        let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let (d, id) = superblock_scale(&v);
         for b in 0..8 {
             let q0 = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_mul_ps(v[2 * b], id));
             let q1 = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_mul_ps(v[2 * b + 1], id));

@@ -45,6 +45,7 @@ pub static KERNELS_VNNI: Kernels = Kernels {
         pack_a: kgemm::pack_a,
         quantize: kgemm::quantize,
         gemv: kgemv::gemv,
+        gemv_quantize: kgemv::quantize,
     }),
     unsigned_weights: true,
     ..KERNELS
