@@ -19,7 +19,7 @@ use super::tile::Tile;
 use super::{gather_column, rows_per_item, threads_for};
 use crate::fast::parallel::{Team, WorkCounter};
 use crate::fast::scratch::WorkMemory;
-use crate::fast::simd::scalar::kquant::{quantize_blocks, KOut};
+use crate::fast::simd::scalar::kquant::{zero_blocks, KOut};
 use crate::fast::simd::{
     kqa_block_bytes, kqb_block_bytes, qa_block_bytes, qb_block_bytes, KQuantKernels, Kernels, QGemmTile, QuantOut, QK,
 };
@@ -207,17 +207,15 @@ unsafe fn quantize_column(
         Format::KQuant(k) => {
             let out = KOut {
                 q: panel.wrapping_add(j * QK),
-                q_stride: stride,
                 d: panel.wrapping_add(nr * QK + 4 * j),
-                d_stride: stride,
-                s: panel.wrapping_add(nr * (QK + 4) + 8 * j),
-                s_stride: stride,
+                s: panel.wrapping_add(nr * (QK + 4) + 12 * j),
+                stride,
             };
             match x {
                 // SAFETY: `x` holds `nblocks * 32` values; `out` addresses `nblocks` blocks.
                 Some(x) => unsafe { (k.quantize)(x, nblocks, &out) },
                 // SAFETY: as the caller guarantees.
-                None => unsafe { quantize_blocks(kernels.quantize, None, nblocks, &out) },
+                None => unsafe { zero_blocks(nblocks, &out) },
             }
         }
     }

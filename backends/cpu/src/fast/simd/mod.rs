@@ -25,8 +25,9 @@
 //!   bytes, then four vectors of `mr` f32: the scales of values 0-15 and 16-31, then their
 //!   mins ([`kqa_block_bytes`]);
 //! - packed K-quant activations: per block, `[nr][32]` i8 values, `nr` f32 scales `d` (one
-//!   per super-block of 256 values, repeated in its 8 blocks), then per column two i32
-//!   `sum(q)` over values 0-15 and 16-31 ([`kqb_block_bytes`]);
+//!   per super-block of 256 values, repeated in its 8 blocks), then per column the weight of
+//!   the mins `d * sum(q)` (f32) and `-32 * sum(q)` over values 0-15 and 16-31 (i32)
+//!   ([`kqb_block_bytes`]);
 //! - K-quant activations for the matrix-vector path, as ggml's Q8_K: per column, the i8
 //!   values of its super-blocks (256 values each, one scale per super-block), then per
 //!   super-block the sums of each 16 values (16 i16), then the f32 scales ([`K8Column`]).
@@ -66,7 +67,7 @@ pub const fn kqa_block_bytes(mr: usize) -> usize {
 
 /// Bytes of one block of a packed K-quant activation panel of `nr` columns.
 pub const fn kqb_block_bytes(nr: usize) -> usize {
-    nr * (QK + 12)
+    nr * (QK + 16)
 }
 
 /// Bytes per super-block of a matrix-vector K-quant activation column.

@@ -6,7 +6,8 @@
 //!
 //! The activations have one scale `d_a` per super-block (256 values), so a super-block's
 //! blocks are summed without it and multiplied by it once: each block costs a conversion and
-//! an FMA per sum (and an FMA for the min), where a scale per block would add a product.
+//! an FMA per sum, where a scale per block would add a product. The mins' term comes with
+//! `d_a sum(q_a)` ready in the activation panel: one FMA per block and register.
 
 use core::arch::x86_64::*;
 
@@ -42,22 +43,17 @@ pub unsafe fn tile<const HALVES: bool>(
         for blk in 8 * sb..8 * sb + 8 {
             // SAFETY: block `blk < nblocks` of both panels.
             let (ab, bb) = unsafe { (a.add(blk * kqa_block_bytes(MR)), b.add(blk * kqb_block_bytes(NR))) };
-            let (mut lo, mut hi) = ([0i32; NR], [0i32; NR]);
-            for j in 0..NR {
-                // SAFETY: column `j`'s half sums inside the activation block.
-                unsafe {
-                    lo[j] = get_i32(bb.add(NR * (QK + 4) + 8 * j));
-                    hi[j] = get_i32(bb.add(NR * (QK + 4) + 8 * j + 4));
-                }
-            }
+            // Column `j`'s min weight and two starts, after the values and scales.
+            let sums_of = |j: usize| bb.wrapping_add(NR * (QK + 4) + 12 * j);
             let parts = if HALVES { 2 } else { 1 };
             for part in 0..parts {
                 let mut sums: [[__m512i; 2]; NR] = core::array::from_fn(|j| {
-                    let start = _mm512_set1_epi32(match part {
-                        _ if !HALVES => 0,
-                        0 => -32 * lo[j],
-                        _ => -32 * hi[j],
-                    });
+                    let start = if HALVES {
+                        // SAFETY: column `j`'s start for this half.
+                        _mm512_set1_epi32(unsafe { get_i32(sums_of(j).add(4 + 4 * part)) })
+                    } else {
+                        _mm512_setzero_si512()
+                    };
                     [start, start]
                 });
                 for g in part * 8 / parts..(part + 1) * 8 / parts {
@@ -92,10 +88,11 @@ pub unsafe fn tile<const HALVES: bool>(
                     let min = ab.add(QK * MR + 8 * MR);
                     (_mm512_loadu_ps(min.cast()), _mm512_loadu_ps(min.add(64).cast()))
                 };
-                for (j, t) in part_sums.iter_mut().enumerate() {
-                    let sum_a = _mm512_set1_ps((lo[j] + hi[j]) as f32);
-                    t[0] = _mm512_fnmadd_ps(m0, sum_a, t[0]);
-                    t[1] = _mm512_fnmadd_ps(m1, sum_a, t[1]);
+                for (j, accj) in acc.iter_mut().enumerate() {
+                    // SAFETY: column `j`'s min weight (`d_a` included).
+                    let weight = _mm512_set1_ps(unsafe { get_f32(sums_of(j)) });
+                    accj[0] = _mm512_fnmadd_ps(m0, weight, accj[0]);
+                    accj[1] = _mm512_fnmadd_ps(m1, weight, accj[1]);
                 }
             }
         }
@@ -122,8 +119,9 @@ pub fn superblock_scale(v: &[__m512; 16]) -> (f32, __m512) {
     (d, _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 }))
 }
 
-/// [`crate::fast::simd::KQuantize`]: per super-block `d = max|x| / 127`, `q = round_half_even(x
-/// * (1 / d))`, `d` written into each of its 8 blocks, with each block's half sums.
+/// [`crate::fast::simd::KQuantize`]: per super-block `d = max|x| / 127` and
+/// `q = round_half_even(x / d)` (times `1 / d`), `d` written into each of its 8 blocks, with
+/// each block's min weight and starts.
 ///
 /// # Safety
 /// As [`crate::fast::simd::KQuantize`]; AVX-512F/BW/VL.
@@ -137,16 +135,17 @@ pub unsafe fn quantize(x: *const f32, nblocks: usize, out: &KOut) {
         for b in 0..8 {
             let q0 = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_mul_ps(v[2 * b], id));
             let q1 = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_mul_ps(v[2 * b + 1], id));
-            let blk = 8 * sb + b;
-            // SAFETY: block `blk`'s values, scale and half sums.
+            let (lo, hi) = (_mm512_reduce_add_epi32(q0), _mm512_reduce_add_epi32(q1));
+            // SAFETY: block `8 sb + b`'s values, scale and sums.
             unsafe {
-                let q = out.q.add(blk * out.q_stride);
+                let (q, s) = (out.q.add((8 * sb + b) * out.stride), out.s.add((8 * sb + b) * out.stride));
                 _mm_storeu_si128(q.cast(), _mm512_cvtepi32_epi8(q0));
                 _mm_storeu_si128(q.add(16).cast(), _mm512_cvtepi32_epi8(q1));
-                put_f32(out.d.add(blk * out.d_stride), d);
-                let s = out.s.add(blk * out.s_stride);
-                core::ptr::write_unaligned(s.cast::<i32>(), _mm512_reduce_add_epi32(q0));
-                core::ptr::write_unaligned(s.add(4).cast::<i32>(), _mm512_reduce_add_epi32(q1));
+                put_f32(out.d.add((8 * sb + b) * out.stride), d);
+                // Exact: |lo + hi| <= 32 * 127.
+                put_f32(s, d * (lo + hi) as f32);
+                core::ptr::write_unaligned(s.add(4).cast::<i32>(), -32 * lo);
+                core::ptr::write_unaligned(s.add(8).cast::<i32>(), -32 * hi);
             }
         }
     }

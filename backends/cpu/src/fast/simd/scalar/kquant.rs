@@ -4,14 +4,14 @@
 //! through it differ from the dequantized values only by rounding.
 //!
 //! Also the portable packer of K-quant weight panels (edges of the SIMD packers) and the
-//! writer of K-quant activation blocks.
+//! layout of K-quant activation blocks.
 
 use half::f16;
 use tessera_core::kquant::{scale_min, QK_K};
 use tessera_core::DType;
 
 use crate::fast::simd::scalar::pack::put_f32;
-use crate::fast::simd::{kqa_block_bytes, Quantize, Rows, QK};
+use crate::fast::simd::{kqa_block_bytes, Rows, QK};
 
 /// Scales and mins of a super-block, one per 16 values.
 pub type HalfScales = ([f32; 16], [f32; 16]);
@@ -138,56 +138,29 @@ pub unsafe fn pack_a(rows: &Rows, b0: usize, nblocks: usize, mr: usize, dst: *mu
     }
 }
 
-/// Where K-quant activation blocks go: block `b`'s values at `q + b * q_stride`, its scale at
-/// `d + b * d_stride`, its two half sums at `s + b * s_stride`.
+/// Where K-quant activation blocks go (one column of a packed panel): block `b`'s values at
+/// `q + b * stride`, its scale `d` at `d + b * stride`, and at `s + b * stride` the weight of
+/// its mins `d * sum(q)` (f32), then `-32 * sum(q)` over values 0-15 and over 16-31 (i32,
+/// where Q6_K's integer sums start).
 #[derive(Clone, Copy)]
 pub struct KOut {
     pub q: *mut u8,
-    pub q_stride: usize,
     pub d: *mut u8,
-    pub d_stride: usize,
     pub s: *mut u8,
-    pub s_stride: usize,
+    pub stride: usize,
 }
 
-/// Quantizes `nblocks * 32` values with `quantize` (the table's 8-bit quantizer), then writes
-/// each block's half sums (i32); `x = None` writes zero blocks (padding columns).
+/// Writes `nblocks` blocks of zeros (padding columns).
 ///
 /// # Safety
-/// `x` must hold `nblocks * 32` f32; `out` must address `nblocks` blocks, and its `s` slots
-/// must have room for the 4-byte corrections `quantize` writes there first.
-pub unsafe fn quantize_blocks(quantize: Quantize, x: Option<*const f32>, nblocks: usize, out: &KOut) {
-    if let Some(x) = x {
-        // The corrections land in the sums' slots, overwritten below.
-        let q8 = |b: usize| crate::fast::simd::QuantOut {
-            q: out.q.wrapping_add(b * out.q_stride),
-            q_stride: out.q_stride,
-            d: out.d.wrapping_add(b * out.d_stride),
-            c: out.s.wrapping_add(b * out.s_stride),
-            dc_stride: out.d_stride,
-        };
-        if out.d_stride == out.s_stride {
-            // SAFETY: `nblocks` blocks in and out.
-            unsafe { quantize(x, nblocks, 0, &q8(0)) };
-        } else {
-            for b in 0..nblocks {
-                // SAFETY: block `b` in and out.
-                unsafe { quantize(x.add(b * QK), 1, 0, &q8(b)) };
-            }
-        }
-    }
+/// `out` must address `nblocks` blocks.
+pub unsafe fn zero_blocks(nblocks: usize, out: &KOut) {
     for b in 0..nblocks {
         // SAFETY: block `b`'s values, scale and sums.
         unsafe {
-            let (q, d, s) = (out.q.add(b * out.q_stride), out.d.add(b * out.d_stride), out.s.add(b * out.s_stride));
-            if x.is_none() {
-                core::ptr::write_bytes(q, 0, QK);
-                put_f32(d, 0.0);
-            }
-            let values = core::slice::from_raw_parts(q.cast::<i8>(), QK);
-            let sum = |h: &[i8]| h.iter().map(|&v| i32::from(v)).sum::<i32>();
-            core::ptr::write_unaligned(s.cast::<[u8; 4]>(), sum(&values[..16]).to_le_bytes());
-            core::ptr::write_unaligned(s.add(4).cast::<[u8; 4]>(), sum(&values[16..]).to_le_bytes());
+            core::ptr::write_bytes(out.q.add(b * out.stride), 0, QK);
+            core::ptr::write_bytes(out.d.add(b * out.stride), 0, 4);
+            core::ptr::write_bytes(out.s.add(b * out.stride), 0, 12);
         }
     }
 }
