@@ -19,9 +19,9 @@ use super::tile::Tile;
 use super::{gather_column, rows_per_item, threads_for};
 use crate::fast::parallel::{Team, WorkCounter};
 use crate::fast::scratch::WorkMemory;
-use crate::fast::simd::scalar::kquant::{zero_blocks, KOut};
+use crate::fast::simd::scalar::kquant::{zero_superblocks, KOut};
 use crate::fast::simd::{
-    kqa_block_bytes, kqb_block_bytes, qa_block_bytes, qb_block_bytes, KQuantKernels, Kernels, QGemmTile, QuantOut, QK,
+    kq_superblock_bytes, qa_block_bytes, qb_block_bytes, KQuantKernels, Kernels, QGemmTile, QuantOut, QK,
 };
 
 /// Blocks of 32 values per packed weight block (2048 values, whole K-quant super-blocks):
@@ -48,17 +48,21 @@ impl Format {
         }
     }
 
+    /// Bytes per block of a weight panel of `mr` rows. K-quant panels go by super-blocks of
+    /// 8 blocks, and every K-quant offset is a whole number of super-blocks, so this is their
+    /// eighth (exact for the even tile sizes).
     fn a_block(self, mr: usize) -> usize {
         match self {
             Format::Blocks { .. } => qa_block_bytes(mr),
-            Format::KQuant(_) => kqa_block_bytes(mr),
+            Format::KQuant(_) => kq_superblock_bytes(mr) / 8,
         }
     }
 
+    /// Bytes per block of an activation panel of `nr` columns (as [`Format::a_block`]).
     fn b_block(self, nr: usize) -> usize {
         match self {
             Format::Blocks { .. } => qb_block_bytes(nr),
-            Format::KQuant(_) => kqb_block_bytes(nr),
+            Format::KQuant(_) => kq_superblock_bytes(nr) / 8,
         }
     }
 }
@@ -179,9 +183,9 @@ unsafe fn quantize_column(
     panel: *mut u8,
     j: usize,
 ) {
-    let stride = format.b_block(nr);
     match format {
         Format::Blocks { bias } => {
+            let stride = format.b_block(nr);
             let out = QuantOut {
                 q: panel.wrapping_add(j * QK),
                 q_stride: stride,
@@ -205,17 +209,13 @@ unsafe fn quantize_column(
             }
         }
         Format::KQuant(k) => {
-            let out = KOut {
-                q: panel.wrapping_add(j * QK),
-                d: panel.wrapping_add(nr * QK + 4 * j),
-                s: panel.wrapping_add(nr * (QK + 4) + 12 * j),
-                stride,
-            };
+            let out = KOut { panel, nr, column: j };
             match x {
-                // SAFETY: `x` holds `nblocks * 32` values; `out` addresses `nblocks` blocks.
+                // SAFETY: `x` holds `nblocks * 32` values; `out` addresses `nblocks / 8`
+                // super-blocks.
                 Some(x) => unsafe { (k.quantize)(x, nblocks, &out) },
                 // SAFETY: as the caller guarantees.
-                None => unsafe { zero_blocks(nblocks, &out) },
+                None => unsafe { zero_superblocks(nblocks / 8, &out) },
             }
         }
     }

@@ -21,13 +21,19 @@
 //!
 //! K-quant weights (Q4_K, Q5_K, Q6_K) take their own int8 layouts, because their values carry
 //! a scale and a min per 16 or 32 values (value = `scale * q - min`, `q` unsigned):
-//! - packed K-quant weights: per block of 32 values, `[8 groups][mr rows][4 values]` unsigned
-//!   bytes, then four vectors of `mr` f32: the scales of values 0-15 and 16-31, then their
-//!   mins ([`kqa_block_bytes`]);
-//! - packed K-quant activations: per block, `[nr][32]` i8 values, `nr` f32 scales `d` (one
-//!   per super-block of 256 values, repeated in its 8 blocks), then per column the weight of
-//!   the mins `d * sum(q)` (f32) and `-32 * sum(q)` over values 0-15 and 16-31 (i32)
-//!   ([`kqb_block_bytes`]);
+//! - packed K-quant weights, per super-block (8 blocks of 32 values): per block
+//!   `[8 groups][mr rows][4 values]` unsigned bytes, then two vectors of `mr` f32, the scales
+//!   of values 0-15 and of 16-31; after the 8 blocks the mins, `[4][mr]` i32 each holding the
+//!   6-bit mins of blocks `2p` and `2p + 1` as an i16 pair, then `mr` f32 `dmin` (Q6_K: zeros;
+//!   its min is `32 * scale`);
+//! - packed K-quant activations, per super-block: per block `[nr][32]` i8 values, then per
+//!   column two i32 starts `-32 * sum(q)` over values 0-15 and 16-31 (where Q6_K's integer
+//!   sums start); after the 8 blocks, `nr` f32 scales `d` (one per super-block), then per
+//!   column 4 i32, each the sums of blocks `2p` and `2p + 1` as an i16 pair.
+//!
+//!   Both take [`kq_superblock_bytes`] with the offsets of [`kq_block_at`] and
+//!   [`kq_tail_at`]; the mins of a super-block meet the activations' block sums in four
+//!   `vpdpwssd` per register, once per super-block.
 //! - K-quant activations for the matrix-vector path, as ggml's Q8_K: per column, the i8
 //!   values of its super-blocks (256 values each, one scale per super-block), then per
 //!   super-block the sums of each 16 values (16 i16), then the f32 scales ([`K8Column`]).
@@ -60,14 +66,22 @@ pub const fn qb_block_bytes(nr: usize) -> usize {
 /// Bytes per block of a matrix-vector int8 activation column.
 pub const QV_BLOCK_BYTES: usize = QK + 8;
 
-/// Bytes of one block of a packed K-quant weight panel of `mr` rows.
-pub const fn kqa_block_bytes(mr: usize) -> usize {
-    mr * (QK + 16)
+/// Bytes of one super-block of a packed K-quant panel of `n` rows (weights) or columns
+/// (activations).
+pub const fn kq_superblock_bytes(n: usize) -> usize {
+    n * (8 * (QK + 8) + 20)
 }
 
-/// Bytes of one block of a packed K-quant activation panel of `nr` columns.
-pub const fn kqb_block_bytes(nr: usize) -> usize {
-    nr * (QK + 16)
+/// Where block `b` (of 8) of a packed K-quant super-block of `n` rows or columns starts; its
+/// scales (weights) or starts (activations) follow its `32 n` values.
+pub const fn kq_block_at(n: usize, b: usize) -> usize {
+    b * n * (QK + 8)
+}
+
+/// Where the mins (weights) or the scales and block sums (activations) of a packed K-quant
+/// super-block of `n` rows or columns start, after its 8 blocks.
+pub const fn kq_tail_at(n: usize) -> usize {
+    kq_block_at(n, 8)
 }
 
 /// Bytes per super-block of a matrix-vector K-quant activation column.

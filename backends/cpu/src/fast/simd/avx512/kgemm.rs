@@ -1,13 +1,14 @@
 //! The AVX-512 VNNI int8 micro-kernel and packer for K-quant weights: 32 weight rows by 4
-//! activation columns. For a block of 32 values with weights `s_w q_w - m_w` and activations
-//! `d_a q_a`, the product is `d_a (s_w sum(q_w q_a) - m_w sum(q_a))`; `sum(q_a)` comes with the
-//! activations, `s_w` and `m_w` with the packed weights. Q6_K's min is `32 s_w`: its integer
-//! sums start from `-32 sum(q_a)` instead.
+//! activation columns. For a block of 32 values with weights `s_w q_w - dmin m_w` and
+//! activations `d_a q_a`, the product is `d_a (s_w sum(q_w q_a) - dmin m_w sum(q_a))`.
+//! Q6_K has no mins: its value is `s_w (q_w - 32)`, so its integer sums start from
+//! `-32 sum(q_a)`.
 //!
-//! The activations have one scale `d_a` per super-block (256 values), so a super-block's
-//! blocks are summed without it and multiplied by it once: each block costs a conversion and
-//! an FMA per sum, where a scale per block would add a product. The mins' term comes with
-//! `d_a sum(q_a)` ready in the activation panel: one FMA per block and register.
+//! FMAs take the same ports as `vpdpbusd` here, so the kernel spends as few as it can: the
+//! activations have one scale `d_a` per super-block (256 values), so a super-block's blocks
+//! are summed without it and multiplied by it once (one conversion and FMA per block and
+//! register, for `s_w`), and the mins, small integers, meet the blocks' `sum(q_a)` in integer
+//! `vpdpwssd`, 2 blocks per step, with one FMA by `dmin` per super-block.
 
 use core::arch::x86_64::*;
 
@@ -15,15 +16,15 @@ use super::gemm::{prefetch_tile, store_tile};
 use super::qgemm::transpose16;
 use crate::fast::simd::scalar::kquant::{pack_scales, KOut};
 use crate::fast::simd::scalar::pack::{get_f32, get_i32, put_f32};
-use crate::fast::simd::{kqa_block_bytes, kqb_block_bytes, Rows, QK};
+use crate::fast::simd::{kq_block_at, kq_superblock_bytes, kq_tail_at, Rows, QK};
 use tessera_core::DType;
 
 pub const MR: usize = 32;
 pub const NR: usize = 4;
 
 /// [`crate::fast::simd::QGemmTile`] for a 32 x 4 tile of K-quant panels (`nblocks` a multiple
-/// of 8). `HALVES`: values 0-15 and 16-31 of a block have their own scales (Q6_K); otherwise
-/// both halves share the first scale and min (Q4_K, Q5_K), and a block is one integer sum.
+/// of 8). `HALVES`: values 0-15 and 16-31 of a block have their own scales and no mins (Q6_K);
+/// otherwise both halves share the first scale (Q4_K, Q5_K), and a block is one integer sum.
 ///
 /// # Safety
 /// As [`crate::fast::simd::QGemmTile`] on K-quant panels; AVX-512F/BW and VNNI.
@@ -39,24 +40,28 @@ pub unsafe fn tile<const HALVES: bool>(
     prefetch_tile(c, ldc, NR);
     let mut acc = [[_mm512_setzero_ps(); 2]; NR];
     for sb in 0..nblocks / 8 {
+        // SAFETY: super-block `sb < nblocks / 8` of both panels.
+        let (a_sb, b_sb) = unsafe { (a.add(sb * kq_superblock_bytes(MR)), b.add(sb * kq_superblock_bytes(NR))) };
         let mut part_sums = [[_mm512_setzero_ps(); 2]; NR];
-        for blk in 8 * sb..8 * sb + 8 {
-            // SAFETY: block `blk < nblocks` of both panels.
-            let (ab, bb) = unsafe { (a.add(blk * kqa_block_bytes(MR)), b.add(blk * kqb_block_bytes(NR))) };
-            // Column `j`'s min weight and two starts, after the values and scales.
-            let sums_of = |j: usize| bb.wrapping_add(NR * (QK + 4) + 12 * j);
+        for blk in 0..8 {
+            let (ab, bb) = (a_sb.wrapping_add(kq_block_at(MR, blk)), b_sb.wrapping_add(kq_block_at(NR, blk)));
+            // The weights one block ahead, into L1 (the panel streams from L2).
+            let ahead = ab.wrapping_add(kq_block_at(MR, 1));
             let parts = if HALVES { 2 } else { 1 };
             for part in 0..parts {
                 let mut sums: [[__m512i; 2]; NR] = core::array::from_fn(|j| {
                     let start = if HALVES {
-                        // SAFETY: column `j`'s start for this half.
-                        _mm512_set1_epi32(unsafe { get_i32(sums_of(j).add(4 + 4 * part)) })
+                        // SAFETY: column `j`'s start for this half, after the values.
+                        _mm512_set1_epi32(unsafe { get_i32(bb.add(NR * QK + 8 * j + 4 * part)) })
                     } else {
                         _mm512_setzero_si512()
                     };
                     [start, start]
                 });
                 for g in part * 8 / parts..(part + 1) * 8 / parts {
+                    for line in 0..3 {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add((3 * g + line) * 64).cast());
+                    }
                     // SAFETY: group `g` of the weight block: 2 x 64 bytes.
                     let (a0, a1) = unsafe {
                         (
@@ -82,25 +87,37 @@ pub unsafe fn tile<const HALVES: bool>(
                     t[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), s1, t[1]);
                 }
             }
-            if !HALVES {
-                // SAFETY: the min vector (`MR` f32) after the two scale vectors.
+        }
+        let (a_tail, b_tail) = (a_sb.wrapping_add(kq_tail_at(MR)), b_sb.wrapping_add(kq_tail_at(NR)));
+        if !HALVES {
+            // The mins by the activations' block sums: 4 pairs of blocks per register.
+            let mut min_sums = [[_mm512_setzero_si512(); 2]; NR];
+            for pair in 0..4 {
+                // SAFETY: the mins of block pair `pair` (`MR` i32).
                 let (m0, m1) = unsafe {
-                    let min = ab.add(QK * MR + 8 * MR);
-                    (_mm512_loadu_ps(min.cast()), _mm512_loadu_ps(min.add(64).cast()))
+                    let m = a_tail.add(4 * MR * pair);
+                    (_mm512_loadu_si512(m.cast()), _mm512_loadu_si512(m.add(64).cast()))
                 };
-                for (j, accj) in acc.iter_mut().enumerate() {
-                    // SAFETY: column `j`'s min weight (`d_a` included).
-                    let weight = _mm512_set1_ps(unsafe { get_f32(sums_of(j)) });
-                    accj[0] = _mm512_fnmadd_ps(m0, weight, accj[0]);
-                    accj[1] = _mm512_fnmadd_ps(m1, weight, accj[1]);
+                for (j, t) in min_sums.iter_mut().enumerate() {
+                    // SAFETY: column `j`'s sums of block pair `pair`.
+                    let y = _mm512_set1_epi32(unsafe { get_i32(b_tail.add(4 * NR + 16 * j + 4 * pair)) });
+                    t[0] = _mm512_dpwssd_epi32(t[0], m0, y);
+                    t[1] = _mm512_dpwssd_epi32(t[1], m1, y);
                 }
             }
+            // SAFETY: the `dmin` vector (`MR` f32) after the mins.
+            let (d0, d1) = unsafe {
+                let dmin = a_tail.add(16 * MR);
+                (_mm512_loadu_ps(dmin.cast()), _mm512_loadu_ps(dmin.add(64).cast()))
+            };
+            for (t, m) in part_sums.iter_mut().zip(&min_sums) {
+                t[0] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m[0]), d0, t[0]);
+                t[1] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m[1]), d1, t[1]);
+            }
         }
-        // SAFETY: the super-block's activation scales, in its first block.
-        let b0 = unsafe { b.add(8 * sb * kqb_block_bytes(NR)) };
         for (j, (accj, t)) in acc.iter_mut().zip(&part_sums).enumerate() {
             // SAFETY: column `j`'s scale.
-            let d = _mm512_set1_ps(unsafe { get_f32(b0.add(NR * QK + 4 * j)) });
+            let d = _mm512_set1_ps(unsafe { get_f32(b_tail.add(4 * j)) });
             accj[0] = _mm512_fmadd_ps(t[0], d, accj[0]);
             accj[1] = _mm512_fmadd_ps(t[1], d, accj[1]);
         }
@@ -120,8 +137,7 @@ pub fn superblock_scale(v: &[__m512; 16]) -> (f32, __m512) {
 }
 
 /// [`crate::fast::simd::KQuantize`]: per super-block `d = max|x| / 127` and
-/// `q = round_half_even(x / d)` (times `1 / d`), `d` written into each of its 8 blocks, with
-/// each block's min weight and starts.
+/// `q = round_half_even(x / d)` (times `1 / d`), with each block's starts and sums.
 ///
 /// # Safety
 /// As [`crate::fast::simd::KQuantize`]; AVX-512F/BW/VL.
@@ -132,21 +148,25 @@ pub unsafe fn quantize(x: *const f32, nblocks: usize, out: &KOut) {
         // SAFETY: values `256 sb..256 sb + 256` of the input.
         let v: [__m512; 16] = core::array::from_fn(|i| unsafe { _mm512_loadu_ps(x.add(256 * sb + 16 * i)) });
         let (d, id) = superblock_scale(&v);
-        for b in 0..8 {
+        let mut sums = [0i16; 8];
+        for (b, sum) in sums.iter_mut().enumerate() {
             let q0 = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_mul_ps(v[2 * b], id));
             let q1 = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_mul_ps(v[2 * b + 1], id));
             let (lo, hi) = (_mm512_reduce_add_epi32(q0), _mm512_reduce_add_epi32(q1));
-            // SAFETY: block `8 sb + b`'s values, scale and sums.
+            // At most 32 * 127 in magnitude.
+            *sum = (lo + hi) as i16;
+            // SAFETY: block `b`'s values and starts.
             unsafe {
-                let (q, s) = (out.q.add((8 * sb + b) * out.stride), out.s.add((8 * sb + b) * out.stride));
+                let q = out.values(sb, b);
                 _mm_storeu_si128(q.cast(), _mm512_cvtepi32_epi8(q0));
                 _mm_storeu_si128(q.add(16).cast(), _mm512_cvtepi32_epi8(q1));
-                put_f32(out.d.add((8 * sb + b) * out.stride), d);
-                // Exact: |lo + hi| <= 32 * 127.
-                put_f32(s, d * (lo + hi) as f32);
-                core::ptr::write_unaligned(s.add(4).cast::<i32>(), -32 * lo);
-                core::ptr::write_unaligned(s.add(8).cast::<i32>(), -32 * hi);
+                core::ptr::write_unaligned(out.starts(sb, b).cast::<[i32; 2]>(), [-32 * lo, -32 * hi]);
             }
+        }
+        // SAFETY: the super-block's scale and block sums.
+        unsafe {
+            put_f32(out.scale(sb), d);
+            core::ptr::write_unaligned(out.sums(sb).cast::<[i16; 8]>(), sums);
         }
     }
 }
@@ -226,19 +246,19 @@ pub unsafe fn pack_a(rows: &Rows, b0: usize, nblocks: usize, mr: usize, dst: *mu
     }
     for s in 0..nblocks / 8 {
         let sb = b0 / 8 + s;
-        // SAFETY: blocks `8s..8s + 8` of the panel.
-        let out = unsafe { dst.add(8 * s * kqa_block_bytes(MR)) };
+        // SAFETY: super-block `s` of the panel.
+        let out = unsafe { dst.add(s * kq_superblock_bytes(MR)) };
         for h in 0..2 {
             // SAFETY: rows `16h..16h + 16` exist and hold super-block `sb`.
             let blocks = unsafe { superblock16(rows.dtype, rows.ptr.add(16 * h * rows.stride), rows.stride, sb) };
             for (j, block) in blocks.iter().enumerate() {
                 for (i, gi) in block.iter().enumerate() {
                     // SAFETY: group `i`, rows `16h..16h + 16` of block `j`: 64 bytes.
-                    unsafe { _mm512_storeu_si512(out.add(j * kqa_block_bytes(MR) + i * 4 * MR + 64 * h).cast(), *gi) };
+                    unsafe { _mm512_storeu_si512(out.add(kq_block_at(MR, j) + i * 4 * MR + 64 * h).cast(), *gi) };
                 }
             }
         }
-        // SAFETY: the 32 rows hold super-block `sb`; `out` holds its 8 blocks.
+        // SAFETY: the 32 rows hold super-block `sb`; `out` is its packed super-block.
         unsafe { pack_scales(rows, sb, MR, out) };
     }
 }

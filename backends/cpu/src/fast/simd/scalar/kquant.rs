@@ -1,49 +1,53 @@
-//! K-quant super-blocks as the int8 kernels take them: 256 unsigned values and, per 16
-//! values, a scale and a min with value = `scale * q - min`. This regroups ggml's formulas
-//! (Q6_K's `d * sc * (q - 32)` becomes `scale = d * sc`, `min = 32 * scale`), so products
+//! K-quant super-blocks as the int8 kernels take them: 256 unsigned values, a scale per 16
+//! values and, for Q4_K and Q5_K, a 6-bit min per 32 with its own scale `dmin` (value =
+//! `scale * q - dmin * min`; Q6_K's `d * sc * (q - 32)` is `scale * (q - 32)`), so products
 //! through it differ from the dequantized values only by rounding.
 //!
 //! Also the portable packer of K-quant weight panels (edges of the SIMD packers) and the
-//! layout of K-quant activation blocks.
+//! layout of K-quant activation panels.
 
 use half::f16;
 use tessera_core::kquant::{scale_min, QK_K};
 use tessera_core::DType;
 
 use crate::fast::simd::scalar::pack::put_f32;
-use crate::fast::simd::{kqa_block_bytes, Rows, QK};
+use crate::fast::simd::{kq_block_at, kq_superblock_bytes, kq_tail_at, Rows, QK};
 
-/// Scales and mins of a super-block, one per 16 values.
-pub type HalfScales = ([f32; 16], [f32; 16]);
+/// The scales of a super-block, one per 16 values, with its 6-bit mins (one per 32 values)
+/// and their scale `dmin` (value = `scale * q - dmin * min`; Q6_K's is `scale * (q - 32)`,
+/// with zero mins).
+pub struct Scales {
+    pub scale: [f32; 16],
+    pub min: [u8; 8],
+    pub dmin: f32,
+}
 
 fn half_at(block: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([block[at], block[at + 1]]).to_f32()
 }
 
-/// The scales and mins of one super-block of `dtype` (Q4_K, Q5_K or Q6_K; other types give
-/// zeros).
-pub fn scales(dtype: DType, block: &[u8]) -> HalfScales {
-    let (mut scale, mut min) = ([0.0; 16], [0.0; 16]);
+/// The scales of one super-block of `dtype` (Q4_K, Q5_K or Q6_K; other types give zeros).
+pub fn scales(dtype: DType, block: &[u8]) -> Scales {
+    let mut s = Scales { scale: [0.0; 16], min: [0; 8], dmin: 0.0 };
     match dtype {
         DType::Q4_K | DType::Q5_K => {
-            let (d, dmin) = (half_at(block, 0), half_at(block, 2));
+            let d = half_at(block, 0);
+            s.dmin = half_at(block, 2);
             for j in 0..8 {
                 let (sc, m) = scale_min(j, &block[4..16]);
-                let (s, m) = (d * f32::from(sc), dmin * f32::from(m));
-                scale[2 * j..2 * j + 2].fill(s);
-                min[2 * j..2 * j + 2].fill(m);
+                s.scale[2 * j..2 * j + 2].fill(d * f32::from(sc));
+                s.min[j] = m;
             }
         }
         DType::Q6_K => {
             let d = half_at(block, 208);
-            for (i, (s, m)) in scale.iter_mut().zip(&mut min).enumerate() {
-                *s = d * f32::from(block[192 + i] as i8);
-                *m = 32.0 * *s;
+            for (i, v) in s.scale.iter_mut().enumerate() {
+                *v = d * f32::from(block[192 + i] as i8);
             }
         }
         _ => {}
     }
-    (scale, min)
+    s
 }
 
 /// The 256 unsigned values of one super-block of `dtype` (Q4_K and Q5_K: 0-15 and 0-31;
@@ -80,29 +84,33 @@ pub fn values(dtype: DType, block: &[u8]) -> [u8; QK_K] {
 }
 
 /// Writes the scales and mins of super-block `sb` of `rows.count` rows (starting at row 0)
-/// into the 8 K-quant panel blocks at `dst` (rows past `count` up to `mr` get zeros).
+/// into the packed super-block at `dst` (rows past `count` up to `mr` get zeros).
 ///
 /// # Safety
-/// The rows must hold super-block `sb`; `dst` must hold 8 blocks of a panel of `mr` rows.
+/// The rows must hold super-block `sb`; `dst` must hold a packed super-block of `mr` rows.
 pub unsafe fn pack_scales(rows: &Rows, sb: usize, mr: usize, dst: *mut u8) {
     let bs = rows.dtype.block_bytes();
     for r in 0..mr {
-        let (scale, min) = if r < rows.count {
+        let s = if r < rows.count {
             // SAFETY: super-block `sb` of row `r` (`bs` bytes).
             let block = unsafe { core::slice::from_raw_parts(rows.ptr.add(r * rows.stride + sb * bs), bs) };
             scales(rows.dtype, block)
         } else {
-            ([0.0; 16], [0.0; 16])
+            Scales { scale: [0.0; 16], min: [0; 8], dmin: 0.0 }
         };
-        for j in 0..8 {
-            // SAFETY: block `j` of the 8; its four f32 vectors of `mr` follow the values.
-            unsafe {
-                let at = dst.add(j * kqa_block_bytes(mr) + QK * mr + 4 * r);
-                put_f32(at, scale[2 * j]);
-                put_f32(at.add(4 * mr), scale[2 * j + 1]);
-                put_f32(at.add(8 * mr), min[2 * j]);
-                put_f32(at.add(12 * mr), min[2 * j + 1]);
+        // SAFETY: the two scale vectors of each block, then the mins and `dmin` of row `r`.
+        unsafe {
+            for j in 0..8 {
+                let at = dst.add(kq_block_at(mr, j) + QK * mr + 4 * r);
+                put_f32(at, s.scale[2 * j]);
+                put_f32(at.add(4 * mr), s.scale[2 * j + 1]);
             }
+            let tail = dst.add(kq_tail_at(mr) + 4 * r);
+            for p in 0..4 {
+                let pair = [s.min[2 * p], 0, s.min[2 * p + 1], 0];
+                core::ptr::write_unaligned(tail.add(4 * mr * p).cast::<[u8; 4]>(), pair);
+            }
+            put_f32(tail.add(16 * mr), s.dmin);
         }
     }
 }
@@ -115,8 +123,8 @@ pub unsafe fn pack_a(rows: &Rows, b0: usize, nblocks: usize, mr: usize, dst: *mu
     let bs = rows.dtype.block_bytes();
     for s in 0..nblocks / 8 {
         let sb = b0 / 8 + s;
-        // SAFETY: blocks `8s..8s + 8` of the panel.
-        let out = unsafe { dst.add(8 * s * kqa_block_bytes(mr)) };
+        // SAFETY: super-block `s` of the panel.
+        let out = unsafe { dst.add(s * kq_superblock_bytes(mr)) };
         for r in 0..mr {
             let q = if r < rows.count {
                 // SAFETY: super-block `sb` of row `r`.
@@ -128,39 +136,65 @@ pub unsafe fn pack_a(rows: &Rows, b0: usize, nblocks: usize, mr: usize, dst: *mu
                 for g in 0..QK / 4 {
                     for t in 0..4 {
                         // SAFETY: byte `(g * mr + r) * 4 + t` of block `j`'s `32 * mr` values.
-                        unsafe { *out.add(j * kqa_block_bytes(mr) + (g * mr + r) * 4 + t) = v[4 * g + t] };
+                        unsafe { *out.add(kq_block_at(mr, j) + (g * mr + r) * 4 + t) = v[4 * g + t] };
                     }
                 }
             }
         }
-        // SAFETY: the rows hold super-block `sb`; `out` holds its 8 blocks.
+        // SAFETY: the rows hold super-block `sb`; `out` is its packed super-block.
         unsafe { pack_scales(rows, sb, mr, out) };
     }
 }
 
-/// Where K-quant activation blocks go (one column of a packed panel): block `b`'s values at
-/// `q + b * stride`, its scale `d` at `d + b * stride`, and at `s + b * stride` the weight of
-/// its mins `d * sum(q)` (f32), then `-32 * sum(q)` over values 0-15 and over 16-31 (i32,
-/// where Q6_K's integer sums start).
+/// One column of a packed K-quant activation panel of `nr` columns at `panel`.
 #[derive(Clone, Copy)]
 pub struct KOut {
-    pub q: *mut u8,
-    pub d: *mut u8,
-    pub s: *mut u8,
-    pub stride: usize,
+    pub panel: *mut u8,
+    pub nr: usize,
+    pub column: usize,
 }
 
-/// Writes `nblocks` blocks of zeros (padding columns).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+impl KOut {
+    fn superblock(&self, sb: usize) -> *mut u8 {
+        self.panel.wrapping_add(sb * kq_superblock_bytes(self.nr))
+    }
+
+    /// The 32 values of block `b` of super-block `sb`.
+    pub fn values(&self, sb: usize, b: usize) -> *mut u8 {
+        self.superblock(sb).wrapping_add(kq_block_at(self.nr, b) + QK * self.column)
+    }
+
+    /// The two i32 starts of block `b` of super-block `sb`.
+    pub fn starts(&self, sb: usize, b: usize) -> *mut u8 {
+        self.superblock(sb).wrapping_add(kq_block_at(self.nr, b) + QK * self.nr + 8 * self.column)
+    }
+
+    /// The f32 scale of super-block `sb`.
+    pub fn scale(&self, sb: usize) -> *mut u8 {
+        self.superblock(sb).wrapping_add(kq_tail_at(self.nr) + 4 * self.column)
+    }
+
+    /// The 4 i16 pairs of block sums of super-block `sb`.
+    pub fn sums(&self, sb: usize) -> *mut u8 {
+        self.superblock(sb).wrapping_add(kq_tail_at(self.nr) + 4 * self.nr + 16 * self.column)
+    }
+}
+
+/// Writes `superblocks` super-blocks of zeros (a padding column).
 ///
 /// # Safety
-/// `out` must address `nblocks` blocks.
-pub unsafe fn zero_blocks(nblocks: usize, out: &KOut) {
-    for b in 0..nblocks {
-        // SAFETY: block `b`'s values, scale and sums.
+/// `out` must address `superblocks` super-blocks.
+pub unsafe fn zero_superblocks(superblocks: usize, out: &KOut) {
+    for sb in 0..superblocks {
+        // SAFETY: the column's slots in super-block `sb`.
         unsafe {
-            core::ptr::write_bytes(out.q.add(b * out.stride), 0, QK);
-            core::ptr::write_bytes(out.d.add(b * out.stride), 0, 4);
-            core::ptr::write_bytes(out.s.add(b * out.stride), 0, 12);
+            for b in 0..8 {
+                core::ptr::write_bytes(out.values(sb, b), 0, QK);
+                core::ptr::write_bytes(out.starts(sb, b), 0, 8);
+            }
+            core::ptr::write_bytes(out.scale(sb), 0, 4);
+            core::ptr::write_bytes(out.sums(sb), 0, 16);
         }
     }
 }
