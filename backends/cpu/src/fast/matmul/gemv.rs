@@ -10,7 +10,7 @@ use super::{gather_column, threads_for};
 use crate::fast::parallel::{Team, WorkCounter};
 use crate::fast::scratch::WorkMemory;
 use crate::fast::simd::{
-    GemvBf16, KQuantKernels, Kernels, QGemv, QvColumn, Rows, K8_SUPERBLOCK_BYTES, QK, QV_BLOCK_BYTES,
+    GemvBf16, KQuantGemv, Kernels, QGemv, QvColumn, Rows, K8_SUPERBLOCK_BYTES, QK, QV_BLOCK_BYTES,
 };
 use tessera_core::kquant::QK_K;
 
@@ -128,11 +128,11 @@ pub fn run_quant(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm
 
 /// K-quant weights on the set's int8 kernels: the activations are quantized to 8-bit
 /// super-blocks with the sums of each 16 values first.
-pub fn run_kquant(k: KQuantKernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
+pub fn run_kquant(k: KQuantGemv, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
     let superblocks = mm.k / QK_K;
     let quantize = |x: *const f32, at: *mut u8| {
         // SAFETY: as `run_int8` guarantees: `x` holds the column, `at` its quantized bytes.
-        unsafe { (k.gemv_quantize)(x, superblocks, at) };
+        unsafe { (k.quantize)(x, superblocks, at) };
     };
     // Whole cache lines per column, so that every column's values start aligned.
     let column_bytes = (superblocks * K8_SUPERBLOCK_BYTES).next_multiple_of(64);

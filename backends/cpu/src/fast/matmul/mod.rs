@@ -57,11 +57,10 @@ pub fn mul_mat(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, node
         return Ok(true);
     }
     if matches!(mm.a_type, DType::Q4_K | DType::Q5_K | DType::Q6_K) {
-        let Some(k) = kernels.kquant else { return dequantized::run(kernels, team, memory, &mm) };
-        if mm.n <= GEMV_MAX_N {
-            gemv::run_kquant(k, team, memory, &mm)?;
-        } else {
-            qgemm::run(kernels, team, memory, &mm)?;
+        match (kernels.gemv.kquant, kernels.kquant) {
+            (Some(k), _) if mm.n <= GEMV_MAX_N => gemv::run_kquant(k, team, memory, &mm)?,
+            (_, Some(_)) if mm.n > GEMV_MAX_N => qgemm::run(kernels, team, memory, &mm)?,
+            _ => return dequantized::run(kernels, team, memory, &mm),
         }
         return Ok(true);
     }

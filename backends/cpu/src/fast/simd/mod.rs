@@ -226,7 +226,7 @@ pub struct QGemmKernels {
     pub pack_a: PackAQ,
 }
 
-/// Int8 products of K-quant weights. The tiles take K-quant panels; `tile_halves` applies a
+/// The int8 GEMM of K-quant weights. The tiles take K-quant panels; `tile_halves` applies a
 /// scale per 16 values (Q6_K), `tile` one per 32 (Q4_K, Q5_K, whose halves share it).
 #[derive(Clone, Copy)]
 pub struct KQuantKernels {
@@ -237,10 +237,13 @@ pub struct KQuantKernels {
     pub pack_a: PackAK,
     /// The GEMM's activation quantizer.
     pub quantize: KQuantize,
-    /// Matrix-vector products with K-quant activation columns ([`K8Column`]), as [`QGemv`].
+}
+
+/// Matrix-vector products of K-quant weights with [`K8Column`]s, and their quantizer.
+#[derive(Clone, Copy)]
+pub struct KQuantGemv {
     pub gemv: QGemv,
-    /// The matrix-vector path's activation quantizer.
-    pub gemv_quantize: K8Quantize,
+    pub quantize: K8Quantize,
 }
 
 /// Matrix-vector kernels, one per weight type.
@@ -256,6 +259,8 @@ pub struct GemvKernels {
     pub q4_0: QGemv,
     /// Applied to every activation column after quantizing, before `q8_0`/`q4_0` read it.
     pub arrange: ArrangeColumn,
+    /// K-quant weights on int8 dot products, where the set has them (others dequantize).
+    pub kquant: Option<KQuantGemv>,
 }
 
 /// [`ArrangeColumn`] for kernels that read columns as they are quantized.

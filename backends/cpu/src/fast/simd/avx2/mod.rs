@@ -2,10 +2,11 @@
 
 mod gemm;
 mod gemv;
+mod kgemv;
 mod qgemm;
 mod quantize;
 
-use super::{GemmKernels, GemvKernels, Kernels, QGemmKernels};
+use super::{GemmKernels, GemvKernels, KQuantGemv, Kernels, QGemmKernels};
 
 /// The int8 GEMM kernels (signed weights), also used by the AVX-512 table without VNNI.
 pub const QGEMM: QGemmKernels = QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: qgemm::pack_a };
@@ -18,6 +19,7 @@ pub const GEMV: GemvKernels = GemvKernels {
     q8_0: gemv::q8_0,
     q4_0: gemv::q4_0,
     arrange: super::as_quantized,
+    kquant: Some(KQuantGemv { gemv: kgemv::gemv, quantize: kgemv::quantize }),
 };
 
 /// The float GEMM (BF16 weights widened to f32 while packing).

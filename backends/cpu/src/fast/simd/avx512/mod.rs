@@ -12,7 +12,7 @@ mod qgemm;
 mod quantize;
 mod silu;
 
-use super::{avx2, GemmKernels, GemvKernels, KQuantKernels, Kernels, QGemmKernels};
+use super::{avx2, GemmKernels, GemvKernels, KQuantGemv, KQuantKernels, Kernels, QGemmKernels};
 use crate::fast::vector::RowKernels;
 
 /// The float GEMM (BF16 weights widened to f32 while packing).
@@ -36,7 +36,13 @@ pub static KERNELS: Kernels = Kernels {
 pub static KERNELS_VNNI: Kernels = Kernels {
     name: "avx512-vnni",
     qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: qgemm::pack_a },
-    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, arrange: gemv::arrange, ..KERNELS.gemv },
+    gemv: GemvKernels {
+        q8_0: gemv::q8_0,
+        q4_0: gemv::q4_0,
+        arrange: gemv::arrange,
+        kquant: Some(KQuantGemv { gemv: kgemv::gemv, quantize: kgemv::quantize }),
+        ..KERNELS.gemv
+    },
     kquant: Some(KQuantKernels {
         mr: kgemm::MR,
         nr: kgemm::NR,
@@ -44,8 +50,6 @@ pub static KERNELS_VNNI: Kernels = Kernels {
         tile_halves: kgemm::tile::<true>,
         pack_a: kgemm::pack_a,
         quantize: kgemm::quantize,
-        gemv: kgemv::gemv,
-        gemv_quantize: kgemv::quantize,
     }),
     unsigned_weights: true,
     ..KERNELS

@@ -39,6 +39,7 @@ pub const TABLE: Kernels = Kernels {
         q8_0: gemv::quant,
         q4_0: gemv::quant,
         arrange: super::as_quantized,
+        kquant: None,
     },
     quantize: quantize::quantize,
     rows: crate::fast::vector::SCALAR,
