@@ -3,10 +3,11 @@
 
 mod gemm;
 mod gemv;
+mod kgemv;
 mod qgemm;
 mod quantize;
 
-use super::{scalar, GemmKernels, GemvKernels, Kernels, QGemmKernels};
+use super::{scalar, GemmKernels, GemvKernels, KQuantGemv, Kernels, QGemmKernels};
 
 /// The float GEMM (BF16 weights widened to f32 while packing).
 const GEMM: GemmKernels = GemmKernels {
@@ -33,6 +34,12 @@ pub static KERNELS: Kernels = Kernels {
 pub static KERNELS_DOT: Kernels = Kernels {
     name: "neon-dotprod",
     qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: scalar::pack::pack_a_q },
-    gemv: GemvKernels { q8_0: gemv::q8_0, q4_0: gemv::q4_0, arrange: super::as_quantized, ..KERNELS.gemv },
+    gemv: GemvKernels {
+        q8_0: gemv::q8_0,
+        q4_0: gemv::q4_0,
+        arrange: super::as_quantized,
+        kquant: Some(KQuantGemv { gemv: kgemv::gemv, quantize: kgemv::quantize }),
+        ..KERNELS.gemv
+    },
     ..KERNELS
 };
