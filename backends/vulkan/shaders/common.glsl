@@ -18,6 +18,11 @@
 #define T_Q4_K 6u
 #define T_Q5_K 7u
 #define T_Q6_K 8u
+#define T_Q4_1 9u
+#define T_Q5_0 10u
+#define T_Q5_1 11u
+#define T_Q2_K 12u
+#define T_Q3_K 13u
 
 struct Tensor {
     uint64_t data;
@@ -186,5 +191,6 @@ bool is_quantized(uint type) {
 
 // Values per block of a quantized type.
 uint block_len(uint type) {
-    return type >= T_Q4_K ? 256u : 32u;
+    bool k = (type >= T_Q4_K && type <= T_Q6_K) || type >= T_Q2_K;
+    return k ? 256u : 32u;
 }

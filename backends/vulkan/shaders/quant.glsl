@@ -5,6 +5,18 @@
 //   q8_0  (34, 32 values):  f16 d | 32 x i8 q                 value = q * d
 //   q4_0  (18, 32 values):  f16 d | 16 bytes: value l in the low nibble of byte l, value
 //                           l + 16 in its high nibble         value = (q - 8) * d
+//   q4_1  (20, 32 values):  f16 d | f16 m | nibbles as q4_0   value = q * d + m
+//   q5_0  (22, 32 values):  f16 d | u32 qh: bit l is value l's fifth bit | nibbles as q4_0
+//                                                             value = (q - 16) * d
+//   q5_1  (24, 32 values):  f16 d | f16 m | u32 qh | nibbles  value = q * d + m
+//   q2_K  (84, 256 values): 16 bytes of 4-bit scales (low) and mins (high) per 16 values |
+//                           64 bytes of 2-bit quants | f16 d | f16 dmin; value v's bits are
+//                           at byte 32 (v / 128) + v % 32, shift 2 ((v % 128) / 32)
+//                                                             value = d*sc*q - dmin*m
+//   q3_K (110, 256 values): 32 bytes hmask | 64 bytes of 2-bit quants (as q2_K) | 12 bytes
+//                           of 6-bit scales (offset 32) | f16 d; value v's third bit is bit
+//                           4 (v / 128) + (v % 128) / 32 of hmask[v % 32], and clear means
+//                           minus 4                           value = d*(sc - 32)*q
 //   q4_K (144, 256 values): f16 d | f16 dmin | 12 bytes of 6-bit scales and mins of eight
 //                           sub-blocks of 32 | 128 bytes of nibbles: chunk c (64 values)
 //                           is bytes 32c..32c+32, values 64c+l in the low nibbles and
@@ -69,6 +81,73 @@ vec4 dequant4_q4_0(uint64_t b, uint j) {
     return r;
 }
 
+// q4_1, q5_0 and q5_1: the nibble of value j + e in the byte j % 16 + e, the fifth bit (q5)
+// in bit j + e of qh; `minus` 16 for q5_0, whose values are centered.
+vec4 dequant4_q4_1_q5(uint64_t b, uint j, uint nibbles, uint qh_at, bool with_min) {
+    float d = load_f16(b);
+    float m = with_min ? load_f16(b + 2u) : 0.0;
+    uint w = load_u32_a2(b + nibbles + (j & 15u));
+    uint qh = qh_at != 0u ? load_u32_a2(b + qh_at) : 0u;
+    uint shift = j >= 16u ? 4u : 0u;
+    vec4 r;
+    for (uint e = 0u; e < 4u; e++) {
+        uint q = ((byte_of(w, e) >> shift) & 0xfu) | (((qh >> (j + e)) & 1u) << 4);
+        if (with_min) {
+            precise float p = float(q) * d;
+            precise float v = p + m;
+            r[e] = v;
+        } else {
+            precise float v = float(int(q) - 16) * d;
+            r[e] = v;
+        }
+    }
+    return r;
+}
+
+// The 2-bit quants of values j..j+3 (j a multiple of 4) of a q2_K or q3_K block whose quants
+// start at `qs`, as the 4 bytes of a word.
+uint low_bits4(uint64_t qs, uint j) {
+    uint r = j % 128u;
+    uint w = load_u32_a2(qs + 32u * (j / 128u) + r % 32u);
+    uint shift = 2u * (r / 32u);
+    return (w >> shift) & 0x03030303u;
+}
+
+vec4 dequant4_q2_k(uint64_t b, uint j) {
+    uint sc = load_u8(b + j / 16u);
+    float d = load_f16(b + 80u);
+    float dmin = load_f16(b + 82u);
+    precise float dl = d * float(sc & 0xfu);
+    precise float ml = dmin * float(sc >> 4);
+    uint q = low_bits4(b + 16u, j);
+    vec4 r;
+    for (uint e = 0u; e < 4u; e++) {
+        precise float p = dl * float(byte_of(q, e));
+        precise float v = p - ml;
+        r[e] = v;
+    }
+    return r;
+}
+
+vec4 dequant4_q3_k(uint64_t b, uint j) {
+    uint g = j / 16u;
+    uint64_t scales = b + 96u;
+    uint low = g < 8u ? (load_u8(scales + g) & 0xfu) : (load_u8(scales + g - 8u) >> 4);
+    uint sc = low | (((load_u8(scales + 8u + g % 4u) >> (2u * (g / 4u))) & 3u) << 4);
+    float d = load_f16(b + 108u);
+    precise float dl = d * float(int(sc) - 32);
+    uint q = low_bits4(b + 32u, j);
+    uint hm = load_u32_a2(b + j % 32u);
+    uint bit = 4u * (j / 128u) + (j % 128u) / 32u;
+    vec4 r;
+    for (uint e = 0u; e < 4u; e++) {
+        int v3 = int(byte_of(q, e)) - (((byte_of(hm, e) >> bit) & 1u) != 0u ? 0 : 4);
+        precise float v = dl * float(v3);
+        r[e] = v;
+    }
+    return r;
+}
+
 // q4_K and q5_K share everything but the fifth bit.
 vec4 dequant4_q45_k(uint64_t b, uint j, bool five) {
     uint c = j / 64u;
@@ -127,6 +206,16 @@ vec4 dequant4(uint type, uint64_t b, uint j) {
         return dequant4_q45_k(b, j, false);
     } else if (type == T_Q5_K) {
         return dequant4_q45_k(b, j, true);
+    } else if (type == T_Q4_1) {
+        return dequant4_q4_1_q5(b, j, 4u, 0u, true);
+    } else if (type == T_Q5_0) {
+        return dequant4_q4_1_q5(b, j, 6u, 2u, false);
+    } else if (type == T_Q5_1) {
+        return dequant4_q4_1_q5(b, j, 8u, 4u, true);
+    } else if (type == T_Q2_K) {
+        return dequant4_q2_k(b, j);
+    } else if (type == T_Q3_K) {
+        return dequant4_q3_k(b, j);
     }
     return dequant4_q6_k(b, j);
 }

@@ -1,8 +1,8 @@
-// CPY and CONT into Q8_0 or Q4_0: one invocation per destination block gathers the block's
-// values from the source in row-major order (any type, quantized sources dequantized, any
-// strides) and quantizes them exactly as the CPU does (core/src/quant.rs): the same scales,
-// the same roundings, the same bytes. (The K-quants search their scales as ggml does; the
-// CPU quantizes into them.)
+// CPY and CONT into Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1: one invocation per destination block
+// gathers the block's values from the source in row-major order (any type, quantized sources
+// dequantized, any strides) and quantizes them exactly as the CPU does (core/src/quant.rs,
+// core/src/legacy_quant.rs): the same scales, the same roundings, the same bytes. (The
+// K-quants search their scales as ggml does; the CPU quantizes into them.)
 #include "common.glsl"
 #include "quant.glsl"
 
@@ -110,6 +110,77 @@ void quantize_q4_0(uint64_t blk) {
     }
 }
 
+// ---- q4_1, q5_1: d = (max - min) / (2^bits - 1), m = min, q = trunc((x - min) / d + 0.5);
+// q5_0: d = m / -16 for the value m of largest magnitude, q = trunc(x / d + 16.5).
+
+uint quant_with_min(float v, float lo, float id, float top) {
+    precise float t = (v - lo) * id + 0.5;
+    return uint(int(clamp(t, 0.0, top)));
+}
+
+uint quant_q5_0(float v, float id) {
+    precise float t = v * id + 16.5;
+    return uint(int(clamp(t, 0.0, 31.0)));
+}
+
+// Writes the 32 quants `q` (as nibbles at `nibbles`, and their fifth bits at `qh` unless 0).
+uint q[32];
+void store_quants(uint64_t nibbles, uint64_t qh) {
+    uint bits = 0u;
+    for (uint j = 0u; j < 32u; j++) {
+        bits |= ((q[j] >> 4) & 1u) << j;
+    }
+    for (uint j = 0u; j < 16u; j += 2u) {
+        uint b0 = (q[j] & 0xfu) | ((q[j + 16u] & 0xfu) << 4);
+        uint b1 = (q[j + 1u] & 0xfu) | ((q[j + 17u] & 0xfu) << 4);
+        store2(nibbles + j, b0, b1);
+    }
+    if (qh != 0ul) {
+        U16Ref(qh).v = uint16_t(bits & 0xffffu);
+        U16Ref(qh + 2ul).v = uint16_t(bits >> 16);
+    }
+}
+
+void quantize_with_min(uint64_t blk, float top, uint64_t nibbles, uint64_t qh) {
+    float lo = 3.402823466e+38;
+    float hi = -3.402823466e+38;
+    for (uint j = 0u; j < 32u; j++) {
+        if (x[j] < lo) {
+            lo = x[j];
+        }
+        if (x[j] > hi) {
+            hi = x[j];
+        }
+    }
+    precise float range = hi - lo;
+    float d = div_rn(range, top);
+    float id = d != 0.0 ? div_rn(1.0, d) : 0.0;
+    U16Ref(blk).v = uint16_t(float_to_f16_bits(d));
+    U16Ref(blk + 2ul).v = uint16_t(float_to_f16_bits(lo));
+    for (uint j = 0u; j < 32u; j++) {
+        q[j] = quant_with_min(x[j], lo, id, top);
+    }
+    store_quants(nibbles, qh);
+}
+
+void quantize_q5_0(uint64_t blk) {
+    float amax = 0.0;
+    float m = 0.0;
+    for (uint j = 0u; j < 32u; j++) {
+        if (amax < abs(x[j])) {
+            amax = abs(x[j]);
+            m = x[j];
+        }
+    }
+    float d = m * -0.0625;
+    float id = d != 0.0 ? div_rn(1.0, d) : 0.0;
+    U16Ref(blk).v = uint16_t(float_to_f16_bits(d));
+    for (uint j = 0u; j < 32u; j++) {
+        q[j] = quant_q5_0(x[j], id);
+    }
+    store_quants(blk + 6ul, blk + 2ul);
+}
+
 void main() {
     Tensor dst = pc.args.dst;
     Tensor src = pc.args.src[0];
@@ -131,7 +202,13 @@ void main() {
     }
     if (dst.type == T_Q8_0) {
         quantize_q8_0(blk);
-    } else {
+    } else if (dst.type == T_Q4_0) {
         quantize_q4_0(blk);
+    } else if (dst.type == T_Q4_1) {
+        quantize_with_min(blk, 15.0, blk + 4ul, 0ul);
+    } else if (dst.type == T_Q5_0) {
+        quantize_q5_0(blk);
+    } else {
+        quantize_with_min(blk, 31.0, blk + 8ul, blk + 4ul);
     }
 }

@@ -29,10 +29,9 @@ pub(crate) const ARGS_STRIDE: usize = std::mem::size_of::<Args>();
 
 const _: () = assert!(std::mem::size_of::<TensorDesc>() == 64 && ARGS_STRIDE == 320);
 
-/// The shaders' code for a type (`T_*` in common.glsl); `None` for the types no shader reads
-/// yet (nodes with them are not supported, so the scheduler leaves them to the CPU).
-pub(crate) fn dtype_code(dtype: DType) -> Option<u32> {
-    Some(match dtype {
+/// The shaders' code for a type (`T_*` in common.glsl).
+pub(crate) fn dtype_code(dtype: DType) -> u32 {
+    match dtype {
         DType::F32 => 0,
         DType::F16 => 1,
         DType::BF16 => 2,
@@ -42,8 +41,12 @@ pub(crate) fn dtype_code(dtype: DType) -> Option<u32> {
         DType::Q4_K => 6,
         DType::Q5_K => 7,
         DType::Q6_K => 8,
-        DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q2_K | DType::Q3_K => return None,
-    })
+        DType::Q4_1 => 9,
+        DType::Q5_0 => 10,
+        DType::Q5_1 => 11,
+        DType::Q2_K => 12,
+        DType::Q3_K => 13,
+    }
 }
 
 impl TensorDesc {
@@ -54,9 +57,9 @@ impl TensorDesc {
     }
 
     /// A tensor of `dtype`, sizes `ne` and byte strides `nb` at device address `data`; `None`
-    /// also for a type the shaders do not read.
+    /// when a size or stride does not fit the shaders' 32-bit sizes.
     pub(crate) fn from_parts(data: u64, dtype: DType, ne: [usize; 4], nb: [usize; 4]) -> Option<TensorDesc> {
-        let mut desc = TensorDesc { data, dtype: dtype_code(dtype)?, ..TensorDesc::default() };
+        let mut desc = TensorDesc { data, dtype: dtype_code(dtype), ..TensorDesc::default() };
         for d in 0..4 {
             desc.ne[d] = u32::try_from(ne[d]).ok()?;
             desc.nb[d] = u64::try_from(nb[d]).ok()?;

@@ -20,10 +20,12 @@ pub(super) fn plan(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dis
     })?;
     // CPY's second source names the destination's memory; only the first is read.
     let args = args_of(dst, &srcs[..1]);
-    // `quantize.comp` writes Q8_0 and Q4_0 as the CPU does; the K-quants search their scales as
-    // ggml does, so copies into them are left to the CPU.
+    // `quantize.comp` writes the 32-value block types as the CPU does; the K-quants search
+    // their scales as ggml does, so copies into them are left to the CPU.
     if dst.dtype.is_quantized() {
-        need(matches!(dst.dtype, DType::Q8_0 | DType::Q4_0), || no_shader(op, &[a.dtype, dst.dtype]))?;
+        need(matches!(dst.dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1), || {
+            no_shader(op, &[a.dtype, dst.dtype])
+        })?;
         let blocks = n / dst.dtype.block_len() as u64;
         return Ok(Dispatch { shader: Shader::Quantize, args, groups: linear_groups(blocks, BLOCKS_PER_GROUP)? });
     }
