@@ -26,7 +26,9 @@ pub(crate) type Shared = Arc<Mutex<Profile>>;
 
 /// "MulMatCoopmat f16 x f32 -> [4096, 4096, 1, 1]": what a dispatch computes.
 pub(crate) fn label(d: &Dispatch) -> String {
-    let types = ["f32", "f16", "bf16", "i32", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"];
+    // In the order of their codes (`dtype_code`).
+    let types =
+        ["f32", "f16", "bf16", "i32", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K"];
     let name = |code: u32| types.get(code as usize).copied().unwrap_or("?");
     let Args { dst, src, .. } = d.args;
     let srcs: Vec<&str> = src.iter().filter(|s| s.data != 0).map(|s| name(s.dtype)).collect();
