@@ -69,6 +69,7 @@ impl VulkanDevice {
         ops::Caps {
             coopmat_f16: self.ctx.physical.coopmat_f16 && !coopmat_disabled(),
             subgroup_arithmetic: self.ctx.physical.subgroup_arithmetic,
+            integer_dot: self.ctx.physical.integer_dot && !integer_dot_disabled(),
         }
     }
 
@@ -174,4 +175,10 @@ impl Device for VulkanDevice {
 /// `TESSERA_VULKAN_COOPMAT=0` keeps MUL_MAT off cooperative matrices (to compare paths).
 fn coopmat_disabled() -> bool {
     std::env::var("TESSERA_VULKAN_COOPMAT").is_ok_and(|v| v.trim() == "0")
+}
+
+/// `TESSERA_VULKAN_INTEGER_DOT=0`: q8_0 and q4_0 matrix-vector products dequantize to f32
+/// instead of taking packed 8-bit dot products (to compare the two, or test the fallback).
+fn integer_dot_disabled() -> bool {
+    std::env::var("TESSERA_VULKAN_INTEGER_DOT").is_ok_and(|v| v.trim() == "0")
 }

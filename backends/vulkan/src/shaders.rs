@@ -47,6 +47,7 @@ shaders! {
     GetRows => "get_rows",
     MulMat => "mul_mat",
     MulMatVec => "mul_mat_vec",
+    MulMatVecQ8 => "mul_mat_vec_q8",
 }
 
 impl Shader {

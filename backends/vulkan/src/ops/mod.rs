@@ -32,6 +32,8 @@ pub(crate) struct Caps {
     pub coopmat_f16: bool,
     /// Subgroup add and max: the packed-row shaders' `_sg` variants.
     pub subgroup_arithmetic: bool,
+    /// Packed 8-bit dot products: `mul_mat_vec_q8.comp` for q8_0 and q4_0 weights.
+    pub integer_dot: bool,
 }
 
 /// A tensor as a shader takes it, with its type.

@@ -1,6 +1,7 @@
 //! MUL_MAT: a (f32, f16, bf16 or quantized) times f32 b into f32, broadcasting a over dims 2
 //! and 3 as ggml does. One column (n = 1) takes the matrix-vector shader, where each
-//! workgroup reduces a few rows over k (`mul_mat_vec.comp`); wider products take the
+//! workgroup reduces a few rows over k (`mul_mat_vec.comp`; for q8_0 and q4_0 weights on a
+//! device with packed 8-bit dot products, `mul_mat_vec_q8.comp`); wider products take the
 //! tensor-core shader where the device has it and the operands fit it
 //! (`mul_mat_coopmat.rs`), else float weights with aligned rows the 128 x 128 tiled shader
 //! (`mul_mat_tiled.rs`), else the general one, 64 x 64 results per workgroup
@@ -46,9 +47,15 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
         }
     }
     let args = args_of(dst, srcs);
+    // q8_0 and q4_0 weights take packed 8-bit dot products where the device has them.
+    let vec = if caps.integer_dot && matches!(a.dtype, DType::Q8_0 | DType::Q4_0) {
+        Shader::MulMatVecQ8
+    } else {
+        Shader::MulMatVec
+    };
     if n == 1 {
         let [x, y, _] = linear_groups(u64::from(m), VEC_ROWS)?;
-        return Ok(Dispatch { shader: Shader::MulMatVec, args, groups: [x, y, layers] });
+        return Ok(Dispatch { shader: vec, args, groups: [x, y, layers] });
     }
     // A few columns of one small matrix would leave the tiled shaders a handful of
     // workgroups: one matrix-vector product per column spreads them over the device.
@@ -56,7 +63,7 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
         let mut args = args;
         args.i[2] = 1;
         let [x, y, _] = linear_groups(u64::from(m), VEC_ROWS)?;
-        return Ok(Dispatch { shader: Shader::MulMatVec, args, groups: [x, y, n] });
+        return Ok(Dispatch { shader: vec, args, groups: [x, y, n] });
     }
     if let Some(d) = mul_mat_tiled::plan(a, b, dst, srcs) {
         return Ok(d);
@@ -121,5 +128,19 @@ mod tests {
         // A few columns of a small matrix: one matrix-vector product per column.
         let few = product(&Caps::default(), a, dense(DType::F32, [256, 16, 1, 1])).unwrap();
         assert_eq!((few.shader, few.groups, few.args.i[2]), (Shader::MulMatVec, [16, 1, 16], 1));
+    }
+
+    #[test]
+    fn q8_0_and_q4_0_columns_take_integer_dot_products_where_the_device_has_them() {
+        let with = Caps { integer_dot: true, ..Caps::default() };
+        let (one, few) = (dense(DType::F32, [256, 1, 1, 1]), dense(DType::F32, [256, 8, 1, 1]));
+        for t in [DType::Q8_0, DType::Q4_0] {
+            let a = dense(t, [256, 64, 1, 1]);
+            assert_eq!(product(&with, a, one).map(|d| d.shader), Ok(Shader::MulMatVecQ8));
+            assert_eq!(product(&with, a, few).map(|d| d.shader), Ok(Shader::MulMatVecQ8));
+            assert_eq!(product(&Caps::default(), a, one).map(|d| d.shader), Ok(Shader::MulMatVec));
+        }
+        let k = dense(DType::Q4_K, [256, 64, 1, 1]);
+        assert_eq!(product(&with, k, one).map(|d| d.shader), Ok(Shader::MulMatVec));
     }
 }
