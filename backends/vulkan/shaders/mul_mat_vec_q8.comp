@@ -11,7 +11,7 @@
 #include "common.glsl"
 #include "quant.glsl"
 
-#define ROWS 4
+#define ROWS 16
 #define WG 128
 
 layout(local_size_x = WG) in;

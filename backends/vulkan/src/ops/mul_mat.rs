@@ -16,6 +16,9 @@ use crate::shaders::Shader;
 
 /// Rows of the result per workgroup of `mul_mat_vec.comp` (`ROWS` there).
 const VEC_ROWS: u32 = 4;
+/// Rows of the result per workgroup of `mul_mat_vec_q8.comp` (`ROWS` there): more than the
+/// float shader's, since each workgroup quantizes the whole column again.
+const VEC_Q8_ROWS: u32 = 16;
 /// The tile of the result per workgroup of `mul_mat.comp` (`BM`, `BN` there).
 const TILE: u32 = 64;
 /// Columns up to which a product of few row tiles runs as matrix-vector products.
@@ -48,13 +51,13 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
     }
     let args = args_of(dst, srcs);
     // q8_0 and q4_0 weights take packed 8-bit dot products where the device has them.
-    let vec = if caps.integer_dot && matches!(a.dtype, DType::Q8_0 | DType::Q4_0) {
-        Shader::MulMatVecQ8
+    let (vec, vec_rows) = if caps.integer_dot && matches!(a.dtype, DType::Q8_0 | DType::Q4_0) {
+        (Shader::MulMatVecQ8, VEC_Q8_ROWS)
     } else {
-        Shader::MulMatVec
+        (Shader::MulMatVec, VEC_ROWS)
     };
     if n == 1 {
-        let [x, y, _] = linear_groups(u64::from(m), VEC_ROWS)?;
+        let [x, y, _] = linear_groups(u64::from(m), vec_rows)?;
         return Ok(Dispatch { shader: vec, args, groups: [x, y, layers] });
     }
     // A few columns of one small matrix would leave the tiled shaders a handful of
@@ -62,7 +65,7 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
     if n <= FEW_COLUMNS && layers == 1 && m.div_ceil(TILE) < FEW_TILES {
         let mut args = args;
         args.i[2] = 1;
-        let [x, y, _] = linear_groups(u64::from(m), VEC_ROWS)?;
+        let [x, y, _] = linear_groups(u64::from(m), vec_rows)?;
         return Ok(Dispatch { shader: vec, args, groups: [x, y, n] });
     }
     if let Some(d) = mul_mat_tiled::plan(a, b, dst, srcs) {
