@@ -89,7 +89,7 @@ pub const K8_SUPERBLOCK_BYTES: usize = 256 + 32 + 4;
 
 /// A K-quant activation column of the matrix-vector path (see the module docs).
 #[derive(Clone, Copy)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
 pub struct K8Column {
     /// Super-block `s`'s 256 values at `q + 256 s`.
     pub q: *const u8,
@@ -99,13 +99,65 @@ pub struct K8Column {
     pub d: *const f32,
 }
 
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
 impl K8Column {
     /// The column of `superblocks` super-blocks that starts at `x`.
     pub fn at(x: *const u8, superblocks: usize) -> K8Column {
         K8Column { q: x, s: x.wrapping_add(256 * superblocks), d: x.wrapping_add(288 * superblocks).cast() }
     }
+
+    /// Writes super-block `sb`'s sums and scale (its values go to `q + 256 sb` directly).
+    ///
+    /// # Safety
+    /// The column must be writable and hold super-block `sb`.
+    pub unsafe fn put(&self, sb: usize, sums: [i16; 16], d: f32) {
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            core::ptr::write_unaligned(self.s.add(32 * sb).cast_mut().cast::<[i16; 16]>(), sums);
+            core::ptr::write_unaligned(self.d.add(sb).cast_mut(), d);
+        }
+    }
 }
+
+/// The kinds of K-quant rows, as the matrix-vector kernels' const parameters.
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
+pub mod kind {
+    pub const Q4: u8 = 4;
+    pub const Q5: u8 = 5;
+    pub const Q6: u8 = 6;
+}
+
+/// Calls `$cols::<KIND, N>(nblocks, rows, x, ldx, y, ldy)` for the kind of `rows` (Q4_K, Q5_K
+/// or Q6_K) and `N = $n`, one of 1 to 8: the kernels of the matrix-vector path are generic in
+/// both.
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(unused_macros))]
+macro_rules! kquant_columns {
+    ($cols:ident, $n:expr, $nblocks:expr, $rows:expr, $x:expr, $ldx:expr, $y:expr, $ldy:expr) => {{
+        use $crate::fast::simd::kind::{Q4, Q5, Q6};
+        let (n, nblocks, rows, x, ldx, y, ldy) = ($n, $nblocks, $rows, $x, $ldx, $y, $ldy);
+        macro_rules! by_columns {
+            ($t:ident) => {
+                match n {
+                    1 => $cols::<$t, 1>(nblocks, rows, x, ldx, y, ldy),
+                    2 => $cols::<$t, 2>(nblocks, rows, x, ldx, y, ldy),
+                    3 => $cols::<$t, 3>(nblocks, rows, x, ldx, y, ldy),
+                    4 => $cols::<$t, 4>(nblocks, rows, x, ldx, y, ldy),
+                    5 => $cols::<$t, 5>(nblocks, rows, x, ldx, y, ldy),
+                    6 => $cols::<$t, 6>(nblocks, rows, x, ldx, y, ldy),
+                    7 => $cols::<$t, 7>(nblocks, rows, x, ldx, y, ldy),
+                    _ => $cols::<$t, 8>(nblocks, rows, x, ldx, y, ldy),
+                }
+            };
+        }
+        match rows.dtype {
+            tessera_core::DType::Q4_K => by_columns!(Q4),
+            tessera_core::DType::Q5_K => by_columns!(Q5),
+            _ => by_columns!(Q6),
+        }
+    }};
+}
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(unused_imports))]
+pub(crate) use kquant_columns;
 
 /// An int8 activation column of the matrix-vector path (see the module docs).
 #[derive(Clone, Copy)]

@@ -7,18 +7,13 @@
 use core::arch::x86_64::*;
 
 use tessera_core::kquant::QK_K;
-use tessera_core::DType;
 
-use crate::fast::simd::{K8Column, Rows, QK};
+use crate::fast::simd::kind::{Q4, Q6};
+use crate::fast::simd::{kquant_columns, K8Column, Rows, QK};
 
 /// How far ahead of the super-block being multiplied its row's bytes are prefetched (as in
 /// `avx512::kgemv`).
 const PREFETCH_BYTES: usize = 4096;
-
-/// The kinds of K-quant rows, as const parameters.
-const Q4: u8 = 4;
-const Q5: u8 = 5;
-const Q6: u8 = 6;
 
 /// A super-block unpacked for the products.
 struct Unpacked {
@@ -207,28 +202,8 @@ unsafe fn cols<const T: u8, const N: usize>(
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn gemv(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usize, y: *mut f32, ldy: usize) {
     debug_assert!((nblocks * QK).is_multiple_of(QK_K));
-    macro_rules! by_columns {
-        ($t:expr) => {
-            // SAFETY: forwarded; `n <= 8` columns exist.
-            unsafe {
-                match n {
-                    1 => cols::<$t, 1>(nblocks, rows, x, ldx, y, ldy),
-                    2 => cols::<$t, 2>(nblocks, rows, x, ldx, y, ldy),
-                    3 => cols::<$t, 3>(nblocks, rows, x, ldx, y, ldy),
-                    4 => cols::<$t, 4>(nblocks, rows, x, ldx, y, ldy),
-                    5 => cols::<$t, 5>(nblocks, rows, x, ldx, y, ldy),
-                    6 => cols::<$t, 6>(nblocks, rows, x, ldx, y, ldy),
-                    7 => cols::<$t, 7>(nblocks, rows, x, ldx, y, ldy),
-                    _ => cols::<$t, 8>(nblocks, rows, x, ldx, y, ldy),
-                }
-            }
-        };
-    }
-    match rows.dtype {
-        DType::Q4_K => by_columns!(Q4),
-        DType::Q5_K => by_columns!(Q5),
-        _ => by_columns!(Q6),
-    }
+    // SAFETY: forwarded; `n <= 8` columns exist.
+    unsafe { kquant_columns!(cols, n, nblocks, rows, x, ldx, y, ldy) }
 }
 
 /// [`crate::fast::simd::K8Quantize`]: per super-block `d = max|x| / 127` and
@@ -268,9 +243,6 @@ pub unsafe fn quantize(x: *const f32, superblocks: usize, out: *mut u8) {
             unsafe { _mm_storeu_si128(col.q.add(QK_K * sb + 16 * i).cast_mut().cast(), bytes) };
         }
         // SAFETY: the super-block's sums and scale.
-        unsafe {
-            core::ptr::write_unaligned(col.s.add(32 * sb).cast_mut().cast::<[i16; 16]>(), sums);
-            core::ptr::write_unaligned(col.d.add(sb).cast_mut(), d);
-        }
+        unsafe { col.put(sb, sums, d) };
     }
 }

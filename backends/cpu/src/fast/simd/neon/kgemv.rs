@@ -7,15 +7,10 @@
 use core::arch::aarch64::*;
 
 use tessera_core::kquant::{scale_min, QK_K};
-use tessera_core::DType;
 
 use super::qgemm::sdot;
-use crate::fast::simd::{K8Column, Rows, QK};
-
-/// The kinds of K-quant rows, as const parameters.
-const Q4: u8 = 4;
-const Q5: u8 = 5;
-const Q6: u8 = 6;
+use crate::fast::simd::kind::{Q4, Q6};
+use crate::fast::simd::{kquant_columns, K8Column, Rows, QK};
 
 /// A super-block unpacked for the products.
 struct Unpacked {
@@ -182,29 +177,8 @@ unsafe fn cols<const T: u8, const N: usize>(
 #[target_feature(enable = "neon,dotprod")]
 pub unsafe fn gemv(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usize, y: *mut f32, ldy: usize) {
     debug_assert!((nblocks * QK).is_multiple_of(QK_K));
-    macro_rules! by_columns {
-        ($t:expr) => {
-            // SAFETY: forwarded; `n <= 8` columns exist, four at a time.
-            unsafe {
-                let mut j = 0;
-                while j < n {
-                    let (x, y) = (x.add(j * ldx), y.add(j * ldy));
-                    match n - j {
-                        1 => cols::<$t, 1>(nblocks, rows, x, ldx, y, ldy),
-                        2 => cols::<$t, 2>(nblocks, rows, x, ldx, y, ldy),
-                        3 => cols::<$t, 3>(nblocks, rows, x, ldx, y, ldy),
-                        _ => cols::<$t, 4>(nblocks, rows, x, ldx, y, ldy),
-                    }
-                    j += 4;
-                }
-            }
-        };
-    }
-    match rows.dtype {
-        DType::Q4_K => by_columns!(Q4),
-        DType::Q5_K => by_columns!(Q5),
-        _ => by_columns!(Q6),
-    }
+    // SAFETY: forwarded; `n <= 8` columns exist.
+    unsafe { kquant_columns!(cols, n, nblocks, rows, x, ldx, y, ldy) }
 }
 
 /// [`crate::fast::simd::K8Quantize`]: per super-block `d = max|x| / 127` and
@@ -233,9 +207,6 @@ pub unsafe fn quantize(x: *const f32, superblocks: usize, out: *mut u8) {
             unsafe { vst1q_s8(col.q.add(QK_K * sb + 16 * g).cast_mut().cast(), bytes) };
         }
         // SAFETY: the super-block's sums and scale.
-        unsafe {
-            core::ptr::write_unaligned(col.s.add(32 * sb).cast_mut().cast::<[i16; 16]>(), sums);
-            core::ptr::write_unaligned(col.d.add(sb).cast_mut(), d);
-        }
+        unsafe { col.put(sb, sums, d) };
     }
 }
