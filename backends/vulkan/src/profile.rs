@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use ash::vk;
+use tessera_core::DType;
 
-use crate::args::Args;
+use crate::args::{dtype_code, Args};
 use crate::context::Context;
 use crate::ops::Dispatch;
 
@@ -26,12 +27,10 @@ pub(crate) type Shared = Arc<Mutex<Profile>>;
 
 /// "MulMatCoopmat f16 x f32 -> [4096, 4096, 1, 1]": what a dispatch computes.
 pub(crate) fn label(d: &Dispatch) -> String {
-    // In the order of their codes (`dtype_code`).
-    let types =
-        ["f32", "f16", "bf16", "i32", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K"];
-    let name = |code: u32| types.get(code as usize).copied().unwrap_or("?");
+    let name =
+        |code: u32| DType::ALL.iter().find(|&&t| dtype_code(t) == code).map_or("?".to_string(), |t| t.to_string());
     let Args { dst, src, .. } = d.args;
-    let srcs: Vec<&str> = src.iter().filter(|s| s.data != 0).map(|s| name(s.dtype)).collect();
+    let srcs: Vec<String> = src.iter().filter(|s| s.data != 0).map(|s| name(s.dtype)).collect();
     format!("{:?} {} -> {} {:?}", d.shader, srcs.join(" x "), name(dst.dtype), dst.ne)
 }
 
