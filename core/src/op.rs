@@ -156,6 +156,9 @@ pub enum Op {
     GetRows,
     /// Copy src 0 into src 1 (converting the type); the result is a view of src 1.
     Cpy,
+    /// Write the rows of src 0 (F32) into src 2 at the rows the I32 indices in src 1 name
+    /// (converting the type); the result is a view of src 2.
+    SetRows,
     /// A contiguous copy of a possibly strided tensor.
     Cont,
     /// Join src 0 and src 1 along `dim`.
@@ -198,6 +201,7 @@ impl Op {
             Op::MulMat => "MUL_MAT",
             Op::GetRows => "GET_ROWS",
             Op::Cpy => "CPY",
+            Op::SetRows => "SET_ROWS",
             Op::Cont => "CONT",
             Op::Concat { .. } => "CONCAT",
             Op::Rope(_) => "ROPE",

@@ -42,6 +42,14 @@ pub mod out {
         }
     }
 
+    /// Writes raw bytes (a token's piece of UTF-8 text) to standard output, as [`line`] does.
+    pub fn bytes(bytes: &[u8]) {
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+            stop(e);
+        }
+    }
+
     /// Flushes standard output, as [`line`] writes.
     pub fn flush() {
         if let Err(e) = std::io::stdout().flush() {

@@ -387,7 +387,7 @@ mod tests {
                 build(&mut Graph::new(), &c, &uniform_weight_type(DType::F32), Layout::packed(&[1])).err().unwrap();
             assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
             assert!(
-                err.to_string().starts_with(&format!("invalid BERT config: num_attention_heads is {heads}")),
+                err.to_string().starts_with(&format!("invalid model config: num_attention_heads is {heads}")),
                 "{err}"
             );
         }

@@ -13,7 +13,8 @@ pub enum Error {
     /// The model's `config.json` (or its GGUF metadata, `path` then names the GGUF file) is
     /// malformed, asks for something this graph does not do, or disagrees with the weights.
     Config { path: String, message: String },
-    /// A [`BertConfig`](crate::BertConfig) no graph can be built for.
+    /// A model config ([`BertConfig`](crate::BertConfig), [`LlamaConfig`](crate::LlamaConfig))
+    /// no graph can be built for.
     InvalidConfig { message: String },
     /// A tokenizer file cannot be loaded, or a text cannot be tokenized with it.
     Tokenizer { path: String, message: String },
@@ -21,6 +22,10 @@ pub enum Error {
     NoTokenizer { model: String },
     /// A token sequence is empty or longer than the model's position table.
     SequenceLength { index: usize, tokens: usize, max: usize },
+    /// Generation needs more positions than the KV cache holds.
+    ContextFull { tokens: usize, context: usize },
+    /// Generation was asked for something it cannot do (no prompt, bad sampling settings).
+    Generation { message: String },
     /// A file could not be written.
     Io { path: String, source: std::io::Error },
 }
@@ -34,7 +39,7 @@ impl fmt::Display for Error {
             Error::Engine(e) => e.fmt(f),
             Error::NotBert { path, tensor } => write!(f, "{path}: has no tensor '{tensor}': not a BERT model"),
             Error::Config { path, message } => write!(f, "{path}: {message}"),
-            Error::InvalidConfig { message } => write!(f, "invalid BERT config: {message}"),
+            Error::InvalidConfig { message } => write!(f, "invalid model config: {message}"),
             Error::Tokenizer { path, message } => write!(f, "tokenizer {path}: {message}"),
             Error::NoTokenizer { model } => write!(
                 f,
@@ -44,6 +49,11 @@ impl fmt::Display for Error {
             Error::SequenceLength { index, tokens, max } => {
                 write!(f, "sequence {index} has {tokens} tokens; 1 to {max} are allowed")
             }
+            Error::ContextFull { tokens, context } => write!(
+                f,
+                "{tokens} positions do not fit in a context of {context}; give a larger context or fewer tokens"
+            ),
+            Error::Generation { message } => f.write_str(message),
             Error::Io { path, source } => write!(f, "{path}: {source}"),
         }
     }

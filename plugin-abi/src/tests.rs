@@ -41,6 +41,7 @@ fn all_ops() -> Vec<Op> {
         Op::MulMat,
         Op::GetRows,
         Op::Cpy,
+        Op::SetRows,
         Op::Cont,
         Op::Concat { dim: 2 },
         Op::Rope(RopeParams { mode: RopeMode::Neox, n_dims: 6, freq_base: 10000.0, freq_scale: 0.5 }),

@@ -15,6 +15,8 @@ pub enum Init {
     AwayFromZero(f32, f32),
     /// Integers uniform in `lo..hi` (row indices, positions); float leafs get them as f32.
     Ints(i32, i32),
+    /// I32 leafs: each row distinct integers in `0..hi`, in random order (rows to write).
+    DistinctInts(i32),
     /// Pairwise distinct values in `[-1, 1]`, exact in f32, f16 and bf16 for up to 512
     /// values (rows without ties for ARGMAX).
     Distinct,
@@ -177,6 +179,7 @@ pub fn all() -> Vec<Case> {
     mul_mat(&mut v);
     get_rows(&mut v);
     cpy(&mut v);
+    set_rows(&mut v);
     cont(&mut v);
     concat(&mut v);
     rope(&mut v);
@@ -570,6 +573,32 @@ fn get_rows(v: &mut Vec<Case>) {
         let b = g.leaf_init(I32, [4, 3, 1, 1], Init::Ints(0, 5))?;
         g.get_rows(a, b)
     }));
+}
+
+fn set_rows(v: &mut Vec<Case>) {
+    for t in FLOATS {
+        // (n, r, m, d2, d3): some rows of a matrix, all rows of planes, and one-value rows (how
+        // a transposed KV cache takes one column per token).
+        for (n, r, m, d2, d3) in [(64, 10, 4, 1, 1), (33, 7, 7, 3, 2), (1, 96, 40, 1, 1), (256, 300, 3, 1, 1)] {
+            let name = format!("SET_ROWS(type={t},n={n},r={r},m={m},ne_b=[{m},{d2},{d3},1])");
+            v.push(Case::new("SET_ROWS", name, move |g| {
+                let dst = g.leaf(t, [n, r, d2, d3])?;
+                let values = g.leaf(F32, [n, m, d2, d3])?;
+                let rows = g.leaf_init(I32, [m, d2, d3, 1], Init::DistinctInts(r as i32))?;
+                g.set_rows(dst, values, rows)
+            }));
+        }
+        // Into a view (every other row of a larger tensor), from permuted values.
+        let name = format!("SET_ROWS(type={t},n=16,r=6,m=3,dst=rows_of_[16,12,2,1],perm_b=[0,2,1,3])");
+        v.push(Case::new("SET_ROWS", name, move |g| {
+            let big = g.leaf(t, [16, 12, 2, 1])?;
+            let nb = g.tensor(big)?.nb();
+            let dst = g.view(big, [16, 6, 2, 1], [2 * nb[1], nb[2], nb[3]], nb[1])?;
+            let values = g.input(F32, [16, 3, 2, 1], Some(SWAP12), Init::DEFAULT)?;
+            let rows = g.leaf_init(I32, [3, 2, 1, 1], Init::DistinctInts(6))?;
+            g.set_rows(dst, values, rows)
+        }));
+    }
 }
 
 fn cpy(v: &mut Vec<Case>) {

@@ -314,6 +314,17 @@ pub fn generate(dtype: DType, n: usize, row: usize, init: Init, rng: &mut Rng) -
     if dtype == DType::I32 {
         let (lo, hi) = match init {
             Init::Ints(lo, hi) => (lo, hi),
+            Init::DistinctInts(hi) => {
+                let mut v = Vec::with_capacity(n);
+                for chunk in 0..n.div_ceil(row.max(1)) {
+                    let mut all: Vec<i32> = (0..hi).collect();
+                    rng.shuffle(&mut all);
+                    let take = row.min(n - chunk * row);
+                    assert!(take <= all.len(), "{take} distinct values asked of 0..{hi}");
+                    v.extend_from_slice(&all[..take]);
+                }
+                return Values::I32(v);
+            }
             _ => (-1000, 1000),
         };
         return Values::I32((0..n).map(|_| rng.range_i32(lo, hi)).collect());
@@ -331,6 +342,7 @@ pub fn generate(dtype: DType, n: usize, row: usize, init: Init, rng: &mut Rng) -
             })
             .collect(),
         Init::Ints(lo, hi) => (0..n).map(|_| rng.range_i32(lo, hi) as f32).collect(),
+        Init::DistinctInts(hi) => (0..n).map(|_| rng.range_i32(0, hi) as f32).collect(),
         Init::Distinct => {
             // Integers -n/2..n - n/2 scaled by a power of two into [-1, 1]: exact in every
             // float type while their magnitude stays below 256.

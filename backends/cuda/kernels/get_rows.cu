@@ -75,3 +75,37 @@ extern "C" __global__ void get_rows_i32(const __grid_constant__ TensorArg a, con
                                         const __grid_constant__ TensorArg dst) {
     get_rows_exact_i32(a, idx, dst);
 }
+
+// SET_ROWS: rows of the F32 values `b: [n, m, d2, d3]` written into `dst: [n, r, d2, d3]`
+// (F32, F16 or BF16) at the rows the I32 indices `idx: [m, d2, d3, 1]` name. A row whose index
+// is outside 0..r is skipped (the reference fails the compute instead); nothing outside `dst`
+// is written.
+//
+// Launch: 2-D blocks (x over dimension 0, y over value rows), grid-strided over rows.
+template <typename D>
+__device__ void set_rows(const TensorArg &b, const TensorArg &idx, const TensorArg &dst) {
+    const long long ne0 = b.ne[0];
+    FOR_EACH_ROW(row, nrows_of(b)) {
+        long long j, i2, i3;
+        unravel_row(row, b.ne[1], b.ne[2], j, i2, i3);
+        const int r = *(const int *)((const char *)idx.data + j * idx.nb[0] + i2 * idx.nb[1] + i3 * idx.nb[2]);
+        if (r < 0 || (long long)r >= dst.ne[1]) {
+            continue;
+        }
+        const char *brow = row_ptr(b, j, i2, i3);
+        char *drow = row_ptr(dst, r, i2, i3);
+        FOR_EACH_I0(i0, ne0) {
+            D::store(drow, i0, dst.nb[0], F32::load(brow, i0, b.nb[0]));
+        }
+    }
+}
+
+#define SET_ROWS_KERNEL(name, D)                                                                                 \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg b, const __grid_constant__ TensorArg idx,   \
+                                    const __grid_constant__ TensorArg dst) {                                     \
+        set_rows<D>(b, idx, dst);                                                                                \
+    }
+
+SET_ROWS_KERNEL(set_rows_f32, F32)
+SET_ROWS_KERNEL(set_rows_f16, F16)
+SET_ROWS_KERNEL(set_rows_bf16, BF16)

@@ -45,6 +45,7 @@ shaders! {
     Copy => "copy",
     Quantize => "quantize",
     GetRows => "get_rows",
+    SetRows => "set_rows",
     MulMat => "mul_mat",
     MulMatVec => "mul_mat_vec",
     MulMatVecQ8 => "mul_mat_vec_q8",

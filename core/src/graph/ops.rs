@@ -259,6 +259,45 @@ impl Graph {
         self.push(t)
     }
 
+    /// Writes the rows of `values` (F32 `[n, m, d2, d3]`) into `dst` (`[n, r, d2, d3]`, F32,
+    /// F16 or BF16) at the rows that `indices` (I32 `[m, d2, d3]`) name:
+    /// `dst[:, indices[j, i2, i3], i2, i3] = values[:, j, i2, i3]`, converting to `dst`'s type.
+    /// The result is a view of `dst`: computing it writes `dst`. Where the rows go is data, so
+    /// a graph that writes a KV cache at a new position each step keeps its shape.
+    pub fn set_rows(&mut self, dst: TensorId, values: TensorId, indices: TensorId) -> Result<TensorId> {
+        let nv = self.expect_type("SET_ROWS", values, |d| d == DType::F32, "f32")?.ne;
+        let ni = self.expect_type("SET_ROWS", indices, |d| d == DType::I32, "i32")?.ne;
+        let td = self.expect_float("SET_ROWS", dst)?;
+        let (dtype, nd, nb, view_src, view_offset) = (td.dtype, td.ne, td.nb, td.view_src, td.view_offset);
+        if nv[0] != nd[0] || nv[2] != nd[2] || nv[3] != nd[3] {
+            return Err(self.shape_error(
+                "SET_ROWS",
+                values,
+                format!("[{}, m, {}, {}], rows as long as the destination's, as many planes", nd[0], nd[2], nd[3]),
+            ));
+        }
+        if ni != [nv[1], nv[2], nv[3], 1] {
+            return Err(self.shape_error(
+                "SET_ROWS",
+                indices,
+                format!("[{}, {}, {}]: one index per row of the values", nv[1], nv[2], nv[3]),
+            ));
+        }
+        self.expect_rows_contiguous("SET_ROWS", dst)?;
+        let (root, offset) = match view_src {
+            Some(r) => (r, view_offset),
+            None => (dst, 0),
+        };
+        let mut t = Tensor::new(dtype, nd, Op::SetRows)?;
+        t.nb = nb;
+        t.src[0] = Some(values);
+        t.src[1] = Some(indices);
+        t.src[2] = Some(dst);
+        t.view_src = Some(root);
+        t.view_offset = offset;
+        self.push(t)
+    }
+
     /// `a` converted to `dtype` (a new tensor of `a`'s shape).
     pub fn cast(&mut self, a: TensorId, dtype: DType) -> Result<TensorId> {
         let ne = self.tensor(a)?.ne;

@@ -153,6 +153,7 @@ impl Graph {
                 Some(b) => g.cpy(need(0)?, b),
                 None => g.cast(need(0)?, t.dtype),
             },
+            Op::SetRows => g.set_rows(need(2)?, need(0)?, need(1)?),
             Op::Cont => g.cont(need(0)?),
             Op::Concat { dim } => g.concat(need(0)?, need(1)?, dim),
             Op::Rope(p) => g.rope(need(0)?, need(1)?, p),

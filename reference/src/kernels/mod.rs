@@ -9,6 +9,7 @@ mod mul_mat;
 mod pool;
 mod rope;
 mod rows;
+mod set_rows;
 
 use alloc::vec::Vec;
 
@@ -89,6 +90,7 @@ pub fn compute(n: &NodeTensors, scratch: &mut Scratch) -> Result<()> {
         Op::MulMat => mul_mat::mul_mat(n, scratch),
         Op::GetRows => get_rows::get_rows(n, scratch),
         Op::Cpy | Op::Cont => copy::copy(n, scratch),
+        Op::SetRows => set_rows::set_rows(n, scratch),
         Op::Concat { dim } => concat::concat(n, scratch, dim),
         Op::Im2Col(p) => im2col::im2col(n, scratch, p),
         Op::Pool2d(p) => pool::pool_2d(n, scratch, p),

@@ -305,6 +305,12 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             launch_kernel!(kernels, stream, kernel(names::get_rows(at))?, cfg, &a, &idx, &dst)
         }
         Op::Cpy | Op::Cont => copy(kernels, stream, src(0)?, node.dst),
+        Op::SetRows => {
+            let ((b, _), (idx, _)) = (src(0)?, src(1)?);
+            let cfg = elementwise_config(b.ne[0], b.nrows());
+            // set_rows_*(TensorArg b, TensorArg idx, TensorArg dst)
+            launch_kernel!(kernels, stream, kernel(names::set_rows(dt))?, cfg, &b, &idx, &dst)
+        }
         Op::Concat { dim } => {
             let ((a, at), (b, _)) = (src(0)?, src(1)?);
             let dim = i32::try_from(dim).map_err(|_| backend_error("CONCAT dimension out of range"))?;

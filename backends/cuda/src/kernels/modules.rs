@@ -124,6 +124,9 @@ pub(crate) const MODULES: &[Module] = &[
             "get_rows_q5_K",
             "get_rows_q6_K",
             "get_rows_i32",
+            "set_rows_f32",
+            "set_rows_f16",
+            "set_rows_bf16",
         ],
     },
     Module {

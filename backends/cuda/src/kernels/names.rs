@@ -212,6 +212,11 @@ pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
     })
 }
 
+/// SET_ROWS of F32 values into rows of type `dst`.
+pub(crate) fn set_rows(dst: DType) -> Option<&'static str> {
+    by_float(dst, ["set_rows_f32", "set_rows_f16", "set_rows_bf16"])
+}
+
 /// CONCAT of tensors of type `t` (bits copied by size).
 pub(crate) fn concat(t: DType) -> Option<&'static str> {
     match t {

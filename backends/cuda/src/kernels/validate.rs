@@ -143,6 +143,18 @@ pub(crate) fn validate(node: &Node) -> Result<(), Why> {
                 format!("destination {:?} is not [{}, {}, {}, {}]", dst.ne, a.ne[0], b.ne[0], a.ne[2], a.ne[3])
             })
         }
+        Op::SetRows => {
+            let ((b, bt), (idx, it)) = (node.src(0)?, node.src(1)?);
+            need(names::set_rows(dt).is_some() && bt == DType::F32 && it == DType::I32, || {
+                no_kernel(op, &[bt, it, dt])
+            })?;
+            need(idx.ne == [b.ne[1], b.ne[2], b.ne[3], 1], || {
+                format!("indices {:?} do not fit rows of {:?}", idx.ne, b.ne)
+            })?;
+            need(dst.ne[0] == b.ne[0] && dst.ne[2] == b.ne[2] && dst.ne[3] == b.ne[3], || {
+                format!("destination {:?} does not take rows of {:?}", dst.ne, b.ne)
+            })
+        }
         Op::Cpy | Op::Cont => {
             let (a, at) = node.src(0)?;
             need(names::cpy(at, dt).is_some(), || no_kernel(op, &[at, dt]))?;

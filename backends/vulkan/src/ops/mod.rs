@@ -13,6 +13,7 @@ mod mul_mat_coopmat;
 mod mul_mat_tiled;
 mod rope;
 mod rows;
+mod set_rows;
 mod window;
 
 use tessera_core::tensor::MAX_SRC;
@@ -148,6 +149,7 @@ pub(crate) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>; M
         Op::Pool2d(p) => window::pool_2d(p, dst, srcs),
         Op::Cpy | Op::Cont => copy::plan(op, dst, srcs),
         Op::GetRows => get_rows::plan(op, dst, srcs),
+        Op::SetRows => set_rows::plan(op, dst, srcs),
         Op::MulMat => mul_mat::plan(caps, op, dst, srcs),
         _ => Err(format!("no Vulkan shader computes {} yet", op.name())),
     }

@@ -1,0 +1,441 @@
+//! Text generation with a Llama model on the devices the user places each block on: prompt
+//! processing in batches, then token-by-token decoding into a KV cache kept on each block's
+//! device.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tessera_core::registry::{extension, Extension};
+use tessera_core::{Backend, DType, Device, Graph, Scheduler, SchedulerOptions, Shape};
+use tessera_std::model_file::{place_weights, ModelFile, WeightSpec, WeightStore};
+use tessera_std::placement::{Placement, Target};
+
+use crate::error::{Error, Result};
+use crate::kv_cache::KvCache;
+use crate::llama::{self, Batch, CacheShape, LlamaGraph, Logits};
+use crate::llama_config::LlamaConfig;
+use crate::llama_module::LlamaModule;
+use crate::llama_vocab::LlamaVocab;
+use crate::sampler::Sampler;
+
+const NOT_GGUF: &str = "is not a GGUF file; Llama models are read from GGUF";
+
+/// How [`Generator::load`] sets a model up.
+#[derive(Clone, Copy, Debug)]
+pub struct GeneratorOptions {
+    /// Threads of each backend that has the `set_n_threads` extension (the CPU's).
+    pub threads: Option<usize>,
+    /// Positions the KV cache holds (0: the model's own context length).
+    pub context: usize,
+    /// Tokens per batch while processing a prompt (`--ubatch`).
+    pub ubatch: usize,
+    /// F16 (llama.cpp's default) or F32.
+    pub cache_type: DType,
+    /// Plan the compute buffers for logits at every position of a batch, not just the last
+    /// (what [`Generator::eval`] with [`Logits::All`] needs).
+    pub all_logits: bool,
+}
+
+impl Default for GeneratorOptions {
+    fn default() -> Self {
+        GeneratorOptions { threads: None, context: 0, ubatch: 512, cache_type: DType::F16, all_logits: false }
+    }
+}
+
+/// Where the time of the last [`generate`](Generator::generate) went.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GenerationTiming {
+    pub prompt_tokens: usize,
+    pub prompt: Duration,
+    pub generated_tokens: usize,
+    pub generation: Duration,
+}
+
+impl GenerationTiming {
+    fn rate(tokens: usize, d: Duration) -> f64 {
+        tokens as f64 / d.as_secs_f64().max(1e-9)
+    }
+
+    /// "prompt: 64 tokens, 1234.5 tokens/s | generation: 32 tokens, 45.6 tokens/s".
+    pub fn line(&self) -> String {
+        format!(
+            "prompt: {} tokens in {:.1} ms, {:.1} tokens/s | generation: {} tokens in {:.1} ms, {:.1} tokens/s",
+            self.prompt_tokens,
+            self.prompt.as_secs_f64() * 1e3,
+            Self::rate(self.prompt_tokens, self.prompt),
+            self.generated_tokens,
+            self.generation.as_secs_f64() * 1e3,
+            Self::rate(self.generated_tokens, self.generation)
+        )
+    }
+}
+
+/// A loaded model: weights on their devices, the KV cache, the scheduler and the tokenizer.
+pub struct Generator {
+    config: LlamaConfig,
+    file: ModelFile,
+    vocab: LlamaVocab,
+    placement: Placement,
+    targets: Vec<Target>,
+    /// Weights per device that holds some.
+    stores: Vec<(&'static dyn Device, WeightStore)>,
+    has_output: bool,
+    cache: KvCache,
+    sched: Scheduler,
+    /// Positions of the cache already filled.
+    past: usize,
+    options: GeneratorOptions,
+    /// Compute buffer bytes planned up front, per backend.
+    planned: Vec<(String, usize)>,
+    /// The graph the scheduler holds, and the batch shape it was built for: a batch of the
+    /// same shape only sets new inputs.
+    built: Option<((usize, usize, Logits), LlamaGraph)>,
+    timing: GenerationTiming,
+}
+
+/// A weight the graph declares, as the file must hold it.
+struct WeightShape {
+    name: String,
+    dtype: DType,
+    ne: [usize; 4],
+}
+
+/// Bytes planned up front, per device (or backend) name.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryPlan {
+    pub weights: Vec<(String, usize)>,
+    pub kv_cache: Vec<(String, usize)>,
+    /// Compute buffers, per backend, for the largest batch at the end of the context.
+    pub compute: Vec<(String, usize)>,
+}
+
+/// One backend per device the placement names, accelerators first, then a CPU (which the
+/// scheduler needs last).
+fn backend_targets(placement: &Placement) -> Vec<Target> {
+    let mut named: Vec<&'static dyn Device> = Vec::new();
+    let layer_devices = placement.layers.iter().flat_map(|r| r.compute.map(|t| t.device).into_iter().chain(r.params));
+    for d in placement.compute.iter().chain(&placement.params).copied().chain(layer_devices) {
+        if Placement::index_in(&named, d).is_none() {
+            named.push(d);
+        }
+    }
+    if !named.iter().any(|d| d.is_host_cpu()) {
+        named.push(&tessera_cpu::CPU_DEVICE);
+    }
+    placement.targets(&named)
+}
+
+impl Generator {
+    /// Loads the Llama GGUF at `path` with each module (and block) placed as `placement` says,
+    /// a placement resolved for [`LLAMA_MODULES`](crate::LLAMA_MODULES).
+    pub fn load(path: impl AsRef<Path>, placement: Placement, options: GeneratorOptions) -> Result<Generator> {
+        let file = ModelFile::open(path.as_ref())?;
+        let name = file.path().display().to_string();
+        let gguf = file.gguf().ok_or_else(|| Error::Config { path: name.clone(), message: NOT_GGUF.into() })?;
+        let config = LlamaConfig::from_gguf(&gguf, &name)?;
+        let vocab = LlamaVocab::from_gguf(&gguf, &name)?;
+        if vocab.len() > config.vocab {
+            return Err(Error::Tokenizer {
+                path: name,
+                message: format!("its vocabulary has {} tokens but the model has {} logits", vocab.len(), config.vocab),
+            });
+        }
+        let n = LlamaModule::ALL.len();
+        if placement.compute.len() != n || placement.params.len() != n {
+            return Err(Error::InvalidConfig {
+                message: "the placement was not resolved for tessera_models::LLAMA_MODULES".into(),
+            });
+        }
+        let blocks = LlamaModule::Blocks.index();
+        placement
+            .check_layers(blocks, LlamaModule::Blocks.name(), config.layers)
+            .map_err(|e| Error::InvalidConfig { message: e.to_string() })?;
+        let has_output = file.tensor("output.weight").is_some();
+        let context = if options.context == 0 { config.context } else { options.context };
+        if !matches!(options.cache_type, DType::F32 | DType::F16) {
+            return Err(Error::Generation {
+                message: format!("a KV cache of {} is not supported; use f16 or f32", options.cache_type),
+            });
+        }
+        let ubatch = options.ubatch.clamp(1, context);
+        let cache_shape = CacheShape { context, dtype: options.cache_type };
+        let targets = backend_targets(&placement);
+
+        // The weights, grouped by the device that keeps them (a tied head may need the token
+        // embedding on two devices).
+        let mut probe = Graph::new();
+        let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
+        let shapes = llama::build(
+            &mut probe,
+            &config,
+            &dtype_of,
+            has_output,
+            cache_shape,
+            Batch { tokens: 1, past: 0, logits: Logits::Last },
+        )?;
+        let mut groups: Vec<(&'static dyn Device, Vec<WeightShape>)> = Vec::new();
+        for w in &shapes.weights {
+            let t = probe.tensor(w.id)?;
+            let (dtype, ne) = (t.dtype(), t.ne());
+            match file.tensor(&w.name) {
+                Some(f) if f.ne == ne => {}
+                Some(f) => {
+                    return Err(tessera_core::Error::File {
+                        path: name,
+                        message: format!(
+                            "tensor '{}' is {} {} but the model expects {}",
+                            w.name,
+                            f.dtype,
+                            Shape(f.ne),
+                            Shape(ne)
+                        ),
+                    }
+                    .into())
+                }
+                None => {
+                    return Err(tessera_core::Error::File {
+                        path: name,
+                        message: format!("has no tensor '{}' ({dtype} {})", w.name, Shape(ne)),
+                    }
+                    .into())
+                }
+            }
+            let device = placement.params_of(w.module.index(), w.layer);
+            let at = match groups.iter().position(|(d, _)| std::ptr::addr_eq(*d, device)) {
+                Some(i) => i,
+                None => {
+                    groups.push((device, Vec::new()));
+                    groups.len() - 1
+                }
+            };
+            if !groups[at].1.iter().any(|s| s.name == w.name) {
+                groups[at].1.push(WeightShape { name: w.name.clone(), dtype, ne });
+            }
+        }
+        let mut stores = Vec::with_capacity(groups.len());
+        for (device, group) in &groups {
+            let specs: Vec<WeightSpec> =
+                group.iter().map(|s| WeightSpec { name: &s.name, dtype: s.dtype, ne: s.ne }).collect();
+            stores.push((*device, place_weights(&file, &specs, *device, &mut |_, _| {})?));
+        }
+
+        let cache_devices: Vec<&'static dyn Device> =
+            (0..config.layers).map(|l| placement.compute_of(blocks, Some(l)).device).collect();
+        let cache = KvCache::new(&config, cache_shape, &cache_devices)?;
+
+        let mut backends: Vec<Box<dyn Backend>> = Vec::new();
+        for t in &targets {
+            let mut b = t.device.init_backend()?;
+            if let (Some(n), Some(Extension::SetThreads(set_threads))) =
+                (options.threads, t.device.reg().extension(extension::SET_THREADS))
+            {
+                set_threads(&mut *b, n)?;
+            }
+            backends.push(b);
+        }
+        let sched = tessera_std::sched_debug::scheduler(backends, &[], SchedulerOptions::default())?;
+        let options = GeneratorOptions { context, ubatch, ..options };
+        let mut g = Generator {
+            config,
+            file,
+            vocab,
+            placement,
+            targets,
+            stores,
+            has_output,
+            cache,
+            sched,
+            past: 0,
+            options,
+            planned: Vec::new(),
+            built: None,
+            timing: GenerationTiming::default(),
+        };
+        g.reserve()?;
+        Ok(g)
+    }
+
+    /// The config of the Llama GGUF at `path`, as [`load`](Self::load) reads it.
+    pub fn read_config(path: impl AsRef<Path>) -> Result<LlamaConfig> {
+        let file = ModelFile::open(path.as_ref())?;
+        let name = file.path().display().to_string();
+        let gguf = file.gguf().ok_or_else(|| Error::Config { path: name.clone(), message: NOT_GGUF.into() })?;
+        LlamaConfig::from_gguf(&gguf, &name)
+    }
+
+    /// Plans the compute buffers for the largest batch at the end of the context, so that
+    /// every later batch fits them.
+    fn reserve(&mut self) -> Result<()> {
+        let (ubatch, context) = (self.options.ubatch, self.options.context);
+        let logits = if self.options.all_logits { Logits::All } else { Logits::Last };
+        let (graph, _) = self.graph(Batch { tokens: ubatch, past: context - ubatch, logits })?;
+        self.sched.reserve(&graph)?;
+        self.built = None;
+        self.planned =
+            self.targets.iter().enumerate().map(|(i, t)| (t.to_string(), self.sched.buffer_size(i))).collect();
+        Ok(())
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    pub fn vocab(&self) -> &LlamaVocab {
+        &self.vocab
+    }
+
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    /// Positions of the KV cache in use.
+    pub fn past(&self) -> usize {
+        self.past
+    }
+
+    /// Positions the KV cache holds.
+    pub fn context(&self) -> usize {
+        self.options.context
+    }
+
+    /// Forgets the cached tokens: the next batch starts at position 0.
+    pub fn reset(&mut self) {
+        self.past = 0;
+    }
+
+    /// The timing of the last [`generate`](Self::generate).
+    pub fn timing(&self) -> GenerationTiming {
+        self.timing
+    }
+
+    /// Bytes planned up front: weights and KV cache per device, compute buffers per backend.
+    pub fn memory(&self) -> MemoryPlan {
+        MemoryPlan {
+            weights: self.stores.iter().map(|(d, s)| (d.name().to_string(), s.bytes)).collect(),
+            kv_cache: self.cache.bytes_per_device().to_vec(),
+            compute: self.planned.clone(),
+        }
+    }
+
+    /// Runs `tokens` at the next positions of the cache (in batches of at most `ubatch`) and
+    /// returns the logits of the last token (or, with [`Logits::All`], of every token, `vocab`
+    /// values each).
+    pub fn eval(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(Error::Generation { message: "no tokens to evaluate".into() });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.config.vocab) {
+            return Err(Error::Generation {
+                message: format!("token id {bad} is not below the vocabulary size {}", self.config.vocab),
+            });
+        }
+        let needed = self.past + tokens.len();
+        if needed > self.options.context {
+            return Err(Error::ContextFull { tokens: needed, context: self.options.context });
+        }
+        let mut out = Vec::new();
+        let (context, kv_dim) = (self.options.context, self.config.kv_dim());
+        for chunk in tokens.chunks(self.options.ubatch) {
+            let batch = Batch { tokens: chunk.len(), past: self.past, logits };
+            let shape = batch.shape(context);
+            if self.built.as_ref().is_none_or(|(s, _)| *s != shape) {
+                self.built = None;
+                let (graph, model) = self.graph(batch)?;
+                self.sched.alloc_graph(&graph)?;
+                self.built = Some((shape, model));
+            }
+            let model = &self.built.as_ref().ok_or(tessera_core::Error::Cancelled)?.1;
+            let sg = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?;
+            let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
+            let positions: Vec<i32> = (self.past..self.past + chunk.len()).map(|p| p as i32).collect();
+            sg.set_i32(model.token_ids, &ids)?;
+            sg.set_i32(model.positions, &positions)?;
+            sg.set_i32(model.value_rows, &llama::value_rows(batch, kv_dim, context))?;
+            sg.set_f32(model.mask, &llama::causal_mask(batch, context))?;
+            let out_id = model.logits;
+            self.sched.compute()?;
+            let values = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_f32(out_id)?;
+            self.past += chunk.len();
+            match logits {
+                Logits::All => out.extend_from_slice(&values),
+                Logits::Last => out = values,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Generates up to `max_tokens` tokens after `prompt` (token ids, processed from the start
+    /// of the cache). `on_token` sees each token as it comes and returns `false` to stop there
+    /// (at the end-of-sequence token, [`LlamaVocab::eos`], unless told to ignore it). Returns
+    /// the generated ids, the one that stopped it included.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampler: &mut Sampler,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<Vec<u32>> {
+        self.reset();
+        let start = Instant::now();
+        let mut logits = self.eval(prompt, Logits::Last)?;
+        let prompt_time = start.elapsed();
+        let start = Instant::now();
+        let mut out = Vec::new();
+        while out.len() < max_tokens {
+            let next = sampler.pick(&logits);
+            out.push(next);
+            if !on_token(next) || out.len() == max_tokens {
+                break;
+            }
+            logits = self.eval(&[next], Logits::Last)?;
+        }
+        self.timing = GenerationTiming {
+            prompt_tokens: prompt.len(),
+            prompt: prompt_time,
+            generated_tokens: out.len(),
+            generation: start.elapsed(),
+        };
+        Ok(out)
+    }
+
+    /// Builds the graph of `batch`, weights and cache bound, every node pinned to the device
+    /// its module (and block) runs on.
+    fn graph(&mut self, batch: Batch) -> Result<(Graph, LlamaGraph)> {
+        let mut g = Graph::new();
+        let file = &self.file;
+        let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
+        let model = llama::build(&mut g, &self.config, &dtype_of, self.has_output, self.cache.shape(), batch)?;
+        for w in &model.weights {
+            let device = self.placement.params_of(w.module.index(), w.layer);
+            let data = self
+                .stores
+                .iter()
+                .find(|(d, _)| std::ptr::addr_eq(*d, device))
+                .and_then(|(_, s)| s.get(&w.name))
+                .ok_or_else(|| tessera_core::Error::File {
+                    path: self.file.path().display().to_string(),
+                    message: format!("weight '{}' was not loaded", w.name),
+                })?;
+            g.bind(w.id, data.clone())?;
+        }
+        for (l, &(k, v)) in model.caches.iter().enumerate() {
+            let (kd, vd) = self.cache.layer(l).ok_or(tessera_core::Error::Cancelled)?;
+            g.bind(k, kd.clone())?;
+            g.bind(v, vd.clone())?;
+        }
+        self.sched.clear_pins();
+        for &id in g.nodes() {
+            if let Some(m) = model.module_of(id) {
+                let target = self.placement.compute_of(m.index(), model.layer_of(id));
+                if let Some(b) = target.index_in(&self.targets) {
+                    self.sched.set_tensor_backend(id, b)?;
+                }
+            }
+        }
+        Ok((g, model))
+    }
+}
