@@ -79,13 +79,16 @@ enum PreSplit {
     Llama3,
 }
 
-/// The `tokenizer.ggml.pre` values byte-level BPE vocabularies may have here.
+/// The `tokenizer.ggml.pre` values of the byte-level BPE vocabularies tessera tokenizes.
 const PRE_NAMES: &str = "\"default\", \"gpt-2\", \"llama3\", \"llama-v3\" or \"llama-bpe\"";
 
 /// GPT-2's word pattern; its last alternative takes trailing whitespace, as llama.cpp does.
 const GPT2_WORDS: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 /// Llama 3's word pattern, its contractions matched case-insensitively in ASCII only.
-const LLAMA3_WORDS: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const LLAMA3_WORDS: &str = concat!(
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])",
+    r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
 
 impl PreSplit {
     fn from_name(name: Option<&str>) -> Option<PreSplit> {
@@ -359,7 +362,7 @@ impl LlamaVocab {
             TokenizerModel::BytePairs => {
                 let split = PreSplit::from_name(p.pre.as_deref()).ok_or_else(|| {
                     error(format!(
-                        "metadata '{}' is {:?}; tessera splits byte-level BPE text as {PRE_NAMES} do",
+                        "metadata '{}' is {:?}, a pre-tokenizer tessera does not know; expected {PRE_NAMES}",
                         keys::PRE,
                         p.pre.as_deref().unwrap_or_default()
                     ))
@@ -598,6 +601,7 @@ impl LlamaVocab {
         self.tokens.len()
     }
 
+    /// Whether it has no tokens (a vocabulary read or made up always has some).
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }
@@ -670,7 +674,7 @@ impl SpmVocab for LlamaVocab {
 /// The byte a SentencePiece byte token spelled `<0xAB>` stands for.
 fn byte_of(token: &str) -> Option<u8> {
     let hex = token.strip_prefix("<0x")?.strip_suffix('>')?;
-    if hex.len() != 2 {
+    if hex.len() != 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     u8::from_str_radix(hex, 16).ok()
