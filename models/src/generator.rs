@@ -93,6 +93,10 @@ pub struct Generator {
     timing: GenerationTiming,
 }
 
+/// The fewest tokens of a batch whose nodes of CPU blocks the scheduler may move to a GPU
+/// (GPU backends offload products with weights in host memory from this many columns on).
+const OFFLOAD_MIN_BATCH: usize = 32;
+
 /// A weight the graph declares, as the file must hold it.
 struct WeightShape {
     name: String,
@@ -233,7 +237,10 @@ impl Generator {
             }
             backends.push(b);
         }
-        let sched = tessera_std::sched_debug::scheduler(backends, &[], SchedulerOptions::default())?;
+        // Op offload: a prompt's products with weights of CPU blocks may run on a GPU that asks
+        // for them (see `graph`).
+        let options_sched = SchedulerOptions { op_offload: true, ..SchedulerOptions::default() };
+        let sched = tessera_std::sched_debug::scheduler(backends, &[], options_sched)?;
         let options = GeneratorOptions { context, ubatch, ..options };
         let mut g = Generator {
             config,
@@ -430,7 +437,16 @@ impl Generator {
         self.sched.clear_pins();
         for &id in g.nodes() {
             if let Some(m) = model.module_of(id) {
-                let target = self.placement.compute_of(m.index(), model.layer_of(id));
+                let (module, layer) = (m.index(), model.layer_of(id));
+                let target = self.placement.compute_of(module, layer);
+                // A prompt's nodes of CPU blocks are left to the scheduler, as ggml's are: it
+                // runs the products with their weights on a GPU that asks for them (op offload)
+                // and the nodes around them there too, and what reads the CPU's KV cache on the
+                // CPU.
+                let on_cpu = target.device.is_host_cpu() && self.placement.params_of(module, layer).is_host_cpu();
+                if on_cpu && batch.tokens >= OFFLOAD_MIN_BATCH {
+                    continue;
+                }
                 if let Some(b) = target.index_in(&self.targets) {
                     self.sched.set_tensor_backend(id, b)?;
                 }

@@ -105,6 +105,10 @@ fn pci_bus_id(ctx: &CudaContext) -> Option<String> {
     Some(format!("{domain:04x}:{bus:02x}:{device:02x}.0"))
 }
 
+/// The fewest columns of a product with weights in host memory that the scheduler's op
+/// offload runs on the GPU (as ggml's CUDA backend decides).
+pub const OFFLOAD_MIN_BATCH: usize = 32;
+
 impl Device for CudaDevice {
     fn name(&self) -> &str {
         &self.name
@@ -144,6 +148,12 @@ impl Device for CudaDevice {
     fn supports_buffer_type(&self, buffer_type: &dyn BufferType) -> bool {
         tessera_core::buffer::same_buffer_type(buffer_type, self.buffer_type)
             || split::main_split_type(buffer_type, self).is_some()
+    }
+    /// Products of at least [`OFFLOAD_MIN_BATCH`] columns: copying the weights over is then
+    /// cheaper than the CPU computing them (a prompt's batch, not a decoded token).
+    fn offload_op(&self, graph: &Graph, node: TensorId) -> bool {
+        graph.tensor(node).is_ok_and(|t| t.op() == Op::MulMat && t.ne()[1] >= OFFLOAD_MIN_BATCH)
+            && self.supports_op(graph, node)
     }
     fn buffer_type(&self) -> &'static dyn BufferType {
         self.buffer_type
