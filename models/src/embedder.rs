@@ -81,8 +81,8 @@ pub struct LoadOptions<'a> {
 
 /// One backend per device (and instance) the placement names: accelerators in the order the
 /// modules and layers name them, then a CPU (the placement's, else the built-in one), which
-/// the scheduler needs last.
-fn backend_targets(placement: &Placement) -> Vec<Target> {
+/// the scheduler needs last. (The Llama generator's too.)
+pub(crate) fn backend_targets(placement: &Placement) -> Vec<Target> {
     let mut named: Vec<&'static dyn Device> = Vec::new();
     let layer_devices = placement.layers.iter().flat_map(|r| r.compute.map(|t| t.device).into_iter().chain(r.params));
     for d in placement.compute.iter().chain(&placement.params).copied().chain(layer_devices) {

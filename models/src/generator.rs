@@ -10,6 +10,7 @@ use tessera_core::{Backend, DType, Device, Graph, Scheduler, SchedulerOptions, S
 use tessera_std::model_file::{place_weights, ModelFile, WeightSpec, WeightStore};
 use tessera_std::placement::{Placement, Target};
 
+use crate::embedder::backend_targets;
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
 use crate::llama::{self, Batch, CacheShape, LlamaGraph, Logits};
@@ -111,22 +112,6 @@ pub struct MemoryPlan {
     pub kv_cache: Vec<(String, usize)>,
     /// Compute buffers, per backend, for the largest batch at the end of the context.
     pub compute: Vec<(String, usize)>,
-}
-
-/// One backend per device the placement names, accelerators first, then a CPU (which the
-/// scheduler needs last).
-fn backend_targets(placement: &Placement) -> Vec<Target> {
-    let mut named: Vec<&'static dyn Device> = Vec::new();
-    let layer_devices = placement.layers.iter().flat_map(|r| r.compute.map(|t| t.device).into_iter().chain(r.params));
-    for d in placement.compute.iter().chain(&placement.params).copied().chain(layer_devices) {
-        if Placement::index_in(&named, d).is_none() {
-            named.push(d);
-        }
-    }
-    if !named.iter().any(|d| d.is_host_cpu()) {
-        named.push(&tessera_cpu::CPU_DEVICE);
-    }
-    placement.targets(&named)
 }
 
 impl Generator {

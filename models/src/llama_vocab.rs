@@ -121,20 +121,8 @@ enum Fragment<'t> {
 pub struct LlamaVocab {
     /// Names the vocabulary in errors.
     path: String,
-    model: TokenizerModel,
-    pre: Option<String>,
-    /// Tokens by id, as llama.cpp spells them (an empty one is `[EMPTY_<id>]`).
-    tokens: Vec<String>,
-    scores: Option<Vec<f32>>,
-    types: Vec<i32>,
-    merges: Vec<String>,
-    bos: Option<u32>,
-    eos: Option<u32>,
-    unk: Option<u32>,
-    pad: Option<u32>,
-    add_bos: bool,
-    add_eos: bool,
-    add_space_prefix: bool,
+    /// What the metadata says; tokens as llama.cpp spells them (an empty one is `[EMPTY_<id>]`).
+    parts: Parts,
     /// Token by text; of tokens spelled alike, the last.
     ids: HashMap<String, u32>,
     /// Control, unknown and user-defined tokens, longest first: the ones text can spell.
@@ -143,7 +131,8 @@ pub struct LlamaVocab {
     bpe: Option<tokenizers::Tokenizer>,
 }
 
-/// The parts of a vocabulary, before its lookups are built.
+/// The parts of a vocabulary, as its metadata gives them.
+#[derive(Clone)]
 struct Parts {
     model: TokenizerModel,
     pre: Option<String>,
@@ -164,16 +153,16 @@ impl fmt::Debug for LlamaVocab {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LlamaVocab")
             .field("path", &self.path)
-            .field("model", &self.model)
-            .field("pre", &self.pre)
-            .field("tokens", &self.tokens.len())
-            .field("merges", &self.merges.len())
-            .field("bos", &self.bos)
-            .field("eos", &self.eos)
-            .field("unk", &self.unk)
-            .field("add_bos", &self.add_bos)
-            .field("add_eos", &self.add_eos)
-            .field("add_space_prefix", &self.add_space_prefix)
+            .field("model", &self.parts.model)
+            .field("pre", &self.parts.pre)
+            .field("tokens", &self.parts.tokens.len())
+            .field("merges", &self.parts.merges.len())
+            .field("bos", &self.parts.bos)
+            .field("eos", &self.parts.eos)
+            .field("unk", &self.parts.unk)
+            .field("add_bos", &self.parts.add_bos)
+            .field("add_eos", &self.parts.add_eos)
+            .field("add_space_prefix", &self.parts.add_space_prefix)
             .finish_non_exhaustive()
     }
 }
@@ -370,25 +359,7 @@ impl LlamaVocab {
                 Some(bpe_tokenizer(&ids, &p.merges, split).map_err(error)?)
             }
         };
-        Ok(LlamaVocab {
-            path: path.into(),
-            model: p.model,
-            pre: p.pre,
-            tokens: p.tokens,
-            scores: p.scores,
-            types: p.types,
-            merges: p.merges,
-            bos: p.bos,
-            eos: p.eos,
-            unk: p.unk,
-            pad: p.pad,
-            add_bos: p.add_bos,
-            add_eos: p.add_eos,
-            add_space_prefix: p.add_space_prefix,
-            ids,
-            specials,
-            bpe,
-        })
+        Ok(LlamaVocab { path: path.into(), parts: p, ids, specials, bpe })
     }
 
     /// A deterministic made-up SentencePiece vocabulary of exactly `n_tokens` tokens (at least
@@ -458,26 +429,31 @@ impl LlamaVocab {
     /// Writes the vocabulary as llama.cpp's metadata (every key [`from_gguf`](Self::from_gguf)
     /// reads, special tokens and flags included).
     pub fn write_gguf(&self, w: &mut GgufWriter) {
-        w.add_string(keys::MODEL, self.model.name());
-        if let Some(pre) = &self.pre {
+        w.add_string(keys::MODEL, self.parts.model.name());
+        if let Some(pre) = &self.parts.pre {
             w.add_string(keys::PRE, pre);
         }
-        w.add_array(keys::TOKENS, &self.tokens);
-        if let Some(scores) = &self.scores {
+        w.add_array(keys::TOKENS, &self.parts.tokens);
+        if let Some(scores) = &self.parts.scores {
             w.add_array(keys::SCORES, scores);
         }
-        w.add_array(keys::TOKEN_TYPE, &self.types);
-        if self.model == TokenizerModel::BytePairs {
-            w.add_array(keys::MERGES, &self.merges);
+        w.add_array(keys::TOKEN_TYPE, &self.parts.types);
+        if self.parts.model == TokenizerModel::BytePairs {
+            w.add_array(keys::MERGES, &self.parts.merges);
         }
-        for (key, id) in [(keys::BOS, self.bos), (keys::EOS, self.eos), (keys::UNK, self.unk), (keys::PAD, self.pad)] {
+        for (key, id) in [
+            (keys::BOS, self.parts.bos),
+            (keys::EOS, self.parts.eos),
+            (keys::UNK, self.parts.unk),
+            (keys::PAD, self.parts.pad),
+        ] {
             if let Some(id) = id {
                 w.add_u32(key, id);
             }
         }
-        w.add_bool(keys::ADD_BOS, self.add_bos);
-        w.add_bool(keys::ADD_EOS, self.add_eos);
-        w.add_bool(keys::ADD_SPACE_PREFIX, self.add_space_prefix);
+        w.add_bool(keys::ADD_BOS, self.parts.add_bos);
+        w.add_bool(keys::ADD_EOS, self.parts.add_eos);
+        w.add_bool(keys::ADD_SPACE_PREFIX, self.parts.add_space_prefix);
     }
 
     /// The ids of `text` as llama.cpp's `llama_tokenize` gives them with special tokens added
@@ -494,8 +470,8 @@ impl LlamaVocab {
     /// always is. Only a byte-level BPE tokenizer can fail.
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
         let mut out = Vec::new();
-        if add_special && self.add_bos {
-            out.extend(self.bos);
+        if add_special && self.parts.add_bos {
+            out.extend(self.parts.bos);
         }
         // SentencePiece prefixes a space to the text and to text after a special token.
         let mut after_special = true;
@@ -507,9 +483,11 @@ impl LlamaVocab {
                 }
                 Fragment::Text(t) => {
                     match &self.bpe {
-                        None => {
-                            spm::tokenize(&spm::normalize(t, self.add_space_prefix && after_special), self, &mut out)
-                        }
+                        None => spm::tokenize(
+                            &spm::normalize(t, self.parts.add_space_prefix && after_special),
+                            self,
+                            &mut out,
+                        ),
                         Some(bpe) => {
                             let encoding = bpe.encode(t, false).map_err(|e| {
                                 let shown: String = t.chars().take(60).collect();
@@ -526,8 +504,8 @@ impl LlamaVocab {
                 }
             }
         }
-        if add_special && self.add_eos {
-            out.extend(self.eos);
+        if add_special && self.parts.add_eos {
+            out.extend(self.parts.eos);
         }
         Ok(out)
     }
@@ -537,10 +515,10 @@ impl LlamaVocab {
     fn fragments<'t>(&self, text: &'t str, parse_special: bool) -> Vec<Fragment<'t>> {
         let mut fragments = if text.is_empty() { Vec::new() } else { vec![Fragment::Text(text)] };
         for &id in &self.specials {
-            if !parse_special && self.types[id as usize] != token_type::USER_DEFINED {
+            if !parse_special && self.parts.types[id as usize] != token_type::USER_DEFINED {
                 continue;
             }
-            let needle = self.tokens[id as usize].as_str();
+            let needle = self.parts.tokens[id as usize].as_str();
             let mut cut = Vec::with_capacity(fragments.len());
             for fragment in fragments {
                 let Fragment::Text(mut rest) = fragment else {
@@ -569,10 +547,10 @@ impl LlamaVocab {
     /// user-defined tokens as spelled; control, unknown and unused tokens (and ids out of
     /// range) as nothing.
     pub fn piece(&self, id: u32) -> Vec<u8> {
-        let (Some(text), Some(&ty)) = (self.tokens.get(id as usize), self.types.get(id as usize)) else {
+        let (Some(text), Some(&ty)) = (self.parts.tokens.get(id as usize), self.parts.types.get(id as usize)) else {
             return Vec::new();
         };
-        match (ty, self.model) {
+        match (ty, self.parts.model) {
             (token_type::USER_DEFINED, _) => text.as_bytes().to_vec(),
             (token_type::NORMAL, TokenizerModel::SentencePiece) => text.replace(SPACE, " ").into_bytes(),
             (token_type::NORMAL, TokenizerModel::BytePairs) => byte_level_decode(text),
@@ -585,7 +563,10 @@ impl LlamaVocab {
     /// SentencePiece vocabulary prefixes (so `decode(encode(text)) == text` for plain text).
     pub fn decode(&self, ids: &[u32]) -> Vec<u8> {
         let mut out: Vec<u8> = ids.iter().flat_map(|&id| self.piece(id)).collect();
-        if self.model == TokenizerModel::SentencePiece && self.add_space_prefix && out.first() == Some(&b' ') {
+        if self.parts.model == TokenizerModel::SentencePiece
+            && self.parts.add_space_prefix
+            && out.first() == Some(&b' ')
+        {
             out.remove(0);
         }
         out
@@ -593,22 +574,22 @@ impl LlamaVocab {
 
     /// Which tokenizer the vocabulary is for.
     pub fn model(&self) -> TokenizerModel {
-        self.model
+        self.parts.model
     }
 
     /// The number of tokens.
     pub fn len(&self) -> usize {
-        self.tokens.len()
+        self.parts.tokens.len()
     }
 
     /// Whether it has no tokens (a vocabulary read or made up always has some).
     pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
+        self.parts.tokens.is_empty()
     }
 
     /// Token `id` as the vocabulary spells it.
     pub fn token(&self, id: u32) -> Option<&str> {
-        self.tokens.get(id as usize).map(String::as_str)
+        self.parts.tokens.get(id as usize).map(String::as_str)
     }
 
     /// The id of the token spelled `text` (of tokens spelled alike, the last, as in llama.cpp).
@@ -618,42 +599,42 @@ impl LlamaVocab {
 
     /// llama.cpp's type of token `id` ([`token_type`]).
     pub fn token_type(&self, id: u32) -> Option<i32> {
-        self.types.get(id as usize).copied()
+        self.parts.types.get(id as usize).copied()
     }
 
     /// The beginning-of-sequence token.
     pub fn bos(&self) -> Option<u32> {
-        self.bos
+        self.parts.bos
     }
 
     /// The end-of-sequence token.
     pub fn eos(&self) -> Option<u32> {
-        self.eos
+        self.parts.eos
     }
 
     /// The unknown token.
     pub fn unk(&self) -> Option<u32> {
-        self.unk
+        self.parts.unk
     }
 
     /// The padding token.
     pub fn pad(&self) -> Option<u32> {
-        self.pad
+        self.parts.pad
     }
 
     /// Whether [`encode`](Self::encode) starts with BOS.
     pub fn add_bos(&self) -> bool {
-        self.add_bos
+        self.parts.add_bos
     }
 
     /// Whether [`encode`](Self::encode) ends with EOS.
     pub fn add_eos(&self) -> bool {
-        self.add_eos
+        self.parts.add_eos
     }
 
     /// Whether SentencePiece prefixes a space to the text.
     pub fn add_space_prefix(&self) -> bool {
-        self.add_space_prefix
+        self.parts.add_space_prefix
     }
 }
 
@@ -663,11 +644,11 @@ impl SpmVocab for LlamaVocab {
     }
 
     fn score(&self, id: u32) -> f32 {
-        self.scores.as_ref().and_then(|s| s.get(id as usize)).copied().unwrap_or(0.0)
+        self.parts.scores.as_ref().and_then(|s| s.get(id as usize)).copied().unwrap_or(0.0)
     }
 
     fn unknown(&self) -> Option<u32> {
-        self.unk
+        self.parts.unk
     }
 }
 
@@ -923,7 +904,7 @@ mod tests {
         }
         let a = LlamaVocab::made_up(5000).unwrap();
         let b = LlamaVocab::made_up(5000).unwrap();
-        assert_eq!(a.tokens, b.tokens);
+        assert_eq!(a.parts.tokens, b.parts.tokens);
         assert_eq!(a.token(354), Some("\u{2581}t"));
     }
 
@@ -945,18 +926,21 @@ mod tests {
         let mut w = GgufWriter::new();
         v.write_gguf(&mut w);
         let back = read_back(&w).unwrap();
-        assert_eq!(back.tokens, v.tokens);
-        assert_eq!(back.scores, v.scores);
-        assert_eq!(back.types, v.types);
-        assert_eq!((back.bos, back.eos, back.unk, back.pad), (v.bos, v.eos, v.unk, v.pad));
-        assert_eq!((back.add_bos, back.add_eos, back.add_space_prefix), (true, false, true));
+        assert_eq!(back.parts.tokens, v.parts.tokens);
+        assert_eq!(back.parts.scores, v.parts.scores);
+        assert_eq!(back.parts.types, v.parts.types);
+        assert_eq!(
+            (back.parts.bos, back.parts.eos, back.parts.unk, back.parts.pad),
+            (v.parts.bos, v.parts.eos, v.parts.unk, v.parts.pad)
+        );
+        assert_eq!((back.parts.add_bos, back.parts.add_eos, back.parts.add_space_prefix), (true, false, true));
         assert_eq!(back.encode("the world").unwrap(), v.encode("the world").unwrap());
 
         let bpe = read_back(&tiny_bpe("llama-bpe")).unwrap();
         let mut w = GgufWriter::new();
         bpe.write_gguf(&mut w);
         let back = read_back(&w).unwrap();
-        assert_eq!((back.merges.len(), back.pre.as_deref()), (6, Some("llama-bpe")));
+        assert_eq!((back.parts.merges.len(), back.parts.pre.as_deref()), (6, Some("llama-bpe")));
         assert_eq!(back.encode(" the all").unwrap(), bpe.encode(" the all").unwrap());
     }
 
@@ -1015,7 +999,7 @@ mod tests {
         );
         check(
             &|w| {
-                let mut types = v.types.clone();
+                let mut types = v.parts.types.clone();
                 types[300] = token_type::BYTE;
                 w.add_array(keys::TOKEN_TYPE, &types);
             },
@@ -1056,11 +1040,11 @@ mod tests {
         let mut w = GgufWriter::new();
         LlamaVocab::made_up(500).unwrap().write_gguf(&mut w);
         let v = read_back(&w).unwrap();
-        let mut tokens = v.tokens.clone();
-        let mut types = v.types.clone();
+        let mut tokens = v.parts.tokens.clone();
+        let mut types = v.parts.types.clone();
         tokens.push("<tool>".into());
         types.push(token_type::USER_DEFINED);
-        let mut scores = v.scores.clone().unwrap();
+        let mut scores = v.parts.scores.clone().unwrap();
         scores.push(0.0);
         w.add_array(keys::TOKENS, &tokens);
         w.add_array(keys::TOKEN_TYPE, &types);
