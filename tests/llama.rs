@@ -131,3 +131,38 @@ fn greedy_continuation_is_the_same_with_blocks_offloaded_to_each_device() {
         }
     }
 }
+
+#[test]
+fn bad_requests_are_errors_that_lose_nothing() {
+    let mut g = load("cpu", false);
+    let err = g.eval(&[1, 600], Logits::Last).unwrap_err().to_string();
+    assert_eq!(err, "token id 600 is not below the vocabulary size 512");
+    let err = g.eval(&[], Logits::Last).unwrap_err().to_string();
+    assert_eq!(err, "no tokens to evaluate");
+    // The context holds 128 positions: 100 fit, 29 more do not, and the cache keeps the 100.
+    let ids: Vec<u32> = (0..100).map(|i| 3 + i % 500).collect();
+    g.eval(&ids, Logits::Last).unwrap();
+    let err = g.eval(&ids[..29], Logits::Last).unwrap_err().to_string();
+    assert_eq!(err, "129 positions do not fit in a context of 128; give a larger context or fewer tokens");
+    assert_eq!(g.past(), 100);
+    g.eval(&ids[..28], Logits::Last).unwrap();
+    assert_eq!(g.past(), 128);
+}
+
+#[test]
+fn files_that_are_not_llama_models_are_errors_naming_what_is_wrong() {
+    let dir = model().parent().unwrap().to_path_buf();
+    let devices: Vec<&'static dyn Device> = vec![&tessera::cpu::CPU_DEVICE];
+    let load_file = |path: &std::path::Path| {
+        let placement = Placement::resolve("cpu", "", &LLAMA_MODULES, &devices).unwrap();
+        Generator::load(path, placement, GeneratorOptions::default()).err().map(|e| e.to_string())
+    };
+    let truncated = dir.join("truncated.gguf");
+    let bytes = std::fs::read(model()).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let err = load_file(&truncated).unwrap();
+    assert!(err.contains("truncated.gguf"), "{err}");
+    let missing = dir.join("missing.gguf");
+    let err = load_file(&missing).unwrap();
+    assert!(err.contains("missing.gguf"), "{err}");
+}

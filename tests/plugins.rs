@@ -87,7 +87,10 @@ impl ThroughPrograms {
     fn poison(graph: &Graph, nodes: std::ops::Range<usize>) -> Result<()> {
         for &id in &graph.nodes()[nodes] {
             let t = graph.tensor(id)?;
-            if let (false, Some(d)) = (t.op().is_view(), graph.data(id)) {
+            // SET_ROWS writes only the rows it names; the rest of its memory is its
+            // destination's, which a replay keeps rather than recomputes.
+            let partial = t.op() == tessera::Op::SetRows;
+            if let (false, Some(d)) = (t.op().is_view() || partial, graph.data(id)) {
                 d.buffer.fill(d.offset, t.nbytes(), 0xff)?;
             }
         }

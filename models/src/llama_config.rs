@@ -185,3 +185,68 @@ impl LlamaConfig {
         w.add_u32(keys::VOCAB, u32_of(self.vocab));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use tessera_core::gguf::Gguf;
+    use tessera_std::gguf_writer::{GgufWriter, MetaValue};
+
+    use super::*;
+    use crate::random_llama::TINY;
+
+    /// The error of reading `TINY`'s metadata after `edit`.
+    fn error_after(edit: impl Fn(&mut GgufWriter)) -> String {
+        let mut w = GgufWriter::new();
+        TINY.write_gguf(&mut w);
+        edit(&mut w);
+        let bytes = w.to_bytes();
+        LlamaConfig::from_gguf(&Gguf::parse(&bytes).unwrap(), "m.gguf").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn metadata_written_reads_back_the_same() {
+        let mut w = GgufWriter::new();
+        TINY.write_gguf(&mut w);
+        let bytes = w.to_bytes();
+        assert_eq!(LlamaConfig::from_gguf(&Gguf::parse(&bytes).unwrap(), "m.gguf").unwrap(), TINY);
+    }
+
+    #[test]
+    fn bad_or_missing_metadata_is_an_error_naming_the_key() {
+        let e = error_after(|w| {
+            w.add_string(keys::ARCHITECTURE, "bert");
+        });
+        assert_eq!(
+            e,
+            "m.gguf: metadata 'general.architecture' is \"bert\"; tessera generates text with \"llama\" models"
+        );
+        let e = error_after(|w| {
+            w.add_value(keys::HEADS, MetaValue::String("eight".into()));
+        });
+        assert_eq!(e, "m.gguf: metadata 'llama.attention.head_count' is of type string; expected an unsigned integer");
+        let e = error_after(|w| {
+            w.add_u32(keys::KV_HEADS, 3);
+        });
+        assert_eq!(e, "m.gguf: metadata 'llama.attention.head_count_kv' is 3, which does not divide the 8 query heads");
+        let e = error_after(|w| {
+            w.add_u32(keys::ROPE_DIMS, 17);
+        });
+        assert!(e.contains("'llama.rope.dimension_count' is 17"), "{e}");
+        let e = error_after(|w| {
+            w.add_f32(keys::EPS, f32::NAN);
+        });
+        assert!(e.contains("'llama.attention.layer_norm_rms_epsilon' is NaN"), "{e}");
+        // A missing key: a file with every key but the layer count.
+        let mut w = GgufWriter::new();
+        for (key, value) in
+            [(keys::ARCHITECTURE, MetaValue::String("llama".into())), (keys::HIDDEN, MetaValue::U32(64))]
+        {
+            w.add_value(key, value);
+        }
+        let bytes = w.to_bytes();
+        let e = LlamaConfig::from_gguf(&Gguf::parse(&bytes).unwrap(), "m.gguf").unwrap_err().to_string();
+        assert!(e.starts_with("m.gguf: metadata 'llama.") && e.contains("is missing"), "{e}");
+    }
+}

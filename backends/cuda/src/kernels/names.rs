@@ -313,7 +313,7 @@ mod tests {
         let known: BTreeSet<&str> = MODULES.iter().flat_map(|m| m.kernels.iter().copied()).collect();
         let mut chosen = BTreeSet::new();
         for a in DType::ALL {
-            for f in [unary, argmax, norm, diag_mask_inf, rope, get_rows, concat, pool_2d, dequantize_f16] {
+            for f in [unary, argmax, norm, diag_mask_inf, rope, get_rows, set_rows, concat, pool_2d, dequantize_f16] {
                 chosen.extend(f(a));
             }
             for ncols in 0..=9 {
