@@ -121,6 +121,14 @@ fn greedy_continuation_is_the_same_with_blocks_offloaded_to_each_device() {
         for n in 0..=TINY.layers {
             let spec = gpu_layers_spec(n, TINY.layers, gpu.name());
             let mut g = load(&spec, false);
+            if n == 1 && gpu.reg().name().eq_ignore_ascii_case("cuda") {
+                // The prompt's products with block 0's CPU weights run on the GPU (op offload).
+                g.eval(&prompt(), Logits::Last).unwrap();
+                let plan = g.scheduler().plan().unwrap();
+                let offloaded = plan.assignments.iter().filter(|a| a.cause == tessera::sched::Cause::Offload).count();
+                println!("{}: {offloaded} products of block 0 offloaded for the prompt", gpu.name());
+                assert!(offloaded > 0, "no product of the CPU block was offloaded:\n{plan}");
+            }
             let tokens = greedy(&mut g);
             if n == 1 {
                 // The plan of the last token: CPU block 0, then block 1 and the head on the GPU.

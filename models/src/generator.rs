@@ -395,7 +395,7 @@ impl Generator {
     }
 
     /// Builds the graph of `batch`, weights and cache bound, every node pinned to the device
-    /// its module (and block) runs on.
+    /// its module (and block) runs on, except a prompt's nodes of CPU blocks (see below).
     fn graph(&mut self, batch: Batch) -> Result<(Graph, LlamaGraph)> {
         let mut g = Graph::new();
         let file = &self.file;

@@ -27,9 +27,8 @@ impl KvCache {
         let mut layers: Vec<Option<(TensorData, TensorData)>> = vec![None; devices.len()];
         let mut per_device: Vec<(String, usize)> = Vec::new();
         let mut buffers = Vec::new();
-        let mut done = vec![false; devices.len()];
         for first in 0..devices.len() {
-            if done[first] {
+            if layers[first].is_some() {
                 continue;
             }
             let device = devices[first];
@@ -49,7 +48,6 @@ impl KvCache {
                         TensorData { buffer: buffer.clone(), offset: at },
                         TensorData { buffer: buffer.clone(), offset: at + padded },
                     ));
-                    done[l] = true;
                 }
                 match per_device.iter_mut().find(|(name, _)| name == device.name()) {
                     Some((_, bytes)) => *bytes += size,
