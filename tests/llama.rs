@@ -60,9 +60,14 @@ fn model() -> PathBuf {
 }
 
 fn load(backend: &str, all_logits: bool) -> Generator {
+    load_with(backend, GeneratorOptions { all_logits, ..GeneratorOptions::default() })
+}
+
+/// The test model with a cache of 128 f32 positions and `options`' other choices.
+fn load_with(backend: &str, options: GeneratorOptions) -> Generator {
     let devices: Vec<&'static dyn Device> = tessera::discover().requestable_devices().collect();
     let placement = Placement::resolve(backend, "", &LLAMA_MODULES, &devices).unwrap();
-    let options = GeneratorOptions { cache_type: DType::F32, context: 128, all_logits, ..GeneratorOptions::default() };
+    let options = GeneratorOptions { cache_type: DType::F32, context: 128, ..options };
     Generator::load(model(), placement, options).unwrap()
 }
 
@@ -88,6 +93,23 @@ fn logits_match_the_float64_reference_at_every_position() {
     let worst = got.chunks(vocab).zip(r.logits.chunks(vocab)).map(|(a, b)| nmse(a, b)).fold(0.0, f64::max);
     println!("worst NMSE over the 64 positions: {worst:.3e}");
     assert!(worst <= 1e-7, "worst NMSE {worst:.3e} (regenerate the reference if the random model changed)");
+}
+
+#[test]
+fn flash_attention_gives_the_reference_logits_and_greedy_tokens() {
+    // The fused attention op (the reference kernel on the CPU) in every block, then in none.
+    let r = reference();
+    let vocab = TINY.vocab;
+    for flash in [true, false] {
+        let options = GeneratorOptions { all_logits: true, flash_attn: Some(flash), ..GeneratorOptions::default() };
+        let mut g = load_with("cpu", options);
+        assert_eq!(g.flash_attn(), [flash; 2]);
+        let got = g.eval(&prompt(), Logits::All).unwrap();
+        let worst = got.chunks(vocab).zip(r.logits.chunks(vocab)).map(|(a, b)| nmse(a, b)).fold(0.0, f64::max);
+        println!("FLASH_ATTN {flash}: worst NMSE over the 64 positions: {worst:.3e}");
+        assert!(worst <= 1e-7, "FLASH_ATTN {flash}: worst NMSE {worst:.3e}");
+        assert_eq!(greedy(&mut g), r.greedy, "FLASH_ATTN {flash}");
+    }
 }
 
 #[test]
@@ -121,6 +143,7 @@ fn greedy_continuation_is_the_same_with_blocks_offloaded_to_each_device() {
         for n in 0..=TINY.layers {
             let spec = gpu_layers_spec(n, TINY.layers, gpu.name());
             let mut g = load(&spec, false);
+            println!("{}: {n} blocks offloaded, FLASH_ATTN in blocks {:?}", gpu.name(), g.flash_attn());
             if n == 1 && gpu.reg().name().eq_ignore_ascii_case("cuda") {
                 // The prompt's products with block 0's CPU weights run on the GPU (op offload).
                 g.eval(&prompt(), Logits::Last).unwrap();

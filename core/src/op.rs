@@ -159,6 +159,12 @@ pub enum Op {
     /// Write the rows of src 0 (F32) into src 2 at the rows the I32 indices in src 1 name
     /// (converting the type); the result is a view of src 2.
     SetRows,
+    /// Attention in one pass: `softmax(scale * k^T q + mask) v` for every query row, without
+    /// the score matrix; src 0 queries, src 1 keys, src 2 values, src 3 an optional mask (see
+    /// [`crate::Graph::flash_attn`]).
+    FlashAttn {
+        scale: f32,
+    },
     /// A contiguous copy of a possibly strided tensor.
     Cont,
     /// Join src 0 and src 1 along `dim`.
@@ -202,6 +208,7 @@ impl Op {
             Op::GetRows => "GET_ROWS",
             Op::Cpy => "CPY",
             Op::SetRows => "SET_ROWS",
+            Op::FlashAttn { .. } => "FLASH_ATTN",
             Op::Cont => "CONT",
             Op::Concat { .. } => "CONCAT",
             Op::Rope(_) => "ROPE",

@@ -52,7 +52,8 @@ const OP_RESHAPE: u32 = 20;
 const OP_PERMUTE: u32 = 21;
 const OP_TRANSPOSE: u32 = 22;
 const OP_SET_ROWS: u32 = 23;
-const OP_LAST: u32 = OP_SET_ROWS;
+const OP_FLASH_ATTN: u32 = 24;
+const OP_LAST: u32 = OP_FLASH_ATTN;
 
 const BINARY_OPS: [BinaryOp; 4] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
 
@@ -96,6 +97,10 @@ pub fn encode_op(op: Op) -> (u32, [u64; 8]) {
         Op::GetRows => OP_GET_ROWS,
         Op::Cpy => OP_CPY,
         Op::SetRows => OP_SET_ROWS,
+        Op::FlashAttn { scale } => {
+            p[0] = f32_param(scale);
+            OP_FLASH_ATTN
+        }
         Op::Cont => OP_CONT,
         Op::Concat { dim } => {
             p[0] = dim as u64;
@@ -167,6 +172,7 @@ pub fn decode_op(id: u32, p: &[u64; 8]) -> Result<Op> {
         OP_GET_ROWS => Op::GetRows,
         OP_CPY => Op::Cpy,
         OP_SET_ROWS => Op::SetRows,
+        OP_FLASH_ATTN => Op::FlashAttn { scale: float(0)? },
         OP_CONT => Op::Cont,
         OP_CONCAT => Op::Concat { dim: pick(0, MAX_DIMS)? },
         OP_ROPE => Op::Rope(RopeParams {

@@ -44,6 +44,8 @@ options:
   -c, --ctx-size N       positions the KV cache holds [the model's, at most 4096]
   -ub, --ubatch N        prompt tokens per batch [512]
   --cache-type T         f16 or f32 [f16]
+  -fa, --flash-attn M    attention as one FLASH_ATTN node per block: on, off, or auto (on
+                         in the blocks that run on a GPU with a kernel for it) [auto]
   --bench                time prompt processing (-p tokens) and generation (-n tokens) from an
                          empty cache, -r repetitions after one warm-up, as llama-bench does
   -p, --n-prompt N       prompt tokens of --bench [512]
@@ -74,6 +76,7 @@ struct Args {
     context: usize,
     ubatch: usize,
     cache_type: DType,
+    flash_attn: Option<bool>,
     bench: bool,
     n_prompt: usize,
     repetitions: usize,
@@ -98,6 +101,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
         context: 0,
         ubatch: 512,
         cache_type: DType::F16,
+        flash_attn: None,
         bench: false,
         n_prompt: 512,
         repetitions: 5,
@@ -161,6 +165,14 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
             Long("cache-type") => {
                 a.cache_type = dtype("--cache-type", parser.value()?.string()?)?;
             }
+            Long("flash-attn") | Long("fa") => {
+                a.flash_attn = match parser.value()?.string()?.as_str() {
+                    "on" | "1" => Some(true),
+                    "off" | "0" => Some(false),
+                    "auto" => None,
+                    other => return Err(format!("--flash-attn: '{other}' is not on, off or auto").into()),
+                }
+            }
             Long("bench") => a.bench = true,
             Long("n-prompt") | Short('p') => a.n_prompt = count("--n-prompt", parser.value()?.string()?, 0)?,
             Long("repetitions") | Short('r') => a.repetitions = count("--repetitions", parser.value()?.string()?, 1)?,
@@ -204,6 +216,7 @@ fn load(a: &Args) -> Result<Generator, BoxError> {
         ubatch: a.ubatch,
         cache_type: a.cache_type,
         all_logits: false,
+        flash_attn: a.flash_attn,
     };
     let start = Instant::now();
     let g = Generator::load(model, placement, options)?;
@@ -226,6 +239,8 @@ fn load(a: &Args) -> Result<Generator, BoxError> {
     };
     let (weights, cache, compute) = (list(&memory.weights), list(&memory.kv_cache), list(&memory.compute));
     eprintln!("generate: weights: {weights}");
+    let flash = g.flash_attn().iter().filter(|&&f| f).count();
+    eprintln!("generate: attention as FLASH_ATTN in {flash} of {} blocks", g.config().layers);
     eprintln!(
         "generate: planned for a context of {} ({} KV cache): KV cache {cache}; compute buffers {compute}",
         g.context(),

@@ -35,11 +35,22 @@ pub struct GeneratorOptions {
     /// Plan the compute buffers for logits at every position of a batch, not just the last
     /// (what [`Generator::eval`] with [`Logits::All`] needs).
     pub all_logits: bool,
+    /// Attention as one FLASH_ATTN node per block (no score matrix in memory): `Some(true)` in
+    /// every block, `Some(false)` in none, `None` in the blocks that run on a device with a
+    /// FLASH_ATTN kernel for the model's heads other than the host CPU.
+    pub flash_attn: Option<bool>,
 }
 
 impl Default for GeneratorOptions {
     fn default() -> Self {
-        GeneratorOptions { threads: None, context: 0, ubatch: 512, cache_type: DType::F16, all_logits: false }
+        GeneratorOptions {
+            threads: None,
+            context: 0,
+            ubatch: 512,
+            cache_type: DType::F16,
+            all_logits: false,
+            flash_attn: None,
+        }
     }
 }
 
@@ -85,6 +96,8 @@ pub struct Generator {
     sched: Scheduler,
     /// Positions of the cache already filled.
     past: usize,
+    /// Which blocks compute attention as one FLASH_ATTN node.
+    flash: Vec<bool>,
     options: GeneratorOptions,
     /// Compute buffer bytes planned up front, per backend.
     planned: Vec<(String, usize)>,
@@ -97,6 +110,21 @@ pub struct Generator {
 /// The fewest tokens of a batch whose nodes of CPU blocks the scheduler may move to a GPU
 /// (GPU backends offload products with weights in host memory from this many columns on).
 const OFFLOAD_MIN_BATCH: usize = 32;
+
+/// Whether `device` has a FLASH_ATTN kernel for the attention of `config` over a cache of
+/// `cache`'s type (asked of a one-node graph of the model's shapes).
+fn flash_attn_runs_on(device: &dyn Device, config: &LlamaConfig, cache: CacheShape) -> bool {
+    let mut g = Graph::new();
+    let (hd, window) = (config.head_dim(), llama::WINDOW_STEP);
+    let node = (|| {
+        let q = g.new_tensor(DType::F32, &[hd, 1, config.heads])?;
+        let k = g.new_tensor(cache.dtype, &[hd, window, config.kv_heads])?;
+        let v = g.new_tensor(cache.dtype, &[hd, window, config.kv_heads])?;
+        let mask = g.new_tensor(DType::F32, &[window, 1])?;
+        g.flash_attn(q, k, v, Some(mask), 1.0)
+    })();
+    node.is_ok_and(|n| device.supports_op(&g, n))
+}
 
 /// A weight the graph declares, as the file must hold it.
 struct WeightShape {
@@ -149,6 +177,14 @@ impl Generator {
         let ubatch = options.ubatch.clamp(1, context);
         let cache_shape = CacheShape { context, dtype: options.cache_type };
         let targets = backend_targets(&placement);
+        let flash: Vec<bool> = (0..config.layers)
+            .map(|l| {
+                let device = placement.compute_of(blocks, Some(l)).device;
+                options
+                    .flash_attn
+                    .unwrap_or_else(|| !device.is_host_cpu() && flash_attn_runs_on(device, &config, cache_shape))
+            })
+            .collect();
 
         // The weights, grouped by the device that keeps them (a tied head may need the token
         // embedding on two devices).
@@ -161,6 +197,7 @@ impl Generator {
             has_output,
             cache_shape,
             Batch { tokens: 1, past: 0, logits: Logits::Last },
+            &flash,
         )?;
         let mut groups: Vec<(&'static dyn Device, Vec<WeightShape>)> = Vec::new();
         for w in &shapes.weights {
@@ -210,6 +247,7 @@ impl Generator {
 
         let cache_devices: Vec<&'static dyn Device> =
             (0..config.layers).map(|l| placement.compute_of(blocks, Some(l)).device).collect();
+
         let cache = KvCache::new(&config, cache_shape, &cache_devices)?;
 
         let mut backends: Vec<Box<dyn Backend>> = Vec::new();
@@ -238,6 +276,7 @@ impl Generator {
             cache,
             sched,
             past: 0,
+            flash,
             options,
             planned: Vec::new(),
             built: None,
@@ -304,6 +343,11 @@ impl Generator {
         self.timing
     }
 
+    /// Which blocks compute attention as one FLASH_ATTN node.
+    pub fn flash_attn(&self) -> &[bool] {
+        &self.flash
+    }
+
     /// Bytes planned up front: weights and KV cache per device, compute buffers per backend.
     pub fn memory(&self) -> MemoryPlan {
         MemoryPlan {
@@ -346,7 +390,9 @@ impl Generator {
             let positions: Vec<i32> = (self.past..self.past + chunk.len()).map(|p| p as i32).collect();
             sg.set_i32(model.token_ids, &ids)?;
             sg.set_i32(model.positions, &positions)?;
-            sg.set_i32(model.value_rows, &llama::value_rows(batch, kv_dim, context))?;
+            if let Some(rows) = model.value_rows {
+                sg.set_i32(rows, &llama::value_rows(batch, kv_dim, context))?;
+            }
             sg.set_f32(model.mask, &llama::causal_mask(batch, context))?;
             let out_id = model.logits;
             self.sched.compute()?;
@@ -400,7 +446,8 @@ impl Generator {
         let mut g = Graph::new();
         let file = &self.file;
         let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
-        let model = llama::build(&mut g, &self.config, &dtype_of, self.has_output, self.cache.shape(), batch)?;
+        let model =
+            llama::build(&mut g, &self.config, &dtype_of, self.has_output, self.cache.shape(), batch, &self.flash)?;
         for w in &model.weights {
             let device = self.placement.params_of(w.module.index(), w.layer);
             let data = self

@@ -4,11 +4,12 @@
 //! `blk.N.attn_q.weight`, ...), so its GGUF files load as they are.
 //!
 //! The KV cache is two leaf tensors per block, bound by the caller to memory that outlives
-//! the graph: keys `[head_dim, kv_heads, context]` and values transposed, `[context, kv_dim]`,
-//! so that both products of attention read them as they lie. The batch's keys and values are
-//! written into them in place by SET_ROWS at rows that inputs name, before attention reads a
-//! window of the first positions (a multiple of [`WINDOW_STEP`]; the mask hides the positions
-//! not yet written). Where the batch goes is data, not shape: decoding token after token
+//! the graph: keys `[head_dim, kv_heads, context]`, and values either transposed,
+//! `[context, kv_dim]`, so that both products of attention read them as they lie, or, in a
+//! block whose attention is one FLASH_ATTN node (no score matrix), laid out as the keys. The
+//! batch's keys and values are written into them in place by SET_ROWS at rows that inputs name,
+//! before attention reads a window of the first positions (a multiple of [`WINDOW_STEP`]; the
+//! mask hides the positions not yet written). Where the batch goes is data, not shape: decoding token after token
 //! builds the same graph until the window grows, so backends replay what they prepared.
 
 use std::ops::Range;
@@ -86,8 +87,8 @@ pub struct LlamaGraph {
     /// I32 `[tokens]`: each token's position (also the row its keys go to).
     pub positions: TensorId,
     /// I32 `[kv_dim * tokens]`: where each value goes in a transposed value cache
-    /// ([`value_rows`]).
-    pub value_rows: TensorId,
+    /// ([`value_rows`]); absent when every block uses FLASH_ATTN.
+    pub value_rows: Option<TensorId>,
     /// F32 `[window, tokens]`: 0 where a token may attend to a position, -inf elsewhere
     /// ([`causal_mask`]).
     pub mask: TensorId,
@@ -139,6 +140,7 @@ impl Builder<'_, '_> {
 
 /// The weight types `weight_type` gives by file name; `has_output` says whether the file has
 /// its own `output.weight` (else the head reads the token embedding, as llama.cpp does).
+/// Blocks whose entry in `flash` is true compute attention as one FLASH_ATTN node.
 pub fn build(
     g: &mut Graph,
     c: &LlamaConfig,
@@ -146,6 +148,7 @@ pub fn build(
     has_output: bool,
     cache: CacheShape,
     batch: Batch,
+    flash: &[bool],
 ) -> Result<LlamaGraph> {
     c.validate().map_err(|message| Error::InvalidConfig { message })?;
     let Batch { tokens: n, past, logits } = batch;
@@ -161,12 +164,20 @@ pub fn build(
     let inputs_start = g.tensors().len() as u32;
     let token_ids = g.new_tensor(DType::I32, &[n])?;
     let positions = g.new_tensor(DType::I32, &[n])?;
-    let value_rows = g.new_tensor(DType::I32, &[kv_dim * n])?;
+    let flash_at = |layer: usize| flash.get(layer).copied().unwrap_or(false);
+    let value_rows = if (0..c.layers).all(flash_at) { None } else { Some(g.new_tensor(DType::I32, &[kv_dim * n])?) };
     let mask = g.new_tensor(DType::F32, &[kv_len, n])?;
-    let inputs = [(token_ids, "token_ids"), (positions, "positions"), (value_rows, "value_rows"), (mask, "kq_mask")];
+    let inputs = [
+        (Some(token_ids), "token_ids"),
+        (Some(positions), "positions"),
+        (value_rows, "value_rows"),
+        (Some(mask), "kq_mask"),
+    ];
     for (id, name) in inputs {
-        g.set_name(id, name)?;
-        g.set_input(id)?;
+        if let Some(id) = id {
+            g.set_name(id, name)?;
+            g.set_input(id)?;
+        }
     }
     let mut b = Builder { g, weight_type, weights: Vec::new(), module: LlamaModule::Embed, layer: None };
     let mut module_tensors = Vec::new();
@@ -184,9 +195,11 @@ pub fn build(
         let layer_start = b.next_id();
         b.layer = Some(layer);
         let p = format!("blk.{layer}");
+        let flash = flash_at(layer);
         let k_cache = b.g.new_tensor(cache.dtype, &[hd, c.kv_heads, cache.context])?;
         b.g.set_name(k_cache, &format!("cache_k.{layer}"))?;
-        let v_cache = b.g.new_tensor(cache.dtype, &[cache.context, kv_dim])?;
+        let v_shape: &[usize] = if flash { &[hd, c.kv_heads, cache.context] } else { &[cache.context, kv_dim] };
+        let v_cache = b.g.new_tensor(cache.dtype, v_shape)?;
         b.g.set_name(v_cache, &format!("cache_v.{layer}"))?;
         caches.push((k_cache, v_cache));
 
@@ -203,30 +216,46 @@ pub fn build(
         let v = b.g.mul_mat(wv, xn)?; // [kv_dim, n]
 
         // Store this batch's keys and values at their positions: keys as rows of the key
-        // cache, values one by one into the columns of the transposed value cache.
+        // cache, values as rows too or one by one into the columns of the transposed cache.
         let key_rows = b.g.reshape(k_cache, &[kv_dim, cache.context])?;
         let k = b.g.reshape(k, &[kv_dim, n])?;
         let stored_k = b.g.set_rows(key_rows, k, positions)?;
-        let value_cells = b.g.reshape(v_cache, &[1, cache.context * kv_dim])?;
-        let v = b.g.reshape(v, &[1, kv_dim * n])?;
-        let stored_v = b.g.set_rows(value_cells, v, value_rows)?;
+        let stored_v = match value_rows {
+            Some(rows) if !flash => {
+                let value_cells = b.g.reshape(v_cache, &[1, cache.context * kv_dim])?;
+                let v = b.g.reshape(v, &[1, kv_dim * n])?;
+                b.g.set_rows(value_cells, v, rows)?
+            }
+            _ => {
+                let value_rows = b.g.reshape(v_cache, &[kv_dim, cache.context])?;
+                b.g.set_rows(value_rows, v, positions)?
+            }
+        };
         // Listed now, so that they run before the products below read the cache.
         b.g.build_forward(stored_k)?;
         b.g.build_forward(stored_v)?;
 
-        let keys = b.g.view(k_cache, [hd, kv_len, c.kv_heads, 1], [kv_dim * es, hd * es, kv_dim * kv_len * es], 0)?;
-        let values = b.g.view(
-            v_cache,
-            [kv_len, hd, c.kv_heads, 1],
-            [cache.context * es, hd * cache.context * es, kv_dim * cache.context * es],
-            0,
-        )?;
+        let window = |g: &mut Graph, cache: TensorId| {
+            g.view(cache, [hd, kv_len, c.kv_heads, 1], [kv_dim * es, hd * es, kv_dim * kv_len * es], 0)
+        };
+        let keys = window(b.g, k_cache)?;
         let q = b.g.permute(q, [0, 2, 1, 3])?; // [hd, n, heads]
-        let scores = b.g.mul_mat(keys, q)?; // [kv_len, n, heads]
-        let probs = b.g.soft_max(scores, Some(mask), scale)?;
-        let ctx = b.g.mul_mat(values, probs)?; // [hd, n, heads]
-        let ctx = b.g.permute(ctx, [0, 2, 1, 3])?;
-        let ctx = b.g.cont(ctx)?;
+        let ctx = if flash {
+            let values = window(b.g, v_cache)?;
+            b.g.flash_attn(q, keys, values, Some(mask), scale)? // [hd, heads, n]
+        } else {
+            let values = b.g.view(
+                v_cache,
+                [kv_len, hd, c.kv_heads, 1],
+                [cache.context * es, hd * cache.context * es, kv_dim * cache.context * es],
+                0,
+            )?;
+            let scores = b.g.mul_mat(keys, q)?; // [kv_len, n, heads]
+            let probs = b.g.soft_max(scores, Some(mask), scale)?;
+            let ctx = b.g.mul_mat(values, probs)?; // [hd, n, heads]
+            let ctx = b.g.permute(ctx, [0, 2, 1, 3])?;
+            b.g.cont(ctx)?
+        };
         let ctx = b.g.reshape(ctx, &[h, n])?;
         let wo = b.weight(format!("{p}.attn_output.weight"), &[h, h])?;
         let attn = b.g.mul_mat(wo, ctx)?;

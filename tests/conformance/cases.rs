@@ -180,6 +180,7 @@ pub fn all() -> Vec<Case> {
     get_rows(&mut v);
     cpy(&mut v);
     set_rows(&mut v);
+    flash_attn(&mut v);
     cont(&mut v);
     concat(&mut v);
     rope(&mut v);
@@ -597,6 +598,62 @@ fn set_rows(v: &mut Vec<Case>) {
             let values = g.input(F32, [16, 3, 2, 1], Some(SWAP12), Init::DEFAULT)?;
             let rows = g.leaf_init(I32, [3, 2, 1, 1], Init::DistinctInts(6))?;
             g.set_rows(dst, values, rows)
+        }));
+    }
+}
+
+fn flash_attn(v: &mut Vec<Case>) {
+    struct Fa {
+        /// Head sizes of keys and values, queries, key positions, query and key heads, batches.
+        d: usize,
+        dv: usize,
+        n: usize,
+        kv: usize,
+        hq: usize,
+        hk: usize,
+        b: usize,
+        mask: Option<(DType, [usize; 4], Init)>,
+    }
+    let list = || {
+        let fa = |d, dv, n, kv, hq, hk, b, mask| Fa { d, dv, n, kv, hq, hk, b, mask };
+        [
+            // One decoded token over a window of a cache, 4 query heads per key head.
+            fa(64, 64, 1, 256, 8, 2, 1, Some((F32, [256, 1, 1, 1], Init::MaskInf))),
+            // A prompt with fully masked queries, an odd number of keys.
+            fa(64, 64, 7, 300, 4, 4, 1, Some((F32, [300, 7, 1, 1], Init::MaskInfRows))),
+            // Sequences of 32-value heads with one key mask per sequence (MiniLM's shape).
+            fa(32, 32, 33, 48, 3, 1, 2, Some((F16, [48, 1, 1, 2], Init::MaskInf))),
+            fa(128, 128, 5, 64, 2, 1, 1, None),
+            // Odd sizes, values shorter than keys, a mask per head.
+            fa(40, 24, 3, 17, 2, 2, 1, Some((F16, [17, 3, 2, 1], Init::DEFAULT))),
+        ]
+    };
+    for t in FLOATS {
+        for f in list() {
+            let Fa { d, dv, n, kv, hq, hk, b, mask } = f;
+            let m = mask.map_or(String::new(), |(mt, ne, _)| format!(",mask={mt}{}", fmt_ne(&ne)));
+            let name = format!("FLASH_ATTN(type_kv={t},d={d},dv={dv},n={n},kv={kv},hq={hq},hk={hk},b={b}{m})");
+            v.push(Case::new("FLASH_ATTN", name, move |g| {
+                // Queries as the models make them: `[d, hq, n]` seen as `[d, n, hq]`.
+                let q = g.input(F32, [d, n, hq, b], Some(SWAP12), Init::DEFAULT)?;
+                let k = g.leaf(t, [d, kv, hk, b])?;
+                let vv = g.leaf(t, [dv, kv, hk, b])?;
+                let m = mask.map(|(mt, ne, init)| g.leaf_init(mt, ne, init)).transpose()?;
+                g.flash_attn(q, k, vv, m, 1.0 / (d as f32).sqrt())
+            }));
+        }
+        // Keys and values read as a window of a cache `[d, heads, context]`.
+        let name = format!("FLASH_ATTN(type_kv={t},d=64,n=2,kv=96,hq=4,hk=2,cache_window=[64,2,200])");
+        v.push(Case::new("FLASH_ATTN", name, move |g| {
+            let q = g.input(F32, [64, 2, 4, 1], Some(SWAP12), Init::DEFAULT)?;
+            let window = |g: &mut CaseGraph| -> Result<TensorId> {
+                let cache = g.leaf(t, [64, 2, 200, 1])?;
+                let nb = g.tensor(cache)?.nb();
+                g.view(cache, [64, 96, 2, 1], [nb[2], nb[1], nb[3]], 0)
+            };
+            let (k, vv) = (window(g)?, window(g)?);
+            let m = g.leaf_init(F32, [96, 2, 1, 1], Init::MaskInf)?;
+            g.flash_attn(q, k, vv, Some(m), 0.125)
         }));
     }
 }

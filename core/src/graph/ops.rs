@@ -175,6 +175,62 @@ impl Graph {
         self.node(Op::SoftMax { scale }, dtype, ne, &[a, m])
     }
 
+    /// Attention in one pass, as ggml's FLASH_ATTN_EXT: for queries `q` (F32
+    /// `[d, n, hq, b]`), keys `k` (`[d, kv, hk, bk]`) and values `v` (`[dv, kv, hk, bk]`), both
+    /// F32, F16 or BF16 with densely packed rows, query head `h` reads key/value head
+    /// `h / (hq / hk)` (grouped-query attention: `hk` divides `hq`) and batch `i3` reads
+    /// `i3 % bk`. The result is F32 `[dv, hq, n, b]` (heads before queries, so that a query's
+    /// heads are one row of `dv * hq` values):
+    /// `out[:, h, i, i3] = sum_p softmax_p(scale * q[:, i, h, i3] . k[:, p] + mask[p, i]) v[:, p]`.
+    /// The optional `mask` (F32 or F16) is laid over the `[kv, n, hq, b]` scores as SOFT_MAX's
+    /// mask is; a query whose scores are all `-inf` gets zeros.
+    pub fn flash_attn(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        mask: Option<TensorId>,
+        scale: f32,
+    ) -> Result<TensorId> {
+        const OP: &str = "FLASH_ATTN";
+        let nq = self.expect_type(OP, q, |d| d == DType::F32, "f32")?.ne;
+        let nk = self.expect_float(OP, k)?.ne;
+        let nv = self.expect_float(OP, v)?.ne;
+        for t in [q, k, v] {
+            self.expect_rows_contiguous(OP, t)?;
+        }
+        let [d, n, hq, b] = nq;
+        let [dk, kv, hk, bk] = nk;
+        if dk != d || hk == 0 || bk == 0 || hq % hk != 0 || b % bk != 0 {
+            return Err(self.shape_error(
+                OP,
+                k,
+                format!("[{d}, kv, hk, bk] keys with hk dividing {hq} and bk dividing {b}"),
+            ));
+        }
+        if nv[1..] != nk[1..] {
+            return Err(self.shape_error(OP, v, format!("[dv, {kv}, {hk}, {bk}] values, one per key")));
+        }
+        let scores = [kv, n, hq, b];
+        if let Some(m) = mask {
+            let mn = self.expect_type(OP, m, |d| matches!(d, DType::F32 | DType::F16), "f32 or f16")?.ne;
+            if !crate::op::soft_max_mask_fits(mn, scores) {
+                return Err(self.shape_error(
+                    OP,
+                    m,
+                    format!(
+                        "a mask [{kv}, d1, d2, d3] with d1 >= {n} or dividing it, and d2, d3 dividing {hq} and {b}"
+                    ),
+                ));
+            }
+        }
+        let out = [nv[0], hq, n, b];
+        match mask {
+            Some(m) => self.node(Op::FlashAttn { scale }, DType::F32, out, &[q, k, v, m]),
+            None => self.node(Op::FlashAttn { scale }, DType::F32, out, &[q, k, v]),
+        }
+    }
+
     /// `(a - mean) / sqrt(variance + eps)` along rows.
     pub fn norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
         let t = self.expect_float("NORM", a)?;

@@ -154,6 +154,7 @@ impl Graph {
                 None => g.cast(need(0)?, t.dtype),
             },
             Op::SetRows => g.set_rows(need(2)?, need(0)?, need(1)?),
+            Op::FlashAttn { scale } => g.flash_attn(need(0)?, need(1)?, need(2)?, src[3], scale),
             Op::Cont => g.cont(need(0)?),
             Op::Concat { dim } => g.concat(need(0)?, need(1)?, dim),
             Op::Rope(p) => g.rope(need(0)?, need(1)?, p),

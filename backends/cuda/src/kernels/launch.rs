@@ -35,6 +35,11 @@ macro_rules! launch_kernel {
 }
 pub(crate) use launch_kernel;
 
+/// Threads of a FLASH_ATTN block and query rows per block beyond one (`FA_THREADS` and the
+/// kernels' `R` in flash_attn.cu).
+const FLASH_ATTN_THREADS: u32 = 128;
+const FLASH_ATTN_ROWS: i64 = 16;
+
 /// `n / d` rounded up, for `n >= 0`, `d > 0`.
 pub(crate) fn div_ceil(n: i64, d: i64) -> i64 {
     n / d + i64::from(n % d != 0)
@@ -310,6 +315,24 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             let cfg = elementwise_config(b.ne[0], b.nrows());
             // set_rows_*(TensorArg b, TensorArg idx, TensorArg dst)
             launch_kernel!(kernels, stream, kernel(names::set_rows(dt))?, cfg, &b, &idx, &dst)
+        }
+        Op::FlashAttn { scale } => {
+            let ((q, _), (k, kt), (v, _)) = (src(0)?, src(1)?, src(2)?);
+            let mask = node.srcs.get(3).copied().flatten();
+            // Without a mask the kernel never reads its mask argument: pass the queries.
+            let (m, mt) = mask.unwrap_or((q, DType::F32));
+            let (has_mask, mask_f16) = (i32::from(mask.is_some()), i32::from(mt == DType::F16));
+            let rows = if q.ne[1] > 1 { FLASH_ATTN_ROWS } else { 1 };
+            let name = names::flash_attn(kt, q.ne[0].max(v.ne[0]), q.ne[1]);
+            // Validated: at most 65535 heads and batches; query tiles fit the grid's x.
+            let cfg = LaunchConfig {
+                grid_dim: (div_ceil(q.ne[1], rows) as u32, q.ne[2] as u32, q.ne[3] as u32),
+                block_dim: (FLASH_ATTN_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // flash_attn_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask, TensorArg dst,
+            //              float scale, int has_mask, int mask_f16)
+            launch_kernel!(kernels, stream, kernel(name)?, cfg, &q, &k, &v, &m, &dst, &scale, &has_mask, &mask_f16)
         }
         Op::Concat { dim } => {
             let ((a, at), (b, _)) = (src(0)?, src(1)?);

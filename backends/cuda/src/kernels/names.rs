@@ -217,6 +217,35 @@ pub(crate) fn set_rows(dst: DType) -> Option<&'static str> {
     by_float(dst, ["set_rows_f32", "set_rows_f16", "set_rows_bf16"])
 }
 
+/// FLASH_ATTN over keys and values of type `kv` with heads of up to `head` values, for
+/// `rows` query rows: a block per 16 rows, or per row when there is one (a decoded token).
+pub(crate) fn flash_attn(kv: DType, head: i64, rows: i64) -> Option<&'static str> {
+    let by_head = |names: [[&'static str; 3]; 2]| {
+        let r = usize::from(rows > 1);
+        match head {
+            1..=32 => Some(names[r][0]),
+            33..=64 => Some(names[r][1]),
+            65..=128 => Some(names[r][2]),
+            _ => None,
+        }
+    };
+    match kv {
+        F32 => by_head([
+            ["flash_attn_f32_r1_d32", "flash_attn_f32_r1_d64", "flash_attn_f32_r1_d128"],
+            ["flash_attn_f32_r16_d32", "flash_attn_f32_r16_d64", "flash_attn_f32_r16_d128"],
+        ]),
+        F16 => by_head([
+            ["flash_attn_f16_r1_d32", "flash_attn_f16_r1_d64", "flash_attn_f16_r1_d128"],
+            ["flash_attn_f16_r16_d32", "flash_attn_f16_r16_d64", "flash_attn_f16_r16_d128"],
+        ]),
+        BF16 => by_head([
+            ["flash_attn_bf16_r1_d32", "flash_attn_bf16_r1_d64", "flash_attn_bf16_r1_d128"],
+            ["flash_attn_bf16_r16_d32", "flash_attn_bf16_r16_d64", "flash_attn_bf16_r16_d128"],
+        ]),
+        _ => None,
+    }
+}
+
 /// CONCAT of tensors of type `t` (bits copied by size).
 pub(crate) fn concat(t: DType) -> Option<&'static str> {
     match t {
@@ -318,6 +347,9 @@ mod tests {
             }
             for ncols in 0..=9 {
                 chosen.extend(mul_mat_vec(a, ncols));
+            }
+            for (head, rows) in [32, 64, 128].iter().flat_map(|&h| [(h, 1), (h, 2)]) {
+                chosen.extend(flash_attn(a, head, rows));
             }
             for max_ne0 in (0..16).map(|p| 1i64 << p) {
                 chosen.extend(soft_max_packed(a, max_ne0));

@@ -155,6 +155,40 @@ pub(crate) fn validate(node: &Node) -> Result<(), Why> {
                 format!("destination {:?} does not take rows of {:?}", dst.ne, b.ne)
             })
         }
+        Op::FlashAttn { .. } => {
+            let ((q, qt), (k, kt), (v, vt)) = (node.src(0)?, node.src(1)?, node.src(2)?);
+            let mask = node.srcs.get(3).copied().flatten();
+            let mt = mask.map_or(DType::F32, |(_, t)| t);
+            let head = q.ne[0].max(v.ne[0]);
+            let kernel = names::flash_attn(kt, head, q.ne[1]);
+            need(kernel.is_some() && vt == kt && qt == DType::F32 && dt == DType::F32, || {
+                no_kernel(op, &[qt, kt, vt, mt, dt])
+            })?;
+            need(matches!(mt, DType::F32 | DType::F16), || no_kernel(op, &[qt, kt, vt, mt, dt]))?;
+            let es = |t: DType| t.block_bytes() as i64;
+            need(q.nb[0] == 4 && k.nb[0] == es(kt) && v.nb[0] == es(vt) && dst.nb[0] == 4, || {
+                "rows must be packed".into()
+            })?;
+            let fits = k.ne[0] == q.ne[0]
+                && k.ne[2] > 0
+                && k.ne[3] > 0
+                && q.ne[2] % k.ne[2] == 0
+                && q.ne[3] % k.ne[3] == 0
+                && v.ne[1..] == k.ne[1..]
+                && dst.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]]
+                && q.ne[1] <= I32_MAX
+                && q.ne[2] <= 65535
+                && q.ne[3] <= 65535;
+            need(fits, || {
+                format!("queries {:?}, keys {:?} and values {:?} do not fit {:?}", q.ne, k.ne, v.ne, dst.ne)
+            })?;
+            if let Some((m, _)) = mask {
+                let dims = |ne: [i64; 4]| ne.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+                let ok = soft_max_mask_fits(dims(m.ne), dims([k.ne[1], q.ne[1], q.ne[2], q.ne[3]]));
+                need(ok, || format!("mask {:?} does not fit the scores of {:?} over {:?}", m.ne, q.ne, k.ne))?;
+            }
+            Ok(())
+        }
         Op::Cpy | Op::Cont => {
             let (a, at) = node.src(0)?;
             need(names::cpy(at, dt).is_some(), || no_kernel(op, &[at, dt]))?;
