@@ -44,8 +44,9 @@ options:
   -c, --ctx-size N       positions the KV cache holds [the model's, at most 4096]
   -ub, --ubatch N        prompt tokens per batch [512]
   --cache-type T         f16 or f32 [f16]
-  -fa, --flash-attn M    attention as one FLASH_ATTN node per block: on, off, or auto (on
-                         in the blocks that run on a GPU with a kernel for it) [auto]
+  -fa, --flash-attn M    attention as one FLASH_ATTN node per block, without a score matrix
+                         in memory: on, off, or auto (on in the blocks that run on a GPU with
+                         a kernel for it) [off]
   --bench                time prompt processing (-p tokens) and generation (-n tokens) from an
                          empty cache, -r repetitions after one warm-up, as llama-bench does
   -p, --n-prompt N       prompt tokens of --bench [512]
@@ -101,7 +102,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
         context: 0,
         ubatch: 512,
         cache_type: DType::F16,
-        flash_attn: None,
+        flash_attn: Some(false),
         bench: false,
         n_prompt: 512,
         repetitions: 5,
@@ -121,10 +122,11 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
             .find(|t| t.name().eq_ignore_ascii_case(&value))
             .ok_or_else(|| format!("{name}: unknown type '{value}'"))
     };
-    // llama.cpp's short options with two letters (-ngl, -ub) arrive as one argument each.
+    // llama.cpp's short options with two letters (-ngl, -ub, -fa) arrive as one argument each.
     let args = std::env::args_os().skip(1).map(|a| match a.to_str() {
         Some("-ngl") => "--n-gpu-layers".into(),
         Some("-ub") => "--ubatch".into(),
+        Some("-fa") => "--flash-attn".into(),
         _ => a,
     });
     let mut parser = lexopt::Parser::from_args(args);
@@ -165,7 +167,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
             Long("cache-type") => {
                 a.cache_type = dtype("--cache-type", parser.value()?.string()?)?;
             }
-            Long("flash-attn") | Long("fa") => {
+            Long("flash-attn") => {
                 a.flash_attn = match parser.value()?.string()?.as_str() {
                     "on" | "1" => Some(true),
                     "off" | "0" => Some(false),

@@ -4,22 +4,103 @@
 //
 // A block of 128 threads (4 warps) takes R query rows of one head and batch, and walks the keys
 // in chunks of 128 positions, one per thread:
-// - scores: each thread reads its position's key once and dots it with the R queries (held in
-//   shared memory), so a key is loaded once per block, not once per query;
+// - scores: each thread reads its position's key once, 4 values per load where rows are
+//   aligned, and dots it with the R queries (held in shared memory), so a key is loaded once
+//   per block, not once per query;
 // - soft-max online (running maximum and sum per query row, earlier sums rescaled);
-// - values: each lane owns value elements `lane + 32 j`; with R = 16 each warp owns 4 rows and
-//   every position, with R = 1 (a decoded token) the warps split the positions and their sums
-//   are added at the end.
+// - values: each lane owns NE consecutive value elements (one load per position); with R = 16
+//   each warp owns 4 rows and every position, with R = 1 (a decoded token) the warps split the
+//   positions and their sums are added at the end.
 // Head sizes up to 32 * NE (NE = 1, 2 or 4: 32, 64 or 128). Sums are f32, `expf` is IEEE.
 #include "common.cuh"
 
 #define FA_THREADS 128
 #define FA_WARPS (FA_THREADS / 32)
 
+// N consecutive values of a packed row from value `e`, as f32; `vector`: one load (the caller
+// checked that the address is aligned to N values).
+template <typename T, int N> __device__ __forceinline__ void fa_load(const char *row, int e, bool vector, float *out);
+
+template <> __device__ __forceinline__ void fa_load<F32, 4>(const char *row, int e, bool vector, float *out) {
+    const float *p = (const float *)row + e;
+    if (vector) {
+        const float4 v = *(const float4 *)p;
+        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+    } else {
+        for (int i = 0; i < 4; i++) {
+            out[i] = p[i];
+        }
+    }
+}
+
+template <> __device__ __forceinline__ void fa_load<F32, 2>(const char *row, int e, bool vector, float *out) {
+    const float *p = (const float *)row + e;
+    if (vector) {
+        const float2 v = *(const float2 *)p;
+        out[0] = v.x, out[1] = v.y;
+    } else {
+        out[0] = p[0], out[1] = p[1];
+    }
+}
+
+template <> __device__ __forceinline__ void fa_load<F32, 1>(const char *row, int e, bool, float *out) {
+    out[0] = ((const float *)row)[e];
+}
+
+// 16-bit types: N halves from one load of 2N bytes.
+template <typename T, int N> __device__ __forceinline__ void fa_load_16(const char *row, int e, bool vector, float *out) {
+    const unsigned short *p = (const unsigned short *)row + e;
+    unsigned short bits[N];
+    bool loaded = false;
+    if constexpr (N == 4) {
+        if (vector) {
+            const uint2 v = *(const uint2 *)p;
+            bits[0] = v.x & 0xffff, bits[1] = v.x >> 16, bits[2] = v.y & 0xffff, bits[3] = v.y >> 16;
+            loaded = true;
+        }
+    } else if constexpr (N == 2) {
+        if (vector) {
+            const unsigned int v = *(const unsigned int *)p;
+            bits[0] = v & 0xffff, bits[1] = v >> 16;
+            loaded = true;
+        }
+    }
+    for (int i = 0; i < N && !loaded; i++) {
+        bits[i] = p[i];
+    }
+    for (int i = 0; i < N; i++) {
+        out[i] = T::load((const char *)bits, i, 2);
+    }
+}
+
+template <> __device__ __forceinline__ void fa_load<F16, 4>(const char *row, int e, bool vector, float *out) {
+    fa_load_16<F16, 4>(row, e, vector, out);
+}
+template <> __device__ __forceinline__ void fa_load<F16, 2>(const char *row, int e, bool vector, float *out) {
+    fa_load_16<F16, 2>(row, e, vector, out);
+}
+template <> __device__ __forceinline__ void fa_load<F16, 1>(const char *row, int e, bool vector, float *out) {
+    fa_load_16<F16, 1>(row, e, vector, out);
+}
+template <> __device__ __forceinline__ void fa_load<BF16, 4>(const char *row, int e, bool vector, float *out) {
+    fa_load_16<BF16, 4>(row, e, vector, out);
+}
+template <> __device__ __forceinline__ void fa_load<BF16, 2>(const char *row, int e, bool vector, float *out) {
+    fa_load_16<BF16, 2>(row, e, vector, out);
+}
+template <> __device__ __forceinline__ void fa_load<BF16, 1>(const char *row, int e, bool vector, float *out) {
+    fa_load_16<BF16, 1>(row, e, vector, out);
+}
+
+// Whether every row of `t` starts on a multiple of `bytes`.
+__device__ __forceinline__ bool fa_rows_aligned(const TensorArg &t, long long bytes) {
+    return t.data % bytes == 0 && t.nb[1] % bytes == 0 && t.nb[2] % bytes == 0 && t.nb[3] % bytes == 0;
+}
+
 template <typename T, typename M, int R, int NE>
 __device__ void flash_attn(const TensorArg &q, const TensorArg &k, const TensorArg &v, const TensorArg &mask,
                            const TensorArg &dst, float scale, int has_mask) {
-    __shared__ float qs[R][32 * NE];
+    __shared__ float4 qs[R][8 * NE];
     __shared__ float scores[R][FA_THREADS];
     __shared__ float row_max[R], row_sum[R], rescale[R];
     __shared__ float partial[R == 1 ? FA_WARPS : 1][32 * NE];
@@ -29,17 +110,23 @@ __device__ void flash_attn(const TensorArg &q, const TensorArg &k, const TensorA
     const long long h = blockIdx.y, i3 = blockIdx.z, first = (long long)blockIdx.x * R;
     const long long kh = h / (q.ne[2] / k.ne[2]), kb = i3 % k.ne[3];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const long long es = k.nb[0];
+    const bool k_vector = d % 4 == 0 && fa_rows_aligned(k, 4 * es);
+    // Each lane's value elements: NE from lane * NE (all of them when dv = 32 * NE).
+    const int e0 = lane * NE;
+    const bool v_vector = dv == 32 * NE && fa_rows_aligned(v, NE * es);
 
+    float *qf = (float *)qs;
     for (int i = tid; i < R * 32 * NE; i += FA_THREADS) {
         const int r = i / (32 * NE), e = i % (32 * NE);
         const long long row = first + r;
-        qs[r][e] = (row < n && e < d) ? F32::load(row_ptr(q, row, h, i3), e, q.nb[0]) : 0.0f;
+        qf[i] = (row < n && e < d) ? F32::load(row_ptr(q, row, h, i3), e, q.nb[0]) : 0.0f;
     }
     if (tid < R) {
         row_max[tid] = -INFINITY;
         row_sum[tid] = 0.0f;
     }
-    // The rows and positions this thread's value sums cover.
+    // The rows this thread's value sums cover.
     constexpr int ROWS = R == 1 ? 1 : R / FA_WARPS;
     const int row0 = R == 1 ? 0 : warp * ROWS;
     float acc[ROWS][NE];
@@ -51,32 +138,55 @@ __device__ void flash_attn(const TensorArg &q, const TensorArg &k, const TensorA
     __syncthreads();
 
     for (long long p0 = 0; p0 < kv; p0 += FA_THREADS) {
-        // Scores of this thread's position for every query row.
+        // Scores of this thread's position for every query row: the mask first, so that a
+        // position no query may see (a causal mask's future) reads no key.
         const long long p = p0 + tid;
         float s[R];
-        for (int r = 0; r < R; r++) {
-            s[r] = 0.0f;
-        }
-        if (p < kv) {
-            const char *krow = row_ptr(k, p, kh, kb);
-            for (int e = 0; e < d; e++) {
-                const float x = T::load(krow, e, k.nb[0]);
-                for (int r = 0; r < R; r++) {
-                    s[r] = fmaf(qs[r][e], x, s[r]);
-                }
-            }
-        }
+        bool any = false;
         for (int r = 0; r < R; r++) {
             const long long row = first + r;
-            float x = -INFINITY;
+            s[r] = -INFINITY;
             if (p < kv && row < n) {
-                x = __fmul_rn(s[r], scale);
+                s[r] = 0.0f;
                 if (has_mask) {
                     const char *mrow = row_ptr(mask, row % mask.ne[1], h % mask.ne[2], i3 % mask.ne[3]);
-                    x = __fadd_rn(x, M::load(mrow, p, mask.nb[0]));
+                    s[r] = M::load(mrow, p, mask.nb[0]);
+                }
+                any |= s[r] != -INFINITY;
+            }
+        }
+        if (__syncthreads_or(any) == 0) {
+            continue; // every position of this chunk is masked for every row
+        }
+        if (any) {
+            const char *krow = row_ptr(k, p, kh, kb);
+            float dot[R];
+            for (int r = 0; r < R; r++) {
+                dot[r] = 0.0f;
+            }
+#pragma unroll
+            for (int e = 0; e < 32 * NE; e += 4) {
+                if (e < d) {
+                    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    if (k_vector) {
+                        fa_load<T, 4>(krow, e, true, x);
+                    } else {
+                        for (int i = 0; i < 4 && e + i < d; i++) {
+                            fa_load<T, 1>(krow, e + i, false, x + i);
+                        }
+                    }
+                    for (int r = 0; r < R; r++) {
+                        const float4 y = qs[r][e / 4];
+                        dot[r] = fmaf(y.x, x[0], fmaf(y.y, x[1], fmaf(y.z, x[2], fmaf(y.w, x[3], dot[r]))));
+                    }
                 }
             }
-            scores[r][tid] = x;
+            for (int r = 0; r < R; r++) {
+                s[r] = __fadd_rn(__fmul_rn(dot[r], scale), s[r]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            scores[r][tid] = s[r];
         }
         __syncthreads();
 
@@ -111,14 +221,30 @@ __device__ void flash_attn(const TensorArg &q, const TensorArg &k, const TensorA
                 acc[r][j] *= f;
             }
         }
-        const long long end = kv - p0 < FA_THREADS ? kv - p0 : FA_THREADS;
-        for (int i = R == 1 ? warp : 0; i < end; i += R == 1 ? FA_WARPS : 1) {
-            const char *vrow = row_ptr(v, p0 + i, kh, kb);
-            for (int j = 0; j < NE; j++) {
-                const int e = lane + 32 * j;
-                const float x = e < dv ? T::load(vrow, e, v.nb[0]) : 0.0f;
+        const int end = kv - p0 < FA_THREADS ? (int)(kv - p0) : FA_THREADS;
+        constexpr int STEP = R == 1 ? FA_WARPS : 1;
+        const int start = R == 1 ? warp : 0;
+#pragma unroll 32
+        for (int step = 0; step < FA_THREADS / STEP; step++) {
+            const int i = start + step * STEP;
+            if (i < end) {
+                const char *vrow = row_ptr(v, p0 + i, kh, kb);
+                float x[NE];
+                if (v_vector) {
+                    fa_load<T, NE>(vrow, e0, true, x);
+                } else {
+                    for (int j = 0; j < NE; j++) {
+                        x[j] = 0.0f;
+                        if (e0 + j < dv) {
+                            fa_load<T, 1>(vrow, e0 + j, false, x + j);
+                        }
+                    }
+                }
                 for (int r = 0; r < ROWS; r++) {
-                    acc[r][j] = fmaf(scores[row0 + r][i], x, acc[r][j]);
+                    const float w = scores[row0 + r][i];
+                    for (int j = 0; j < NE; j++) {
+                        acc[r][j] = fmaf(w, x[j], acc[r][j]);
+                    }
                 }
             }
         }
@@ -127,22 +253,17 @@ __device__ void flash_attn(const TensorArg &q, const TensorArg &k, const TensorA
 
     if constexpr (R == 1) {
         for (int j = 0; j < NE; j++) {
-            partial[warp][lane + 32 * j] = acc[0][j];
+            partial[warp][e0 + j] = acc[0][j];
         }
         __syncthreads();
-        if (warp == 0 && first < n) {
-            const float l = row_sum[0];
-            char *drow = row_ptr(dst, h, first, i3);
-            for (int j = 0; j < NE; j++) {
-                const int e = lane + 32 * j;
-                float total = 0.0f;
-                for (int w = 0; w < FA_WARPS; w++) {
-                    total += partial[w][e];
-                }
-                if (e < dv) {
-                    F32::store(drow, e, dst.nb[0], l == 0.0f ? 0.0f : total / l);
-                }
+        const float l = row_sum[0];
+        char *drow = row_ptr(dst, h, first, i3);
+        for (int e = tid; e < dv; e += FA_THREADS) {
+            float total = 0.0f;
+            for (int w = 0; w < FA_WARPS; w++) {
+                total += partial[w][e];
             }
+            F32::store(drow, e, dst.nb[0], l == 0.0f ? 0.0f : total / l);
         }
     } else {
         for (int r = 0; r < ROWS; r++) {
@@ -153,9 +274,8 @@ __device__ void flash_attn(const TensorArg &q, const TensorArg &k, const TensorA
             const float l = row_sum[row0 + r];
             char *drow = row_ptr(dst, h, row, i3);
             for (int j = 0; j < NE; j++) {
-                const int e = lane + 32 * j;
-                if (e < dv) {
-                    F32::store(drow, e, dst.nb[0], l == 0.0f ? 0.0f : acc[r][j] / l);
+                if (e0 + j < dv) {
+                    F32::store(drow, e0 + j, dst.nb[0], l == 0.0f ? 0.0f : acc[r][j] / l);
                 }
             }
         }
