@@ -2,7 +2,7 @@
 // through buffer device addresses, and loads and stores of each value type.
 //
 // A dispatch's push constant is the address of its `Args` (written by the backend into a
-// host-visible buffer when the split is recorded): the destination, up to three sources and
+// host-visible buffer when the split is recorded): the destination, up to four sources and
 // the op's integer and float parameters. A tensor is its address, byte strides and sizes,
 // as ggml lays it out: element (i0, i1, i2, i3) starts at data + i0*nb0 + ... + i3*nb3, and
 // for a block-quantized type i0 counts blocks.
@@ -34,7 +34,7 @@ struct Tensor {
 
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Args {
     Tensor dst;
-    Tensor src[3];
+    Tensor src[4];
     int i[8];
     float f[8];
 };

@@ -14,12 +14,12 @@ pub(crate) struct TensorDesc {
     pub pad: u32,
 }
 
-/// Everything a dispatch reads besides tensor data: 320 bytes.
+/// Everything a dispatch reads besides tensor data: 384 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
 pub(crate) struct Args {
     pub dst: TensorDesc,
-    pub src: [TensorDesc; 3],
+    pub src: [TensorDesc; 4],
     pub i: [i32; 8],
     pub f: [f32; 8],
 }
@@ -27,7 +27,7 @@ pub(crate) struct Args {
 /// Bytes between the `Args` of successive dispatches in an argument buffer.
 pub(crate) const ARGS_STRIDE: usize = std::mem::size_of::<Args>();
 
-const _: () = assert!(std::mem::size_of::<TensorDesc>() == 64 && ARGS_STRIDE == 320);
+const _: () = assert!(std::mem::size_of::<TensorDesc>() == 64 && ARGS_STRIDE == 384);
 
 /// The shaders' code for a type (`T_*` in common.glsl).
 pub(crate) fn dtype_code(dtype: DType) -> u32 {

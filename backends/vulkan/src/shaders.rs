@@ -46,6 +46,7 @@ shaders! {
     Quantize => "quantize",
     GetRows => "get_rows",
     SetRows => "set_rows",
+    FlashAttn => "flash_attn",
     MulMat => "mul_mat",
     MulMatVec => "mul_mat_vec",
     MulMatVecQ8 => "mul_mat_vec_q8",

@@ -7,6 +7,7 @@
 mod concat;
 mod copy;
 mod elementwise;
+mod flash_attn;
 mod get_rows;
 mod mul_mat;
 mod mul_mat_coopmat;
@@ -150,6 +151,7 @@ pub(crate) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>; M
         Op::Cpy | Op::Cont => copy::plan(op, dst, srcs),
         Op::GetRows => get_rows::plan(op, dst, srcs),
         Op::SetRows => set_rows::plan(op, dst, srcs),
+        Op::FlashAttn { .. } => flash_attn::plan(op, dst, srcs),
         Op::MulMat => mul_mat::plan(caps, op, dst, srcs),
         _ => Err(format!("no Vulkan shader computes {} yet", op.name())),
     }
