@@ -12,84 +12,59 @@
 //   each warp owns 4 rows and every position, with R = 1 (a decoded token) the warps split the
 //   positions and their sums are added at the end.
 // Head sizes up to 32 * NE (NE = 1, 2 or 4: 32, 64 or 128). Sums are f32, `expf` is IEEE.
+#include <type_traits>
+
 #include "common.cuh"
 
 #define FA_THREADS 128
 #define FA_WARPS (FA_THREADS / 32)
 
-// N consecutive values of a packed row from value `e`, as f32; `vector`: one load (the caller
-// checked that the address is aligned to N values).
-template <typename T, int N> __device__ __forceinline__ void fa_load(const char *row, int e, bool vector, float *out);
-
-template <> __device__ __forceinline__ void fa_load<F32, 4>(const char *row, int e, bool vector, float *out) {
-    const float *p = (const float *)row + e;
-    if (vector) {
-        const float4 v = *(const float4 *)p;
-        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-    } else {
-        for (int i = 0; i < 4; i++) {
+// N (1, 2 or 4) consecutive values of a packed row from value `e`, as f32; `vector`: one load
+// (the caller checked that the address is aligned to N values).
+template <typename T, int N> __device__ __forceinline__ void fa_load(const char *row, int e, bool vector, float *out) {
+    if constexpr (std::is_same_v<T, F32>) {
+        const float *p = (const float *)row + e;
+        if constexpr (N == 4) {
+            if (vector) {
+                const float4 v = *(const float4 *)p;
+                out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+                return;
+            }
+        } else if constexpr (N == 2) {
+            if (vector) {
+                const float2 v = *(const float2 *)p;
+                out[0] = v.x, out[1] = v.y;
+                return;
+            }
+        }
+        for (int i = 0; i < N; i++) {
             out[i] = p[i];
         }
-    }
-}
-
-template <> __device__ __forceinline__ void fa_load<F32, 2>(const char *row, int e, bool vector, float *out) {
-    const float *p = (const float *)row + e;
-    if (vector) {
-        const float2 v = *(const float2 *)p;
-        out[0] = v.x, out[1] = v.y;
     } else {
-        out[0] = p[0], out[1] = p[1];
-    }
-}
-
-template <> __device__ __forceinline__ void fa_load<F32, 1>(const char *row, int e, bool, float *out) {
-    out[0] = ((const float *)row)[e];
-}
-
-// 16-bit types: N halves from one load of 2N bytes.
-template <typename T, int N> __device__ __forceinline__ void fa_load_16(const char *row, int e, bool vector, float *out) {
-    const unsigned short *p = (const unsigned short *)row + e;
-    unsigned short bits[N];
-    bool loaded = false;
-    if constexpr (N == 4) {
-        if (vector) {
-            const uint2 v = *(const uint2 *)p;
-            bits[0] = v.x & 0xffff, bits[1] = v.x >> 16, bits[2] = v.y & 0xffff, bits[3] = v.y >> 16;
-            loaded = true;
+        // f16 or bf16: N values from one load of 2N bytes.
+        const unsigned short *p = (const unsigned short *)row + e;
+        unsigned short bits[N];
+        bool loaded = false;
+        if constexpr (N == 4) {
+            if (vector) {
+                const uint2 v = *(const uint2 *)p;
+                bits[0] = v.x & 0xffff, bits[1] = v.x >> 16, bits[2] = v.y & 0xffff, bits[3] = v.y >> 16;
+                loaded = true;
+            }
+        } else if constexpr (N == 2) {
+            if (vector) {
+                const unsigned int v = *(const unsigned int *)p;
+                bits[0] = v & 0xffff, bits[1] = v >> 16;
+                loaded = true;
+            }
         }
-    } else if constexpr (N == 2) {
-        if (vector) {
-            const unsigned int v = *(const unsigned int *)p;
-            bits[0] = v & 0xffff, bits[1] = v >> 16;
-            loaded = true;
+        for (int i = 0; i < N && !loaded; i++) {
+            bits[i] = p[i];
+        }
+        for (int i = 0; i < N; i++) {
+            out[i] = T::load((const char *)bits, i, 2);
         }
     }
-    for (int i = 0; i < N && !loaded; i++) {
-        bits[i] = p[i];
-    }
-    for (int i = 0; i < N; i++) {
-        out[i] = T::load((const char *)bits, i, 2);
-    }
-}
-
-template <> __device__ __forceinline__ void fa_load<F16, 4>(const char *row, int e, bool vector, float *out) {
-    fa_load_16<F16, 4>(row, e, vector, out);
-}
-template <> __device__ __forceinline__ void fa_load<F16, 2>(const char *row, int e, bool vector, float *out) {
-    fa_load_16<F16, 2>(row, e, vector, out);
-}
-template <> __device__ __forceinline__ void fa_load<F16, 1>(const char *row, int e, bool vector, float *out) {
-    fa_load_16<F16, 1>(row, e, vector, out);
-}
-template <> __device__ __forceinline__ void fa_load<BF16, 4>(const char *row, int e, bool vector, float *out) {
-    fa_load_16<BF16, 4>(row, e, vector, out);
-}
-template <> __device__ __forceinline__ void fa_load<BF16, 2>(const char *row, int e, bool vector, float *out) {
-    fa_load_16<BF16, 2>(row, e, vector, out);
-}
-template <> __device__ __forceinline__ void fa_load<BF16, 1>(const char *row, int e, bool vector, float *out) {
-    fa_load_16<BF16, 1>(row, e, vector, out);
 }
 
 // Whether every row of `t` starts on a multiple of `bytes`.
