@@ -619,6 +619,8 @@ fn flash_attn(v: &mut Vec<Case>) {
         [
             // One decoded token over a window of a cache, 4 query heads per key head.
             fa(64, 64, 1, 256, 8, 2, 1, Some((F32, [256, 1, 1, 1], Init::MaskInf))),
+            // A token over a long window (keys split over several blocks), one head seeing nothing.
+            fa(64, 64, 1, 700, 2, 1, 1, Some((F32, [700, 1, 2, 1], Init::MaskInfRows))),
             // A prompt with fully masked queries, an odd number of keys.
             fa(64, 64, 7, 300, 4, 4, 1, Some((F32, [300, 7, 1, 1], Init::MaskInfRows))),
             // Sequences of 32-value heads with one key mask per sequence (MiniLM's shape).

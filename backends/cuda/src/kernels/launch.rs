@@ -35,9 +35,10 @@ macro_rules! launch_kernel {
 }
 pub(crate) use launch_kernel;
 
-/// Threads of a FLASH_ATTN block and query rows per block beyond one (`FA_THREADS` and the
-/// kernels' `R` in flash_attn.cu).
+/// Threads of a FLASH_ATTN block of 16 query rows (`FA_THREADS` in flash_attn.cu), and of
+/// one query row (`FA_DECODE_THREADS`), and query rows per block beyond one.
 const FLASH_ATTN_THREADS: u32 = 128;
+const FLASH_ATTN_DECODE_THREADS: u32 = 256;
 const FLASH_ATTN_ROWS: i64 = 16;
 
 /// `n / d` rounded up, for `n >= 0`, `d > 0`.
@@ -322,12 +323,13 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             // Without a mask the kernel never reads its mask argument: pass the queries.
             let (m, mt) = mask.unwrap_or((q, DType::F32));
             let (has_mask, mask_f16) = (i32::from(mask.is_some()), i32::from(mt == DType::F16));
-            let rows = if q.ne[1] > 1 { FLASH_ATTN_ROWS } else { 1 };
+            let (rows, threads) =
+                if q.ne[1] > 1 { (FLASH_ATTN_ROWS, FLASH_ATTN_THREADS) } else { (1, FLASH_ATTN_DECODE_THREADS) };
             let name = names::flash_attn(kt, q.ne[0].max(v.ne[0]), q.ne[1]);
             // Validated: at most 65535 heads and batches; query tiles fit the grid's x.
             let cfg = LaunchConfig {
                 grid_dim: (div_ceil(q.ne[1], rows) as u32, q.ne[2] as u32, q.ne[3] as u32),
-                block_dim: (FLASH_ATTN_THREADS, 1, 1),
+                block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             };
             // flash_attn_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask, TensorArg dst,
