@@ -69,6 +69,35 @@ template <typename T, int N> __device__ __forceinline__ void fa_load(const char 
     }
 }
 
+// Key values e..e+3 of a packed row of d values (zeros past d); `vector`: one aligned load.
+template <typename T>
+__device__ __forceinline__ void fa_key4(const char *krow, int e, int d, bool vector, float *x) {
+    x[0] = x[1] = x[2] = x[3] = 0.0f;
+    if (vector) {
+        fa_load<T, 4>(krow, e, true, x);
+    } else {
+        for (int t = 0; t < 4 && e + t < d; t++) {
+            fa_load<T, 1>(krow, e + t, false, x + t);
+        }
+    }
+}
+
+// Value elements e0..e0+NE of a packed row of dv values (zeros past dv); `vector`: one aligned
+// load.
+template <typename T, int NE>
+__device__ __forceinline__ void fa_values(const char *vrow, int e0, int dv, bool vector, float *x) {
+    if (vector) {
+        fa_load<T, NE>(vrow, e0, true, x);
+        return;
+    }
+    for (int j = 0; j < NE; j++) {
+        x[j] = 0.0f;
+        if (e0 + j < dv) {
+            fa_load<T, 1>(vrow, e0 + j, false, x + j);
+        }
+    }
+}
+
 // Whether every row of `t` starts on a multiple of `bytes`.
 __device__ __forceinline__ bool fa_rows_aligned(const TensorArg &t, long long bytes) {
     return t.data % bytes == 0 && t.nb[1] % bytes == 0 && t.nb[2] % bytes == 0 && t.nb[3] % bytes == 0;
@@ -144,14 +173,8 @@ __device__ void flash_attn_rows(const TensorArg &q, const TensorArg &k, const Te
 #pragma unroll
             for (int e = 0; e < 32 * NE; e += 4) {
                 if (e < d) {
-                    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    if (k_vector) {
-                        fa_load<T, 4>(krow, e, true, x);
-                    } else {
-                        for (int i = 0; i < 4 && e + i < d; i++) {
-                            fa_load<T, 1>(krow, e + i, false, x + i);
-                        }
-                    }
+                    float x[4];
+                    fa_key4<T>(krow, e, d, k_vector, x);
                     for (int r = 0; r < R; r++) {
                         const float4 y = qs[r][e / 4];
                         dot[r] = fmaf(y.x, x[0], fmaf(y.y, x[1], fmaf(y.z, x[2], fmaf(y.w, x[3], dot[r]))));
@@ -204,16 +227,7 @@ __device__ void flash_attn_rows(const TensorArg &q, const TensorArg &k, const Te
             if (i < end) {
                 const char *vrow = row_ptr(v, p0 + i, kh, kb);
                 float x[NE];
-                if (v_vector) {
-                    fa_load<T, NE>(vrow, e0, true, x);
-                } else {
-                    for (int j = 0; j < NE; j++) {
-                        x[j] = 0.0f;
-                        if (e0 + j < dv) {
-                            fa_load<T, 1>(vrow, e0 + j, false, x + j);
-                        }
-                    }
-                }
+                fa_values<T, NE>(vrow, e0, dv, v_vector, x);
                 for (int r = 0; r < ROWS; r++) {
                     const float w = scores[row0 + r][i];
                     for (int j = 0; j < NE; j++) {
@@ -283,14 +297,8 @@ __device__ void flash_attn_decode(const TensorArg &q, const TensorArg &k, const 
 #pragma unroll
                 for (int e = 0; e < 32 * NE; e += 4) {
                     if (e < d) {
-                        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        if (k_vector) {
-                            fa_load<T, 4>(krow, e, true, x);
-                        } else {
-                            for (int t = 0; t < 4 && e + t < d; t++) {
-                                fa_load<T, 1>(krow, e + t, false, x + t);
-                            }
-                        }
+                        float x[4];
+                        fa_key4<T>(krow, e, d, k_vector, x);
                         const float4 y = qs[e / 4];
                         dot = fmaf(y.x, x[0], fmaf(y.y, x[1], fmaf(y.z, x[2], fmaf(y.w, x[3], dot))));
                     }
@@ -316,16 +324,7 @@ __device__ void flash_attn_decode(const TensorArg &q, const TensorArg &k, const 
             if (t < count && wt != 0.0f) {
                 const char *vrow = row_ptr(v, p0 + t, kh, kb);
                 float x[NE];
-                if (v_vector) {
-                    fa_load<T, NE>(vrow, e0, true, x);
-                } else {
-                    for (int j = 0; j < NE; j++) {
-                        x[j] = 0.0f;
-                        if (e0 + j < dv) {
-                            fa_load<T, 1>(vrow, e0 + j, false, x + j);
-                        }
-                    }
-                }
+                fa_values<T, NE>(vrow, e0, dv, v_vector, x);
                 for (int j = 0; j < NE; j++) {
                     acc[j] = fmaf(wt, x[j], acc[j]);
                 }
