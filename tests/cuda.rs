@@ -5,6 +5,8 @@
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
 use tessera::allocator::alloc_tensors;
 use tessera::cpu::CpuBackend;
 use tessera::{
@@ -12,10 +14,14 @@ use tessera::{
     SchedulerOptions,
 };
 
-/// `CUDA0`, or `None` after printing why the test skips.
-fn gpu() -> Option<&'static dyn Device> {
+/// `CUDA0` and a guard that keeps the tests of this file from using it at once, or `None`
+/// after printing why the test skips. A CUDA graph capture fails when another thread makes a
+/// device-wide synchronizing call meanwhile (freeing pinned memory, for one), which these tests
+/// do; a program that captures on several threads must keep such calls apart likewise.
+fn gpu() -> Option<(&'static dyn Device, MutexGuard<'static, ()>)> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     match tessera::cuda::CUDA_REG.device(0) {
-        Some(d) => Some(d),
+        Some(d) => Some((d, ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner))),
         None => {
             eprintln!("skipped: no CUDA device on this machine");
             None
@@ -26,7 +32,7 @@ fn gpu() -> Option<&'static dyn Device> {
 #[test]
 fn a_machine_without_a_gpu_lists_none_and_one_with_lists_its_details() {
     let reg = &tessera::cuda::CUDA_REG;
-    let Some(gpu) = gpu() else {
+    let Some((gpu, _one_at_a_time)) = gpu() else {
         assert_eq!(reg.device_count(), 0);
         return;
     };
@@ -41,7 +47,7 @@ fn a_machine_without_a_gpu_lists_none_and_one_with_lists_its_details() {
 
 #[test]
 fn asking_for_more_memory_than_the_gpu_holds_is_a_typed_error() {
-    let Some(gpu) = gpu() else { return };
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
     let total = gpu.memory().total;
     let err = gpu.buffer_type().alloc_buffer(total * 2).err().unwrap();
     assert!(matches!(err, Error::OutOfMemory { requested, .. } if requested == total * 2), "{err}");
@@ -96,7 +102,7 @@ fn pipeline_output_on(gpu: &'static dyn Device, cpu: Box<dyn Backend>, n_copies:
 
 #[test]
 fn pipelined_copies_between_the_gpu_and_the_cpu_give_the_bits_of_one_copy() {
-    let Some(gpu) = gpu() else { return };
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
     let single = pipeline_output(gpu, 1, 6);
     for n_copies in [2, 4] {
         assert_eq!(pipeline_output(gpu, n_copies, 6), single, "{n_copies} copies");
@@ -112,7 +118,7 @@ fn pipelined_copies_between_the_gpu_and_the_cpu_give_the_bits_of_one_copy() {
 
 #[test]
 fn pinned_host_memory_is_host_memory_the_cpu_computes_on() {
-    let Some(gpu) = gpu() else { return };
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
     let pinned: &'static dyn BufferType = gpu.host_buffer_type().unwrap();
     let b: std::sync::Arc<dyn Buffer> = pinned.alloc_buffer(4096).unwrap();
     assert!(b.host_ptr_mut().is_some());
@@ -122,10 +128,22 @@ fn pinned_host_memory_is_host_memory_the_cpu_computes_on() {
 /// `out` of `g` (allocated on `gpu`, inputs set) computed node by node, then by a program
 /// prepared for the whole graph (captured, with its fusions): both results.
 fn one_by_one_and_captured(gpu: &'static dyn Device, g: &Graph, out: tessera::TensorId) -> (Vec<f32>, Vec<f32>) {
+    one_by_one_and_captured_resetting(gpu, g, out, |_| {})
+}
+
+/// As [`one_by_one_and_captured`], calling `reset` between the two runs (to set again inputs
+/// that the graph overwrites).
+fn one_by_one_and_captured_resetting(
+    gpu: &'static dyn Device,
+    g: &Graph,
+    out: tessera::TensorId,
+    reset: impl Fn(&Graph),
+) -> (Vec<f32>, Vec<f32>) {
     let mut backend = gpu.init_backend().unwrap();
     backend.compute_graph(g).unwrap();
     let one_by_one = g.get_f32(out).unwrap();
     g.set_f32(out, &vec![0.0; one_by_one.len()]).unwrap();
+    reset(g);
     // Readers of each tensor: intermediate results read once may be fused away.
     let consumers = tessera::consumer_counts(g).unwrap();
     let split = tessera::SplitRef { graph: g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
@@ -140,7 +158,7 @@ fn one_by_one_and_captured(gpu: &'static dyn Device, g: &Graph, out: tessera::Te
 /// nodes run one by one.
 #[test]
 fn a_fused_layer_norm_gives_the_bits_of_its_nodes() {
-    let Some(gpu) = gpu() else { return };
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
     let cases =
         [(384, true, false, true), (4096, true, false, false), (128, false, true, false), (1028, true, true, true)];
     for (hidden, with_bias, rms, residual) in cases {
@@ -172,11 +190,107 @@ fn a_fused_layer_norm_gives_the_bits_of_its_nodes() {
     }
 }
 
+/// Matrix-vector products of one activation share its quantized copy, and each runs with the
+/// ADD after it (a residual connection, a bias row) as one kernel. Captured into a program
+/// they give the bits of the nodes one by one, and both give the products of the values each
+/// node reads: also after a node rewrote the activation in place between two of them.
+#[test]
+fn matrix_vector_products_share_quantized_activations_and_fuse_their_addends() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    for wt in [DType::Q4_0, DType::Q4_K, DType::F16] {
+        let (k, m) = (512, 96);
+        let mut g = Graph::new();
+        let w1 = g.new_tensor(wt, &[k, m]).unwrap();
+        let w2 = g.new_tensor(wt, &[k, m]).unwrap();
+        let x = g.new_tensor(DType::F32, &[k, 1]).unwrap();
+        let z = g.new_tensor(DType::F32, &[k, 1]).unwrap();
+        let r = g.new_tensor(DType::F32, &[m, 1]).unwrap();
+        let bias = g.new_tensor(DType::F32, &[m]).unwrap();
+        let y1 = g.mul_mat(w1, x).unwrap(); // x quantized
+        let y1 = g.add(y1, r).unwrap(); // a residual connection
+        let y2 = g.mul_mat(w2, x).unwrap(); // x's copy reused
+        let y2 = g.add(y2, bias).unwrap(); // a bias row
+        let x2 = g.cpy(z, x).unwrap(); // x's memory now holds z
+        let y3 = g.mul_mat(w1, x2).unwrap(); // quantized anew
+        let sum = g.add(y1, y2).unwrap();
+        let out = g.add(sum, y3).unwrap();
+        g.set_output(out).unwrap();
+        g.build_forward(out).unwrap();
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        let values =
+            |n: usize, i: usize| -> Vec<f32> { (0..n).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect() };
+        for (i, leaf) in [w1, w2, x, r, bias].into_iter().enumerate() {
+            g.set_f32(leaf, &values(g.tensor(leaf).unwrap().nelements(), i)).unwrap();
+        }
+        let zv: Vec<f32> = values(k, 5).iter().map(|v| 3.0 - 2.0 * v).collect();
+        g.set_f32(z, &zv).unwrap();
+        // The expected values, from the weights as stored and the activations as set.
+        let (w1v, w2v) = (g.get_f32(w1).unwrap(), g.get_f32(w2).unwrap());
+        let (xv, rv, bv) = (values(k, 2), values(m, 3), values(m, 4));
+        let dot = |w: &[f32], v: &[f32], row: usize| -> f64 {
+            w[row * k..(row + 1) * k].iter().zip(v).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum()
+        };
+        let expected: Vec<f64> = (0..m)
+            .map(|i| dot(&w1v, &xv, i) + f64::from(rv[i]) + dot(&w2v, &xv, i) + f64::from(bv[i]) + dot(&w1v, &zv, i))
+            .collect();
+        let scale = expected.iter().fold(1.0f64, |s, v| s.max(v.abs()));
+        // The graph overwrites x: it is set again before the captured run.
+        let (one_by_one, fused) = one_by_one_and_captured_resetting(gpu, &g, out, |g| g.set_f32(x, &xv).unwrap());
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&fused), bits(&one_by_one), "{wt}: fused and one by one differ");
+        let worst = fused.iter().zip(&expected).map(|(&a, b)| (f64::from(a) - b).abs() / scale).fold(0.0, f64::max);
+        assert!(worst < 2e-2, "{wt}: off the expected products by {worst} of their largest");
+    }
+}
+
+/// A SwiGLU feed-forward's gate and up products of one activation, SILU and MUL, captured
+/// into a program, run as one kernel: the bits of the nodes one by one, and close to the
+/// products of the weights as stored.
+#[test]
+fn a_swiglu_feed_forward_fused_gives_the_bits_of_its_nodes() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    for wt in [DType::Q4_0, DType::Q6_K, DType::BF16] {
+        let (k, m) = (768, 200);
+        let mut g = Graph::new();
+        let wg = g.new_tensor(wt, &[k, m]).unwrap();
+        let wu = g.new_tensor(wt, &[k, m]).unwrap();
+        let x = g.new_tensor(DType::F32, &[k, 1]).unwrap();
+        let gate = g.mul_mat(wg, x).unwrap();
+        let gate = g.silu(gate).unwrap();
+        let up = g.mul_mat(wu, x).unwrap();
+        let out = g.mul(gate, up).unwrap();
+        g.set_output(out).unwrap();
+        g.build_forward(out).unwrap();
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        let values =
+            |n: usize, i: usize| -> Vec<f32> { (0..n).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect() };
+        for (i, leaf) in [wg, wu, x].into_iter().enumerate() {
+            g.set_f32(leaf, &values(g.tensor(leaf).unwrap().nelements(), i)).unwrap();
+        }
+        let (wgv, wuv, xv) = (g.get_f32(wg).unwrap(), g.get_f32(wu).unwrap(), values(k, 2));
+        let dot = |w: &[f32], row: usize| -> f64 {
+            w[row * k..(row + 1) * k].iter().zip(&xv).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum()
+        };
+        let expected: Vec<f64> = (0..m)
+            .map(|i| {
+                let gate = dot(&wgv, i);
+                gate / (1.0 + (-gate).exp()) * dot(&wuv, i)
+            })
+            .collect();
+        let scale = expected.iter().fold(1.0f64, |s, v| s.max(v.abs()));
+        let (one_by_one, fused) = one_by_one_and_captured(gpu, &g, out);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&fused), bits(&one_by_one), "{wt}: fused and one by one differ");
+        let worst = fused.iter().zip(&expected).map(|(&a, b)| (f64::from(a) - b).abs() / scale).fold(0.0, f64::max);
+        assert!(worst < 2e-2, "{wt}: off the expected values by {worst} of their largest");
+    }
+}
+
 /// A product followed by the ADD of a bias row, captured into a program, runs as one cuBLASLt
 /// product with a bias epilogue: the nodes' results up to summation order.
 #[test]
 fn a_product_with_its_bias_fused_matches_the_nodes() {
-    let Some(gpu) = gpu() else { return };
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
     for (wt, m, n, k, batch) in
         [(DType::F32, 384, 16, 384, 1), (DType::F16, 1536, 33, 384, 2), (DType::BF16, 64, 9, 96, 3)]
     {

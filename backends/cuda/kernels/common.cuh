@@ -9,7 +9,8 @@
 // - All index math is 64-bit (`long long`); 32-bit division is used only where every operand
 //   is known to fit.
 // - Element-wise kernels run on 2-D blocks: `threadIdx.x` walks dimension 0 of a row,
-//   `threadIdx.y` picks one of `blockDim.y` rows, and the grid strides over all rows
+//   `threadIdx.y` picks one of `blockDim.y` rows, grid x strides over all rows and grid y over
+//   pieces of dimension 0, so that a few long rows still fill the GPU
 //   (`FOR_EACH_ROW` / `FOR_EACH_I0`). Row kernels (reductions) run one block per row.
 // - Nothing here relies on fast-math: the build keeps IEEE division and square root, and the
 //   quantizers use explicitly rounded operations so that no multiply-add is contracted.
@@ -33,6 +34,24 @@ static_assert(sizeof(TensorArg) == 72, "TensorArg must match the Rust struct");
 #define QK 32
 #define Q8_0_BYTES 34
 #define Q4_0_BYTES 18
+
+// Programmatic dependent launch. On compute capability 9.0 and later the launcher lets each
+// kernel start while the kernel before it on the stream is still running, so that launching and
+// scheduling blocks overlap the previous kernel's tail. Every entry point therefore begins with
+// this wait: it returns once the previous kernel has finished and its writes are visible, before
+// any memory is read or written. It then lets the next kernel be launched at once. On older
+// devices the launcher does not overlap kernels and both instructions are absent.
+__device__ __forceinline__ void await_prior_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// SILU as the reference computes it, in f32 (the unary kernel and the fused SwiGLU products).
+__device__ __forceinline__ float silu_f32(float x) {
+    return x / (1.0f + expf(-x));
+}
 
 // ---------------------------------------------------------------------------------------------
 // Conversions, bit-exact with the `half` crate and Rust's `as` casts.
@@ -259,7 +278,9 @@ __device__ __forceinline__ void divmod64(long long i, long long n, long long &q,
 #define FOR_EACH_ROW(row, nrows)                                                                                 \
     for (long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y; row < (nrows);                        \
          row += (long long)gridDim.x * blockDim.y)
-#define FOR_EACH_I0(i0, ne0) for (long long i0 = threadIdx.x; i0 < (ne0); i0 += blockDim.x)
+#define FOR_EACH_I0(i0, ne0)                                                                                     \
+    for (long long i0 = (long long)blockIdx.y * blockDim.x + threadIdx.x; i0 < (ne0);                            \
+         i0 += (long long)gridDim.y * blockDim.x)
 
 // Row kernels: one block (of a multiple of 32 threads, at most 1024) per row, grid-strided.
 #define FOR_EACH_BLOCK_ROW(row, nrows) for (long long row = blockIdx.x; row < (nrows); row += gridDim.x)

@@ -37,8 +37,9 @@ __device__ void concat(const TensorArg &a, const TensorArg &b, const TensorArg &
 }
 
 #define CONCAT_KERNEL(name, T)                                                                                   \
-    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b,     \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b,    \
                                     const __grid_constant__ TensorArg dst, int dim) {                            \
+        await_prior_kernel();                                                                                    \
         concat<T>(a, b, dst, dim);                                                                               \
     }
 

@@ -114,14 +114,17 @@ __device__ void cpy_raw(const TensorArg &src, const TensorArg &dst) {
 
 #define CPY_KERNEL(name, S, D)                                                                                   \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst) { \
+        await_prior_kernel();                                                                                    \
         cpy_convert<S, D>(src, dst);                                                                             \
     }
 #define CPY_QUANTIZE_KERNEL(name, S, D)                                                                          \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst) { \
+        await_prior_kernel();                                                                                    \
         cpy_quantize<S, D>(src, dst);                                                                            \
     }
 #define CPY_RAW_KERNEL(name, T)                                                                                  \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst) { \
+        await_prior_kernel();                                                                                    \
         cpy_raw<T>(src, dst);                                                                                    \
     }
 
@@ -189,6 +192,7 @@ CPY_RAW_KERNEL(cpy_b16, unsigned short)
 
 // Every value of an F32 tensor set to `value`.
 extern "C" __global__ void fill_f32(const __grid_constant__ TensorArg dst, float value) {
+    await_prior_kernel();
     FOR_EACH_ROW(row, nrows_of(dst)) {
         long long i1, i2, i3;
         unravel_row(row, dst.ne[1], dst.ne[2], i1, i2, i3);

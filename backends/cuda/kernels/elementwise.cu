@@ -54,6 +54,7 @@ __device__ void binary(const TensorArg &a, const TensorArg &b, const TensorArg &
 // of `b`. The same f32 operations as `binary`, so the same results.
 extern "C" __global__ void binary_f32_packed(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b,
                                              const __grid_constant__ TensorArg dst, int op) {
+    await_prior_kernel();
     const float4 *a4 = (const float4 *)a.data;
     const float4 *b4 = (const float4 *)b.data;
     float4 *d4 = (float4 *)dst.data;
@@ -117,7 +118,7 @@ __device__ __forceinline__ float unary_fn(int op, float x, float s) {
     case UOP_GELU_ERF:
         return 0.5f * x * (1.0f + erff(x * frac_1_sqrt_2));
     case UOP_SILU:
-        return x / (1.0f + expf(-x));
+        return silu_f32(x);
     case UOP_SIGMOID:
         return 1.0f / (1.0f + expf(-x));
     case UOP_TANH:
@@ -143,13 +144,15 @@ __device__ void unary(const TensorArg &src, const TensorArg &dst, int op, float 
 }
 
 #define BINARY_KERNEL(name, A, B)                                                                                \
-    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b,     \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b,    \
                                     const __grid_constant__ TensorArg dst, int op) {                             \
+        await_prior_kernel();                                                                                    \
         binary<A, B>(a, b, dst, op);                                                                             \
     }
 #define UNARY_KERNEL(name, T)                                                                                    \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, \
                                     int op, float s) {                                                           \
+        await_prior_kernel();                                                                                    \
         unary<T>(src, dst, op, s);                                                                               \
     }
 

@@ -367,6 +367,7 @@ __device__ void flash_attn_decode(const TensorArg &q, const TensorArg &k, const 
                                     const __grid_constant__ TensorArg v, const __grid_constant__ TensorArg mask, \
                                     const __grid_constant__ TensorArg dst, float scale, int has_mask,            \
                                     int mask_f16) {                                                              \
+        await_prior_kernel();                                                                                    \
         if constexpr (R == 1) {                                                                                  \
             if (mask_f16) {                                                                                      \
                 flash_attn_decode<T, F16, NE>(q, k, v, mask, dst, scale, has_mask);                              \

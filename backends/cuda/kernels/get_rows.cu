@@ -52,8 +52,9 @@ __device__ void get_rows_exact_i32(const TensorArg &a, const TensorArg &idx, con
 }
 
 #define GET_ROWS_KERNEL(name, S)                                                                                 \
-    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg idx,   \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg idx,  \
                                     const __grid_constant__ TensorArg dst) {                                     \
+        await_prior_kernel();                                                                                    \
         get_rows<S>(a, idx, dst);                                                                                \
     }
 
@@ -73,6 +74,7 @@ GET_ROWS_KERNEL(get_rows_q6_K, Q6_K)
 
 extern "C" __global__ void get_rows_i32(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg idx,
                                         const __grid_constant__ TensorArg dst) {
+    await_prior_kernel();
     get_rows_exact_i32(a, idx, dst);
 }
 
@@ -101,8 +103,9 @@ __device__ void set_rows(const TensorArg &b, const TensorArg &idx, const TensorA
 }
 
 #define SET_ROWS_KERNEL(name, D)                                                                                 \
-    extern "C" __global__ void name(const __grid_constant__ TensorArg b, const __grid_constant__ TensorArg idx,   \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg b, const __grid_constant__ TensorArg idx,  \
                                     const __grid_constant__ TensorArg dst) {                                     \
+        await_prior_kernel();                                                                                    \
         set_rows<D>(b, idx, dst);                                                                                \
     }
 

@@ -37,6 +37,7 @@ __device__ void im2col(const TensorArg &input, const TensorArg &dst, long long k
     extern "C" __global__ void name(const __grid_constant__ TensorArg input, const __grid_constant__ TensorArg dst, \
                                     long long kw, long long kh, long long s0, long long s1, long long p0,        \
                                     long long p1, long long d0, long long d1) {                                  \
+        await_prior_kernel();                                                                                    \
         im2col<S, D>(input, dst, kw, kh, s0, s1, p0, p1, d0, d1);                                                \
     }
 

@@ -14,6 +14,7 @@
 extern "C" __global__ void mul_mat_ptrs(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b,
                                         const __grid_constant__ TensorArg dst, long long r2, long long r3,
                                         unsigned long long *out) {
+    await_prior_kernel();
     const long long nmat = dst.ne[2] * dst.ne[3];
     for (long long mat = (long long)blockIdx.x * blockDim.x + threadIdx.x; mat < nmat;
          mat += (long long)gridDim.x * blockDim.x) {
@@ -51,6 +52,7 @@ template <typename Q> __device__ void dequantize_f16(const TensorArg &a, const T
 
 #define DEQUANTIZE_F16_KERNEL(name, Q)                                                                           \
     extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
+        await_prior_kernel();                                                                                    \
         dequantize_f16<Q>(a, dst);                                                                               \
     }
 

@@ -22,6 +22,7 @@
 // out[(mat * ncols + j) * nblocks + block]. Grid: x over blocks (MMV_WARPS per thread block),
 // y over columns, z strided over matrices.
 extern "C" __global__ void quantize_q8_1(const __grid_constant__ TensorArg b, Q8_1 *out) {
+    await_prior_kernel();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const long long nblocks = b.ne[0] / QK;
     const long long block = (long long)blockIdx.x * MMV_WARPS + warp;
@@ -91,11 +92,11 @@ template <> struct Vec16<BF16> {
     }
 };
 
-template <typename W, int NCOLS>
-__device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &b, const TensorArg &dst, long long r2,
-                                  long long r3) {
-    constexpr int ROWS = MmvRows<NCOLS>::value, V = Vec16<W>::n;
-    __shared__ float shared[MMV_WARPS * ROWS * NCOLS];
+template <typename W, int NCOLS, int GROUPS>
+__device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &a2, const TensorArg &b, const TensorArg &dst,
+                                  const TensorArg &add, long long r2, long long r3) {
+    constexpr int ROWS = MmvRows<NCOLS>::value, R = GROUPS * ROWS, V = Vec16<W>::n;
+    __shared__ float shared[MMV_WARPS * R * NCOLS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const long long m = a.ne[1];
     const long long row0 = (long long)blockIdx.x * ROWS;
@@ -104,16 +105,12 @@ __device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &b, const 
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
         divmod64(mat, dst.ne[2], i3, i2);
-        const char *arow[ROWS];
-#pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            // Rows past the end repeat the last one; their sums are never stored.
-            arow[r] = row_ptr(a, min(row0 + r, m - 1), i2 / r2, i3 / r3);
-        }
+        const char *arow[R];
+        mmv_rows<ROWS, GROUPS>(arow, a, a2, row0, i2, i3, r2, r3);
         const char *bcol = row_ptr(b, 0, i2, i3);
-        float acc[ROWS][NCOLS];
+        float acc[R][NCOLS];
 #pragma unroll
-        for (int r = 0; r < ROWS; r++) {
+        for (int r = 0; r < R; r++) {
 #pragma unroll
             for (int c = 0; c < NCOLS; c++) {
                 acc[r][c] = 0.0f;
@@ -121,9 +118,9 @@ __device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &b, const 
         }
 #pragma unroll 2
         for (long long v = warp * 32 + lane; v < nvec; v += 32 * MMV_WARPS) {
-            float w[ROWS][V];
+            float w[R][V];
 #pragma unroll
-            for (int r = 0; r < ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 Vec16<W>::load(arow[r] + v * 16, w[r]);
             }
 #pragma unroll
@@ -134,7 +131,7 @@ __device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &b, const 
                     const float4 f = __ldg(p + t4);
                     const float x[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
-                    for (int r = 0; r < ROWS; r++) {
+                    for (int r = 0; r < R; r++) {
 #pragma unroll
                         for (int t = 0; t < 4; t++) {
                             acc[r][c] = fmaf(w[r][4 * t4 + t], x[t], acc[r][c]);
@@ -146,7 +143,7 @@ __device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &b, const 
         // The last k % V values.
         for (long long i = nvec * V + warp * 32 + lane; i < k; i += 32 * MMV_WARPS) {
 #pragma unroll
-            for (int r = 0; r < ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 const float w = W::load(arow[r], i, a.nb[0]);
 #pragma unroll
                 for (int c = 0; c < NCOLS; c++) {
@@ -154,7 +151,7 @@ __device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &b, const 
                 }
             }
         }
-        mmv_store<ROWS, NCOLS>(acc, shared, dst, row0, m, i2, i3);
+        mmv_store<ROWS, NCOLS, GROUPS>(acc, shared, dst, add, row0, m, i2, i3);
     }
 }
 
@@ -269,12 +266,12 @@ template <bool MIN> struct MmvQ5 {
     }
 };
 
-template <typename Q, int NCOLS>
-__device__ void mul_mat_vec_quant(const TensorArg &a, const Q8_1 *bq, const TensorArg &dst, long long r2,
-                                  long long r3) {
-    constexpr int ROWS = MmvRows<NCOLS>::value;
+template <typename Q, int NCOLS, int GROUPS>
+__device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const Q8_1 *bq, const TensorArg &dst,
+                                  const TensorArg &add, long long r2, long long r3) {
+    constexpr int ROWS = MmvRows<NCOLS>::value, R = GROUPS * ROWS;
     constexpr int LANES_PER_BLOCK = Q::words / 2, BLOCKS_PER_WARP = 32 / LANES_PER_BLOCK;
-    __shared__ float shared[MMV_WARPS * ROWS * NCOLS];
+    __shared__ float shared[MMV_WARPS * R * NCOLS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const long long m = a.ne[1];
     const long long row0 = (long long)blockIdx.x * ROWS;
@@ -284,15 +281,12 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const Q8_1 *bq, const Tens
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
         divmod64(mat, dst.ne[2], i3, i2);
-        const char *arow[ROWS];
-#pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            arow[r] = row_ptr(a, min(row0 + r, m - 1), i2 / r2, i3 / r3);
-        }
+        const char *arow[R];
+        mmv_rows<ROWS, GROUPS>(arow, a, a2, row0, i2, i3, r2, r3);
         const Q8_1 *y = bq + mat * NCOLS * nblocks;
-        float acc[ROWS][NCOLS];
+        float acc[R][NCOLS];
 #pragma unroll
-        for (int r = 0; r < ROWS; r++) {
+        for (int r = 0; r < R; r++) {
 #pragma unroll
             for (int c = 0; c < NCOLS; c++) {
                 acc[r][c] = 0.0f;
@@ -301,21 +295,21 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const Q8_1 *bq, const Tens
 #pragma unroll 2
         for (long long ib = warp * BLOCKS_PER_WARP + lane / LANES_PER_BLOCK; ib < nblocks;
              ib += BLOCKS_PER_WARP * MMV_WARPS) {
-            typename Q::Part part[ROWS];
+            typename Q::Part part[R];
 #pragma unroll
-            for (int r = 0; r < ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 part[r] = Q::load(arow[r] + ib * Q::block_bytes, w);
             }
 #pragma unroll
             for (int c = 0; c < NCOLS; c++) {
                 const Q8_1 &yb = y[c * nblocks + ib];
 #pragma unroll
-                for (int r = 0; r < ROWS; r++) {
+                for (int r = 0; r < R; r++) {
                     acc[r][c] += Q::dot(part[r], w, yb);
                 }
             }
         }
-        mmv_store<ROWS, NCOLS>(acc, shared, dst, row0, m, i2, i3);
+        mmv_store<ROWS, NCOLS, GROUPS>(acc, shared, dst, add, row0, m, i2, i3);
     }
 }
 
@@ -323,18 +317,46 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const Q8_1 *bq, const Tens
 // Entry points: one per weight type and column count (the column count is a template argument
 // so that the sums stay in registers).
 
-#define MUL_MAT_VEC_FLOAT_KERNEL(name, W, NCOLS)                                                                   \
-    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                  \
-        name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b,                            \
-             const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                 \
-        mul_mat_vec_float<W, NCOLS>(a, b, dst, r2, r3);                                                           \
+#define MUL_MAT_VEC_FLOAT_KERNEL(name, W, NCOLS)                                                                 \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
+        name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b, const __grid_constant__ TensorArg dst, \
+             const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
+        mmv_prefetch<MmvRows<NCOLS>::value>(a, dst, r2, r3, a.ne[0] * (16 / Vec16<W>::n));                       \
+        await_prior_kernel();                                                                                    \
+        mul_mat_vec_float<W, NCOLS, 1>(a, a, b, dst, add, r2, r3);                                               \
     }
 
-#define MUL_MAT_VEC_QUANT_KERNEL(name, Q, NCOLS)                                                                   \
-    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                  \
-        name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,           \
-             long long r2, long long r3) {                                                                         \
-        mul_mat_vec_quant<Q, NCOLS>(a, bq, dst, r2, r3);                                                          \
+// silu(a b) * (a2 b) for one column b: a SwiGLU feed-forward's gate and up projections.
+#define MUL_MAT_VEC_FLOAT_GLU_KERNEL(name, W)                                                                    \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
+        name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const __grid_constant__ TensorArg b, \
+             const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
+        mmv_prefetch<MmvRows<1>::value>(a, dst, r2, r3, a.ne[0] * (16 / Vec16<W>::n));                           \
+        mmv_prefetch<MmvRows<1>::value>(a2, dst, r2, r3, a.ne[0] * (16 / Vec16<W>::n));                          \
+        await_prior_kernel();                                                                                    \
+        const TensorArg none = {};                                                                               \
+        mul_mat_vec_float<W, 1, 2>(a, a2, b, dst, none, r2, r3);                                                 \
+    }
+
+#define MUL_MAT_VEC_QUANT_KERNEL(name, Q, NCOLS)                                                                 \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
+        name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,         \
+             const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
+        mmv_prefetch<MmvRows<NCOLS>::value>(a, dst, r2, r3, a.ne[0] / QK * Q::block_bytes);                      \
+        await_prior_kernel();                                                                                    \
+        mul_mat_vec_quant<Q, NCOLS, 1>(a, a, bq, dst, add, r2, r3);                                              \
+    }
+
+// silu(a b) * (a2 b) for one column b: a SwiGLU feed-forward's gate and up projections.
+#define MUL_MAT_VEC_QUANT_GLU_KERNEL(name, Q)                                                                    \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
+        name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const Q8_1 *bq,          \
+             const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
+        mmv_prefetch<MmvRows<1>::value>(a, dst, r2, r3, a.ne[0] / QK * Q::block_bytes);                          \
+        mmv_prefetch<MmvRows<1>::value>(a2, dst, r2, r3, a.ne[0] / QK * Q::block_bytes);                         \
+        await_prior_kernel();                                                                                    \
+        const TensorArg none = {};                                                                               \
+        mul_mat_vec_quant<Q, 1, 2>(a, a2, bq, dst, none, r2, r3);                                                \
     }
 
 MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f32_1, F32, 1)
@@ -401,3 +423,11 @@ MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_5, MmvQ5<true>, 5)
 MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_6, MmvQ5<true>, 6)
 MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_7, MmvQ5<true>, 7)
 MUL_MAT_VEC_QUANT_KERNEL(mul_mat_vec_q5_1_8, MmvQ5<true>, 8)
+MUL_MAT_VEC_FLOAT_GLU_KERNEL(mul_mat_vec_glu_f32, F32)
+MUL_MAT_VEC_FLOAT_GLU_KERNEL(mul_mat_vec_glu_f16, F16)
+MUL_MAT_VEC_FLOAT_GLU_KERNEL(mul_mat_vec_glu_bf16, BF16)
+MUL_MAT_VEC_QUANT_GLU_KERNEL(mul_mat_vec_glu_q8_0, MmvQ8_0)
+MUL_MAT_VEC_QUANT_GLU_KERNEL(mul_mat_vec_glu_q4_0, MmvQ4_0)
+MUL_MAT_VEC_QUANT_GLU_KERNEL(mul_mat_vec_glu_q4_1, MmvQ4_1)
+MUL_MAT_VEC_QUANT_GLU_KERNEL(mul_mat_vec_glu_q5_0, MmvQ5<false>)
+MUL_MAT_VEC_QUANT_GLU_KERNEL(mul_mat_vec_glu_q5_1, MmvQ5<true>)

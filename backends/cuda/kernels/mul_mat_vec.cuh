@@ -17,31 +17,82 @@ template <int NCOLS> struct MmvRows {
     static constexpr int value = NCOLS == 2 ? 2 : NCOLS <= 4 ? 4 : 8;
 };
 
+// The weight rows of a block: ROWS rows from row0 of `a`, then with GROUPS = 2 the same rows
+// of `a2`, of matrix (i2 / r2, i3 / r3). Rows past the end repeat the last one; their sums are
+// never stored.
+template <int ROWS, int GROUPS>
+__device__ __forceinline__ void mmv_rows(const char *(&arow)[GROUPS * ROWS], const TensorArg &a, const TensorArg &a2,
+                                         long long row0, long long i2, long long i3, long long r2, long long r3) {
+    const long long m = a.ne[1];
+#pragma unroll
+    for (int r = 0; r < GROUPS * ROWS; r++) {
+        arow[r] = row_ptr(r < ROWS ? a : a2, min(row0 + r % ROWS, m - 1), i2 / r2, i3 / r3);
+    }
+}
+
+// Asks L2 for the weight rows that this block reads first (those of matrix blockIdx.y), each
+// `row_bytes` long. Called before `await_prior_kernel`, so that the weights stream in while the
+// previous kernel finishes: a prefetch is a hint that changes nothing any kernel reads, so it
+// may run before that kernel's writes are visible.
+template <int ROWS>
+__device__ __forceinline__ void mmv_prefetch(const TensorArg &a, const TensorArg &dst, long long r2, long long r3,
+                                             long long row_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const long long row0 = (long long)blockIdx.x * ROWS;
+    const long long lines = (row_bytes + 127) / 128;
+    long long i3, i2;
+    divmod64(blockIdx.y, dst.ne[2], i3, i2);
+    for (long long t = threadIdx.x; t < ROWS * lines; t += blockDim.x) {
+        const long long r = row0 + t / lines;
+        if (r < a.ne[1] && i3 < dst.ne[3]) {
+            const char *line = row_ptr(a, r, i2 / r2, i3 / r3) + (t % lines) * 128;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+        }
+    }
+#endif
+}
+
 // Adds up each warp's sums of the block (already reduced within the warp) and stores the
-// block's ROWS x NCOLS results of matrix (i2, i3); rows at or past m are not stored.
-template <int ROWS, int NCOLS>
-__device__ __forceinline__ void mmv_store(float (&acc)[ROWS][NCOLS], float *shared, const TensorArg &dst,
-                                          long long row0, long long m, long long i2, long long i3) {
+// block's ROWS x NCOLS results of matrix (i2, i3); rows at or past m are not stored. With
+// GROUPS = 2 the block computed ROWS rows of two matrices, a gate and an up projection, and
+// stores silu(gate) * up (SwiGLU, rounded as the SILU and MUL nodes would be). Where
+// `add.data` is not 0, each result is stored plus the f32 value of `add` at its place (`add`
+// has dst's shape, with stride 0 along the dimensions it repeats): an ADD fused after the
+// product, rounded as the ADD node would be.
+template <int ROWS, int NCOLS, int GROUPS = 1>
+__device__ __forceinline__ void mmv_store(float (&acc)[GROUPS * ROWS][NCOLS], float *shared, const TensorArg &dst,
+                                          const TensorArg &add, long long row0, long long m, long long i2,
+                                          long long i3) {
+    constexpr int R = GROUPS * ROWS;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-    for (int r = 0; r < ROWS; r++) {
+    for (int r = 0; r < R; r++) {
 #pragma unroll
         for (int c = 0; c < NCOLS; c++) {
             const float sum = warp_sum(acc[r][c]);
             if (lane == 0) {
-                shared[(warp * ROWS + r) * NCOLS + c] = sum;
+                shared[(warp * R + r) * NCOLS + c] = sum;
             }
         }
     }
     __syncthreads();
     for (int t = threadIdx.x; t < ROWS * NCOLS; t += blockDim.x) {
         const int r = t / NCOLS, c = t % NCOLS;
-        float sum = 0.0f;
+        float sum = 0.0f, up = 0.0f;
 #pragma unroll
         for (int w = 0; w < MMV_WARPS; w++) {
-            sum += shared[(w * ROWS + r) * NCOLS + c];
+            sum += shared[(w * R + r) * NCOLS + c];
+            if (GROUPS == 2) {
+                up += shared[(w * R + ROWS + r) * NCOLS + c];
+            }
+        }
+        if (GROUPS == 2) {
+            sum = silu_f32(sum) * up;
         }
         if (row0 + r < m) {
+            if (add.data != 0) {
+                sum += *(const float *)(row_ptr(add, c, i2, i3) + (row0 + r) * add.nb[0]);
+            }
             *(float *)(row_ptr(dst, c, i2, i3) + (row0 + r) * dst.nb[0]) = sum;
         }
     }

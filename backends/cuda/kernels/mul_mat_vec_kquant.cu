@@ -301,12 +301,12 @@ struct MmvQ3_K {
     }
 };
 
-template <typename Q, int NCOLS>
-__device__ void mul_mat_vec_kquant(const TensorArg &a, const Q8_1 *bq, const TensorArg &dst, long long r2,
-                                   long long r3) {
-    constexpr int ROWS = MmvRows<NCOLS>::value, PER_WARP = 32 / KQ_LANES;
+template <typename Q, int NCOLS, int GROUPS>
+__device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, const Q8_1 *bq, const TensorArg &dst,
+                                   const TensorArg &add, long long r2, long long r3) {
+    constexpr int ROWS = MmvRows<NCOLS>::value, R = GROUPS * ROWS, PER_WARP = 32 / KQ_LANES;
     constexpr int UNROLL = KqLaunch<Q, NCOLS>::unroll;
-    __shared__ float shared[MMV_WARPS * ROWS * NCOLS];
+    __shared__ float shared[MMV_WARPS * R * NCOLS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t = lane % KQ_LANES;
     const long long m = a.ne[1];
     const long long row0 = (long long)blockIdx.x * ROWS;
@@ -315,16 +315,12 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const Q8_1 *bq, const Ten
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
         divmod64(mat, dst.ne[2], i3, i2);
-        const char *arow[ROWS];
-#pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            // Rows past the end repeat the last one; their sums are never stored.
-            arow[r] = row_ptr(a, min(row0 + r, m - 1), i2 / r2, i3 / r3);
-        }
+        const char *arow[R];
+        mmv_rows<ROWS, GROUPS>(arow, a, a2, row0, i2, i3, r2, r3);
         const Q8_1 *y = bq + mat * NCOLS * nq;
-        float acc[ROWS][NCOLS];
+        float acc[R][NCOLS];
 #pragma unroll
-        for (int r = 0; r < ROWS; r++) {
+        for (int r = 0; r < R; r++) {
 #pragma unroll
             for (int c = 0; c < NCOLS; c++) {
                 acc[r][c] = 0.0f;
@@ -332,29 +328,43 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const Q8_1 *bq, const Ten
         }
 #pragma unroll(UNROLL)
         for (long long ib = warp * PER_WARP + lane / KQ_LANES; ib < nsb; ib += PER_WARP * MMV_WARPS) {
-            typename Q::Part part[ROWS];
+            typename Q::Part part[R];
 #pragma unroll
-            for (int r = 0; r < ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 part[r] = Q::load(arow[r] + ib * Q::block_bytes, t);
             }
 #pragma unroll
             for (int c = 0; c < NCOLS; c++) {
                 const typename Q::Y yv = Q::load_y(y + c * nq + ib * (QK_K / QK), t);
 #pragma unroll
-                for (int r = 0; r < ROWS; r++) {
+                for (int r = 0; r < R; r++) {
                     acc[r][c] += Q::dot(part[r], yv);
                 }
             }
         }
-        mmv_store<ROWS, NCOLS>(acc, shared, dst, row0, m, i2, i3);
+        mmv_store<ROWS, NCOLS, GROUPS>(acc, shared, dst, add, row0, m, i2, i3);
     }
 }
 
-#define MUL_MAT_VEC_KQUANT_KERNEL(name, Q, NCOLS)                                                                  \
-    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, NCOLS>::min_blocks)                       \
-        name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,           \
-             long long r2, long long r3) {                                                                         \
-        mul_mat_vec_kquant<Q, NCOLS>(a, bq, dst, r2, r3);                                                         \
+#define MUL_MAT_VEC_KQUANT_KERNEL(name, Q, NCOLS)                                                                \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, NCOLS>::min_blocks)                 \
+        name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,         \
+             const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
+        mmv_prefetch<MmvRows<NCOLS>::value>(a, dst, r2, r3, a.ne[0] / QK_K * Q::block_bytes);                    \
+        await_prior_kernel();                                                                                    \
+        mul_mat_vec_kquant<Q, NCOLS, 1>(a, a, bq, dst, add, r2, r3);                                             \
+    }
+
+// silu(a b) * (a2 b) for one column b: a SwiGLU feed-forward's gate and up projections.
+#define MUL_MAT_VEC_KQUANT_GLU_KERNEL(name, Q)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, 1>::min_blocks)                     \
+        name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const Q8_1 *bq,          \
+             const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
+        mmv_prefetch<MmvRows<1>::value>(a, dst, r2, r3, a.ne[0] / QK_K * Q::block_bytes);                        \
+        mmv_prefetch<MmvRows<1>::value>(a2, dst, r2, r3, a.ne[0] / QK_K * Q::block_bytes);                       \
+        await_prior_kernel();                                                                                    \
+        const TensorArg none = {};                                                                               \
+        mul_mat_vec_kquant<Q, 1, 2>(a, a2, bq, dst, none, r2, r3);                                               \
     }
 
 MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q4_K_1, MmvKq45<false>, 1)
@@ -397,3 +407,8 @@ MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_5, MmvQ3_K, 5)
 MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_6, MmvQ3_K, 6)
 MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_7, MmvQ3_K, 7)
 MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q3_K_8, MmvQ3_K, 8)
+MUL_MAT_VEC_KQUANT_GLU_KERNEL(mul_mat_vec_glu_q4_K, MmvKq45<false>)
+MUL_MAT_VEC_KQUANT_GLU_KERNEL(mul_mat_vec_glu_q5_K, MmvKq45<true>)
+MUL_MAT_VEC_KQUANT_GLU_KERNEL(mul_mat_vec_glu_q6_K, MmvQ6_K)
+MUL_MAT_VEC_KQUANT_GLU_KERNEL(mul_mat_vec_glu_q2_K, MmvQ2_K)
+MUL_MAT_VEC_KQUANT_GLU_KERNEL(mul_mat_vec_glu_q3_K, MmvQ3_K)

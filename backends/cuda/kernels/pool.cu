@@ -47,6 +47,7 @@ __device__ void pool_2d(const TensorArg &src, const TensorArg &dst, int kind, lo
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, \
                                     int kind, long long k0, long long k1, long long s0, long long s1,            \
                                     long long p0, long long p1) {                                                \
+        await_prior_kernel();                                                                                    \
         pool_2d<S>(src, dst, kind, k0, k1, s0, s1, p0, p1);                                                      \
     }
 

@@ -54,6 +54,7 @@ __device__ void rope(const TensorArg &src, const TensorArg &pos, const TensorArg
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg pos, \
                                     const __grid_constant__ TensorArg dst, long long n_dims, int mode,           \
                                     float freq_base, float freq_scale) {                                         \
+        await_prior_kernel();                                                                                    \
         rope<T>(src, pos, dst, n_dims, mode, freq_base, freq_scale);                                             \
     }
 

@@ -204,25 +204,30 @@ __device__ void diag_mask_inf(const TensorArg &src, const TensorArg &dst, long l
 #define SUM_ROWS_KERNEL(name, S, D)                                                                              \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, \
                                     int mean) {                                                                  \
+        await_prior_kernel();                                                                                    \
         sum_rows<S, D>(src, dst, mean);                                                                          \
     }
 #define ARGMAX_KERNEL(name, S)                                                                                   \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst) { \
+        await_prior_kernel();                                                                                    \
         argmax<S>(src, dst);                                                                                     \
     }
 #define SOFT_MAX_KERNEL(name, T, M)                                                                              \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg mask, \
                                     const __grid_constant__ TensorArg dst, float scale, int has_mask) {          \
+        await_prior_kernel();                                                                                    \
         soft_max<T, M>(src, mask, dst, scale, has_mask);                                                         \
     }
 #define NORM_KERNEL(name, T)                                                                                     \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, \
                                     float eps, int rms) {                                                        \
+        await_prior_kernel();                                                                                    \
         norm<T>(src, dst, eps, rms);                                                                             \
     }
 #define DIAG_MASK_INF_KERNEL(name, T)                                                                            \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, \
                                     long long n_past) {                                                          \
+        await_prior_kernel();                                                                                    \
         diag_mask_inf<T>(src, dst, n_past);                                                                      \
     }
 

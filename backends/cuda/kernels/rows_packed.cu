@@ -272,6 +272,7 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
     extern "C" __global__ void PACKED_BOUNDS(GROUP)                                                              \
         name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg mask,                      \
              const __grid_constant__ TensorArg dst, float scale, int has_mask) {                                 \
+        await_prior_kernel();                                                                                    \
         soft_max_packed<GROUP, V4, M>(src, mask, dst, scale, has_mask);                                          \
     }
 // The norms hold a weight and bias pointer more: 768 threads per SM (at most 80 registers)
@@ -279,9 +280,10 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
 #define NORM_BOUNDS(GROUP) __launch_bounds__(PackedBlock<GROUP>::value, 768 / PackedBlock<GROUP>::value)
 #define NORM_PACKED_KERNEL(name, GROUP, V4)                                                                      \
     extern "C" __global__ void NORM_BOUNDS(GROUP)                                                                \
-        name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, float eps, int rms,    \
-             const __grid_constant__ TensorArg w, const __grid_constant__ TensorArg b, int affine,                \
-             const __grid_constant__ TensorArg r, int residual) {                                                 \
+        name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, float eps, int rms,   \
+             const __grid_constant__ TensorArg w, const __grid_constant__ TensorArg b, int affine,               \
+             const __grid_constant__ TensorArg r, int residual) {                                                \
+        await_prior_kernel();                                                                                    \
         norm_packed<GROUP, V4>(src, dst, eps, rms, w, b, affine, r, residual);                                   \
     }
 

@@ -148,10 +148,21 @@ impl CudaBackend {
             message: format!("node range {nodes:?} is outside the graph's {} nodes", graph.nodes().len()),
         })?;
         self.bind()?;
+        self.scratch.start_run();
+        let launched = self.launch_run(graph, ids, consumers);
+        self.scratch.end_run();
+        launched
+    }
+
+    /// Queues `ids` as [`CudaBackend::launch_nodes`] does, inside a scratch run: every node's
+    /// result is reported as written, so that an operand quantized for one product is reused
+    /// by the next only while its memory is unchanged.
+    fn launch_run(&mut self, graph: &Graph, ids: &[TensorId], consumers: Option<&[u32]>) -> Result<()> {
         let mut i = 0;
         while i < ids.len() {
             if split::mul_mat::is_split_mul_mat(graph, ids[i]) {
                 self.launch_split_mul_mat(graph, ids[i])?;
+                self.written(graph, &ids[i..=i])?;
                 i += 1;
                 continue;
             }
@@ -163,6 +174,7 @@ impl CudaBackend {
                         let ne = graph.tensor(ids[i])?.ne();
                         profile.end(ctx, &self.stream, format!("{} {ne:?}", f.name()), start)?;
                     }
+                    self.written(graph, &ids[i..i + f.len()])?;
                     i += f.len();
                     continue;
                 }
@@ -174,8 +186,19 @@ impl CudaBackend {
                 if let (Some(profile), Some(start)) = (self.profile.as_mut(), start) {
                     profile.end(ctx, &self.stream, profile::label(op, dst, &srcs), start)?;
                 }
+                self.scratch.written(dst);
             }
             i += 1;
+        }
+        Ok(())
+    }
+
+    /// Reports the results of nodes `ids`, just queued, to the scratch run.
+    fn written(&mut self, graph: &Graph, ids: &[TensorId]) -> Result<()> {
+        for &id in ids {
+            if let Some((_, dst, _)) = self.operands(graph, id)? {
+                self.scratch.written(dst);
+            }
         }
         Ok(())
     }
@@ -200,6 +223,7 @@ impl CudaBackend {
         let (first, last) = match f {
             Fusion::NormAffine { residual, norm, last, .. } => (residual.unwrap_or(norm), last),
             Fusion::MulMatBias { mul_mat, last, .. } => (mul_mat, last),
+            Fusion::SwiGlu { gate, last, .. } => (gate, last),
         };
         // Every node must run here, as it would one by one.
         if !self.device.supports_op(graph, first) || !self.device.supports_op(graph, last) {
@@ -226,6 +250,14 @@ impl CudaBackend {
                 let Some(src1) = t.src(1) else { return Ok(false) };
                 let (a, b, bias) = (operand(src0)?, operand(src1)?, operand(bias)?);
                 kernels::launch_mul_mat_bias(&self.kernels, &self.stream, &mut self.scratch, a, b, dst, bias)
+            }
+            Fusion::SwiGlu { up, .. } => {
+                let (Some(src1), Some(up_weight)) = (t.src(1), graph.tensor(up)?.src(0)) else { return Ok(false) };
+                if !self.device.supports_op(graph, up) {
+                    return Ok(false);
+                }
+                let (gate, up, b) = (operand(src0)?, operand(up_weight)?, operand(src1)?);
+                kernels::launch_swiglu(&self.kernels, &self.stream, &mut self.scratch, gate, up, b, dst)
             }
         }
     }

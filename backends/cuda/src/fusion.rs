@@ -3,7 +3,7 @@
 //! gives the bits of the nodes one after another; where the kernel does not take the operands,
 //! the nodes run one by one.
 
-use tessera_core::{BinaryOp, Graph, Op, TensorId};
+use tessera_core::{BinaryOp, Graph, Op, TensorId, UnaryOp};
 
 /// A fusable run of nodes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,6 +23,9 @@ pub(crate) enum Fusion {
     },
     /// MUL_MAT, then ADD of a bias row to its result: a linear layer. `last` is the ADD.
     MulMatBias { mul_mat: TensorId, bias: TensorId, last: TensorId },
+    /// A SwiGLU feed-forward's first half: MUL_MAT (gate), SILU of it, MUL_MAT (up) of the same
+    /// activation, then MUL of the two (`last`).
+    SwiGlu { gate: TensorId, up: TensorId, last: TensorId },
 }
 
 impl Fusion {
@@ -34,6 +37,7 @@ impl Fusion {
             Fusion::NormAffine { residual: Some(_), rms: true, .. } => "ADD+RMS_NORM+MUL(+ADD) (fused)",
             Fusion::NormAffine { residual: None, rms: true, .. } => "RMS_NORM+MUL(+ADD) (fused)",
             Fusion::MulMatBias { .. } => "MUL_MAT+ADD (fused)",
+            Fusion::SwiGlu { .. } => "MUL_MAT+SILU+MUL_MAT+MUL (fused)",
         }
     }
 
@@ -44,6 +48,7 @@ impl Fusion {
                 2 + usize::from(bias.is_some()) + usize::from(residual.is_some())
             }
             Fusion::MulMatBias { .. } => 2,
+            Fusion::SwiGlu { .. } => 4,
         }
     }
 }
@@ -75,9 +80,10 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
         Op::MulMat => {
             let add = graph.tensor(second).ok()?;
             let adds = add.op() == Op::Binary(BinaryOp::Add) && add.src(0) == Some(first) && read_once(first);
-            return adds
-                .then(|| Some(Fusion::MulMatBias { mul_mat: first, bias: add.src(1)?, last: second }))
-                .flatten();
+            if adds {
+                return Some(Fusion::MulMatBias { mul_mat: first, bias: add.src(1)?, last: second });
+            }
+            return swiglu(graph, ids, consumers);
         }
         _ => return None,
     };
@@ -93,6 +99,32 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
     });
     let last = bias.map_or(second, |(third, _)| third);
     Some(Fusion::NormAffine { residual: None, norm: first, weight, bias: bias.map(|(_, b)| b), last, eps, rms })
+}
+
+/// MUL_MAT (gate), SILU of it, MUL_MAT (up) of the same activation by weights of the gate's
+/// type and shape, MUL of the SILU and the up product in either order: `ids[0..4]`, the up
+/// product first or third, with the intermediate results read by the next of these nodes only.
+fn swiglu(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option<Fusion> {
+    let &[n0, n1, n2, mul, ..] = ids else { return None };
+    let node = |id: TensorId| graph.tensor(id).ok();
+    let is_silu = |id: TensorId| node(id).is_some_and(|t| t.op() == Op::Unary(UnaryOp::Silu));
+    let (gate, silu, up) = if is_silu(n1) { (n0, n1, n2) } else { (n1, n2, n0) };
+    let read_once = |id: TensorId| consumers.get(id.index()) == Some(&1);
+    let (g, s, u, m) = (node(gate)?, node(silu)?, node(up)?, node(mul)?);
+    let weights_alike = |a: Option<TensorId>, b: Option<TensorId>| -> Option<bool> {
+        let (a, b) = (node(a?)?, node(b?)?);
+        Some(a.dtype() == b.dtype() && a.ne() == b.ne())
+    };
+    let fused = g.op() == Op::MulMat
+        && s.op() == Op::Unary(UnaryOp::Silu)
+        && s.src(0) == Some(gate)
+        && u.op() == Op::MulMat
+        && u.src(1) == g.src(1)
+        && weights_alike(g.src(0), u.src(0))?
+        && m.op() == Op::Binary(BinaryOp::Mul)
+        && matches!((m.src(0), m.src(1)), (Some(a), Some(b)) if (a, b) == (silu, up) || (a, b) == (up, silu))
+        && [gate, silu, up].into_iter().all(read_once);
+    fused.then_some(Fusion::SwiGlu { gate, up, last: mul })
 }
 
 #[cfg(test)]
@@ -183,6 +215,37 @@ mod tests {
         assert_eq!(find(&g, &ids, &c), Some(Fusion::MulMatBias { mul_mat: ids[0], bias: b, last: ids[1] }));
         c[ids[0].index()] += 1; // the product is read elsewhere too
         assert_eq!(find(&g, &ids, &c), None);
+    }
+
+    #[test]
+    fn a_swiglu_feed_forward_fuses_its_two_products() {
+        let build = |up_type: DType, swap: bool| {
+            let mut g = Graph::new();
+            let wg = g.new_tensor(DType::Q4_0, &[64, 16]).unwrap();
+            let wu = g.new_tensor(up_type, &[64, 16]).unwrap();
+            let x = g.new_tensor(DType::F32, &[64, 1]).unwrap();
+            let gate = g.mul_mat(wg, x).unwrap();
+            let silu = g.silu(gate).unwrap();
+            let up = g.mul_mat(wu, x).unwrap();
+            let out = if swap { g.mul(up, silu).unwrap() } else { g.mul(silu, up).unwrap() };
+            g.build_forward(out).unwrap();
+            let ids = g.nodes().to_vec();
+            (g, ids)
+        };
+        for swap in [false, true] {
+            let (g, ids) = build(DType::Q4_0, swap);
+            // Built from the MUL's sources in order: the up product is the first node or the third.
+            let (gate, silu, up) = if swap { (ids[1], ids[2], ids[0]) } else { (ids[0], ids[1], ids[2]) };
+            let f = find(&g, &ids, &counts(&g)).unwrap();
+            assert_eq!((f, f.len()), (Fusion::SwiGlu { gate, up, last: ids[3] }, 4));
+            // The SILU read elsewhere too: nothing.
+            let mut c = counts(&g);
+            c[silu.index()] += 1;
+            assert_eq!(find(&g, &ids, &c), None);
+        }
+        // Weights of two types: nothing.
+        let (g, ids) = build(DType::Q8_0, false);
+        assert_eq!(find(&g, &ids, &counts(&g)), None);
     }
 
     #[test]

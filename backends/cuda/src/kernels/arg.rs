@@ -32,6 +32,9 @@ fn to_i64(v: usize) -> i64 {
 }
 
 impl TensorArg {
+    /// No tensor: address 0, which kernels taking an optional operand read as absent.
+    pub const NONE: TensorArg = TensorArg { data: 0, ne: [0; 4], nb: [0; 4] };
+
     /// The tensor of `view` whose first value is at device address `data`.
     pub fn new(data: u64, view: &TensorView) -> TensorArg {
         TensorArg::from_parts(data, view.ne, view.nb)

@@ -3,9 +3,10 @@
 //! Every node reaching here passed `validate`, which guarantees the kernel exists for its
 //! types and that its shapes and strides are what the kernel addresses.
 
+use std::ffi::c_void;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, CudaFunction, CudaStream, DriverError, LaunchConfig};
 use tessera_core::{BinaryOp, DType, Op, PoolKind, Result, RopeMode, UnaryOp};
 
 use super::arg::TensorArg;
@@ -15,25 +16,65 @@ use super::{backend_error, mul_mat, names, Kernels, Operand, Scratch};
 /// Most blocks of a grid; kernels stride over the rest.
 const MAX_BLOCKS: i64 = 1 << 16;
 
+/// Blocks that keep every multiprocessor of a large GPU busy (132 on an H100, two each).
+const FILL_BLOCKS: i64 = 264;
+
 /// Launches kernel `$name` with arguments `$arg` (references to values whose types match the
 /// kernel's parameters one to one: `TensorArg`, `i32` for `int`, `i64` for `long long`, `f32`
 /// for `float`, `u64` for a pointer).
 macro_rules! launch_kernel {
     ($kernels:expr, $stream:expr, $name:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
         let name: &str = $name;
-        let function = $kernels.get(name)?;
-        let mut builder = $stream.launch_builder(function);
-        $( builder.arg($arg); )+
+        let kernels: &$crate::kernels::Kernels = $kernels;
+        let function = kernels.get(name)?;
+        let mut args = [$( ($arg) as *const _ as *mut ::std::ffi::c_void ),+];
         // SAFETY: the arguments match the parameters of kernel `name` in kernels/*.cu in number,
         // order and type (see each call), and every tensor they describe was validated: its
         // shape and strides are what the kernel addresses, inside memory the caller of `launch`
-        // vouched for.
-        unsafe { builder.launch($cfg) }
-            .map(|_| ())
+        // vouched for. The values `args` points to outlive the call, which copies them.
+        unsafe { $crate::kernels::launch::launch_raw(kernels, $stream, function, $cfg, &mut args) }
             .map_err(|e| $crate::kernels::backend_error(&format!("launching {name} failed: {e}")))
     }};
 }
 pub(crate) use launch_kernel;
+
+/// Queues `function` on `stream` with `args`, pointers to its parameters in order. Where the
+/// kernels wait for the previous kernel themselves (`Kernels::overlap`), the launch allows it
+/// to begin before that kernel ends (programmatic stream serialization).
+///
+/// # Safety
+/// `args` must match the kernel's parameters in number, order and type, and the memory they
+/// address must be valid for what the kernel does with it.
+pub(crate) unsafe fn launch_raw(
+    kernels: &Kernels,
+    stream: &CudaStream,
+    function: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &mut [*mut c_void],
+) -> std::result::Result<(), DriverError> {
+    let mut overlap = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        // SAFETY: the attribute's value is a plain integer inside a union of plain data.
+        value: unsafe { std::mem::zeroed() },
+    };
+    overlap.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut overlap,
+        numAttrs: u32::from(kernels.overlap),
+    };
+    // SAFETY: `config` and the attribute it points to live through the call; the function is a
+    // loaded kernel of `stream`'s context; the arguments are the caller's promise.
+    unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()
+}
 
 /// Threads of a FLASH_ATTN block of 16 query rows (`FA_THREADS` in flash_attn.cu), and of
 /// one query row (`FA_DECODE_THREADS`), and query rows per block beyond one.
@@ -51,15 +92,15 @@ fn blocks(n: i64) -> u32 {
 }
 
 /// Element-wise kernels: 256 threads, `x` along dimension 0 (the power of two from 32 to 256
-/// closest above `ne0`), `y` along rows; one grid row per `y` rows, at most 65536 blocks.
+/// closest above `ne0`), `y` along rows; one grid row per `y` rows, at most 65536 blocks. Where
+/// that makes fewer than [`FILL_BLOCKS`] blocks, grid `y` splits dimension 0 too (a decoded
+/// token's activations are one row of thousands of values).
 pub(crate) fn elementwise_config(ne0: i64, nrows: i64) -> LaunchConfig {
     let bx = (ne0.clamp(1, 256) as u32).next_power_of_two().max(32);
     let by = 256 / bx;
-    LaunchConfig {
-        grid_dim: (blocks(div_ceil(nrows, i64::from(by))), 1, 1),
-        block_dim: (bx, by, 1),
-        shared_mem_bytes: 0,
-    }
+    let grid_x = blocks(div_ceil(nrows, i64::from(by)));
+    let pieces = div_ceil(ne0, i64::from(bx)).min(div_ceil(FILL_BLOCKS, i64::from(grid_x))).clamp(1, 65535);
+    LaunchConfig { grid_dim: (grid_x, pieces as u32, 1), block_dim: (bx, by, 1), shared_mem_bytes: 0 }
 }
 
 /// Row reductions: one block per row (the power of two from 32 to 512 closest above `ne0`
@@ -477,6 +518,11 @@ mod tests {
         assert_eq!((c.block_dim, c.grid_dim), ((32, 8, 1), (8, 1, 1)));
         let c = elementwise_config(129, 3);
         assert_eq!((c.block_dim, c.grid_dim), ((256, 1, 1), (3, 1, 1)));
+        // One long row is split along dimension 0.
+        let c = elementwise_config(5632, 1);
+        assert_eq!((c.block_dim, c.grid_dim), ((256, 1, 1), (1, 22, 1)));
+        let c = elementwise_config(1 << 20, 2);
+        assert_eq!((c.block_dim, c.grid_dim), ((256, 1, 1), (2, 132, 1)));
         let c = elementwise_config(4096, 1 << 40);
         assert_eq!((c.block_dim, c.grid_dim), ((256, 1, 1), (65536, 1, 1)));
         let c = elementwise_config(0, 0);

@@ -38,8 +38,10 @@
 //!   boundary: each row loaded once into registers by 16-byte loads, a warp per row up to 1024
 //!   values, a block per row beyond, sums in f32;
 //! - MUL_MAT: up to 8 columns by matrix-vector kernels that read the weights once for all
-//!   columns (float weights times f32 activations in place; q8_0/q4_0 weights with dp4a against
-//!   activations quantized once to 8 bits); more columns by cuBLAS (`cublasGemmEx` and its
+//!   columns (float weights times f32 activations in place; quantized weights with dp4a against
+//!   activations quantized once to 8 bits, once per run for all products of one activation),
+//!   optionally adding a fused ADD's operand as they store, or computing a gate and an up
+//!   projection and storing silu(gate) * up; more columns by cuBLAS (`cublasGemmEx` and its
 //!   batched forms, f32 accumulation) for f32 weights (true f32), f16 and bf16 weights
 //!   (activations converted to the weight type), and q8_0/q4_0 weights (dequantized to f16 in
 //!   scratch).
@@ -80,6 +82,10 @@ pub(crate) fn backend_error(message: &str) -> Error {
 /// Every kernel of every embedded fatbin, loaded into one CUDA context.
 pub struct Kernels {
     functions: HashMap<&'static str, CudaFunction>,
+    /// Whether launches let each kernel begin before the previous one ends: on compute
+    /// capability 9.0 and later, where every kernel waits for its predecessor itself
+    /// (`await_prior_kernel` in common.cuh). `TESSERA_CUDA_OVERLAP=0` turns it off.
+    overlap: bool,
 }
 
 impl Kernels {
@@ -100,7 +106,11 @@ impl Kernels {
                 functions.insert(name, function);
             }
         }
-        Ok(Kernels { functions })
+        let major = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .map_err(|e| backend_error(&format!("reading the compute capability failed: {e}")))?;
+        let allowed = std::env::var("TESSERA_CUDA_OVERLAP").map_or(true, |v| v.trim() != "0");
+        Ok(Kernels { functions, overlap: major >= 9 && allowed })
     }
 
     pub(crate) fn get(&self, name: &str) -> Result<&CudaFunction> {
@@ -135,11 +145,13 @@ pub fn scratch_bytes(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> usize {
     }
 }
 
-/// Queues MUL_MAT of `a` and `b` followed by the ADD of the row `bias` (f32, one value per
-/// row of the result) as one product with a bias epilogue, into `dst`. `Ok(false)` (nothing
-/// queued) where the product is not one GEMM (the nodes then run one by one). The results
-/// differ from the two nodes' by the rounding of a different summation order at most. The
-/// addresses are as for [`launch`].
+/// Queues MUL_MAT of `a` and `b` followed by the ADD of `bias` as one kernel, into `dst`: a
+/// product of up to 8 columns adds any f32 `bias` of the result's shape or repeated along some
+/// of its dimensions (a bias row, a residual connection) as it stores; a GEMM adds an f32 row
+/// (one value per row of the result) in its cuBLASLt epilogue. `Ok(false)` (nothing queued)
+/// where neither applies (the nodes then run one by one). The results differ from the two
+/// nodes' by the rounding of a different summation order at most (not at all for the
+/// matrix-vector kernels). The addresses are as for [`launch`].
 pub fn launch_mul_mat_bias(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
@@ -160,6 +172,27 @@ pub fn launch_mul_mat_bias(
     }
     stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
     mul_mat::launch_with_bias(kernels, stream, scratch, a, b, dst, bias)
+}
+
+/// Queues the products of `gate` and `up` with `b` (one column), then silu(gate product) *
+/// (up product), into `dst` as one kernel: a SwiGLU feed-forward's MUL_MAT, SILU, MUL_MAT and
+/// MUL nodes, with the bits of the nodes one after another. `Ok(false)` (nothing queued) where
+/// the products are not matrix-vector products of weights of one type and shape; the nodes
+/// then run one by one. The addresses are as for [`launch`].
+pub fn launch_swiglu(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    gate: Operand,
+    up: Operand,
+    b: Operand,
+    dst: Operand,
+) -> Result<bool> {
+    if dst.0.nelements() == 0 || gate.0.ne[0] == 0 {
+        return Ok(false);
+    }
+    stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
+    mul_mat::launch_swiglu(kernels, stream, scratch, gate, up, b, dst)
 }
 
 /// Queues a layer norm as one kernel: NORM (or RMS_NORM when `rms`) of `src` (plus

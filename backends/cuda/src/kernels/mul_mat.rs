@@ -23,13 +23,14 @@ use std::ffi::{c_int, c_longlong, c_void};
 use std::sync::Arc;
 
 use cudarc::cublas::sys::{self as cublas_sys, cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use cudarc::driver::{CudaStream, PushKernelArg};
-use tessera_core::{DType, Result};
+use cudarc::driver::CudaStream;
+use tessera_core::{DType, Op, Result};
 
 use super::arg::TensorArg;
 use super::gemm_lt::{matmul_bias, BiasGemm};
 use super::launch::{copy, div_ceil, elementwise_config, launch_kernel, rows_16_byte_aligned};
 use super::scratch::tf32;
+use super::validate::{validate, Node};
 use super::{backend_error, names, Kernels, Operand, Scratch};
 
 /// Largest `N` the matrix-vector kernels take.
@@ -252,34 +253,17 @@ pub(crate) fn launch(
             // fill_f32(TensorArg dst, float value)
             launch_kernel!(kernels, stream, names::FILL_F32, cfg, &d, &zero)
         }
-        Path::MatVec { quantize_b } => {
-            let name = names::mul_mat_vec(at, n as usize).ok_or_else(|| backend_error("no matrix-vector kernel"))?;
-            let nmat = (b2 * b3).clamp(1, 65535) as u32;
-            let block_dim = (32 * MMV_WARPS as u32, 1, 1);
-            let cfg = cudarc::driver::LaunchConfig {
-                grid_dim: (
-                    u32::try_from(div_ceil(m, mmv_rows(n))).map_err(|_| backend_error("too many rows"))?,
-                    nmat,
-                    1,
-                ),
-                block_dim,
-                shared_mem_bytes: 0,
-            };
-            if !quantize_b {
-                // mul_mat_vec_<type>_<n>(TensorArg a, TensorArg b, TensorArg dst, long long r2,
-                //                        long long r3)
-                return launch_kernel!(kernels, stream, name, cfg, &a, &b, &d, &r2, &r3);
-            }
-            let bq = scratch.reserve(p.scratch_bytes)?;
-            let blocks = u32::try_from(div_ceil(k / 32, MMV_WARPS)).map_err(|_| backend_error("too many blocks"))?;
-            let qcfg =
-                cudarc::driver::LaunchConfig { grid_dim: (blocks, n as u32, nmat), block_dim, shared_mem_bytes: 0 };
-            // quantize_q8_1(TensorArg b, Q8_1 *out)
-            launch_kernel!(kernels, stream, names::QUANTIZE_Q8_1, qcfg, &b, &bq)?;
-            // mul_mat_vec_<type>_<n>(TensorArg a, const Q8_1 *bq, TensorArg dst, long long r2,
-            //                        long long r3)
-            launch_kernel!(kernels, stream, name, cfg, &a, &bq, &d, &r2, &r3)
-        }
+        Path::MatVec { quantize_b } => mat_vec(
+            kernels,
+            stream,
+            scratch,
+            quantize_b,
+            p.scratch_bytes,
+            (a, at),
+            b,
+            d,
+            Epilogue::Add(&TensorArg::NONE),
+        ),
         Path::Gemm { gemm, batch, .. } => {
             let (ga, gb, base) = gemm_operands(kernels, stream, scratch, &p, (a, at), b)?;
             let es = gemm.block_bytes() as i64;
@@ -317,6 +301,124 @@ pub(crate) fn launch(
             }
         }
     }
+}
+
+/// What a matrix-vector kernel does besides its product.
+#[derive(Clone, Copy)]
+enum Epilogue<'a> {
+    /// Adds `add` to the results where its address is not 0 ([`addend`]).
+    Add(&'a TensorArg),
+    /// Computes the same rows of a second matrix `up` (of `a`'s shape) too, and stores
+    /// silu(product of a) * (product of up): a SwiGLU feed-forward's gate and up projections.
+    Glu(&'a TensorArg),
+}
+
+/// Queues the matrix-vector kernel of `a` and `b` into `d` (quantizing `b` into scratch first
+/// when `quantize_b`, unless this run did already), with `epilogue`.
+#[allow(clippy::too_many_arguments)]
+fn mat_vec(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    quantize_b: bool,
+    scratch_bytes: usize,
+    (a, at): Operand,
+    b: TensorArg,
+    d: TensorArg,
+    epilogue: Epilogue<'_>,
+) -> Result<()> {
+    let [k, m, _, _] = a.ne;
+    let [_, n, b2, b3] = b.ne;
+    let (r2, r3) = (b2 / a.ne[2], b3 / a.ne[3]);
+    let name = match epilogue {
+        Epilogue::Add(_) => names::mul_mat_vec(at, n as usize),
+        Epilogue::Glu(_) => names::mul_mat_vec_glu(at).filter(|_| n == 1),
+    };
+    let name = name.ok_or_else(|| backend_error("no matrix-vector kernel"))?;
+    let nmat = (b2 * b3).clamp(1, 65535) as u32;
+    let block_dim = (32 * MMV_WARPS as u32, 1, 1);
+    let cfg = cudarc::driver::LaunchConfig {
+        grid_dim: (u32::try_from(div_ceil(m, mmv_rows(n))).map_err(|_| backend_error("too many rows"))?, nmat, 1),
+        block_dim,
+        shared_mem_bytes: 0,
+    };
+    let bq = if quantize_b {
+        Some(match scratch.quantized(&b) {
+            Some(bq) => bq,
+            None => {
+                let bq = scratch.reserve(scratch_bytes)?;
+                let blocks =
+                    u32::try_from(div_ceil(k / 32, MMV_WARPS)).map_err(|_| backend_error("too many blocks"))?;
+                let qcfg =
+                    cudarc::driver::LaunchConfig { grid_dim: (blocks, n as u32, nmat), block_dim, shared_mem_bytes: 0 };
+                // quantize_q8_1(TensorArg b, Q8_1 *out)
+                launch_kernel!(kernels, stream, names::QUANTIZE_Q8_1, qcfg, &b, &bq)?;
+                scratch.set_quantized(b);
+                bq
+            }
+        })
+    } else {
+        None
+    };
+    // mul_mat_vec_<type>_<n>(TensorArg a, TensorArg b | const Q8_1 *bq, TensorArg dst, TensorArg add,
+    //                        long long r2, long long r3)
+    // mul_mat_vec_glu_<type>(TensorArg gate, TensorArg up, TensorArg b | const Q8_1 *bq, TensorArg dst,
+    //                        long long r2, long long r3)
+    match (epilogue, bq) {
+        (Epilogue::Add(add), None) => launch_kernel!(kernels, stream, name, cfg, &a, &b, &d, add, &r2, &r3),
+        (Epilogue::Add(add), Some(bq)) => launch_kernel!(kernels, stream, name, cfg, &a, &bq, &d, add, &r2, &r3),
+        (Epilogue::Glu(up), None) => launch_kernel!(kernels, stream, name, cfg, &a, up, &b, &d, &r2, &r3),
+        (Epilogue::Glu(up), Some(bq)) => launch_kernel!(kernels, stream, name, cfg, &a, up, &bq, &d, &r2, &r3),
+    }
+}
+
+/// Queues the products of `gate` and `up` (weights of one type and shape) with the one column
+/// `b`, and silu(gate product) * (up product) into `dst`, as one matrix-vector kernel.
+/// `Ok(false)` (nothing queued) where the products are not such (the nodes then run one by
+/// one). The products are validated here.
+pub(crate) fn launch_swiglu(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    gate: Operand,
+    up: Operand,
+    b: Operand,
+    dst: Operand,
+) -> Result<bool> {
+    let same_weights = gate.1 == up.1 && gate.0.ne == up.0.ne;
+    let valid = |a: Operand| validate(&Node { op: Op::MulMat, dst, srcs: &[Some(a), Some(b)] }).is_ok();
+    if !same_weights || b.0.ne[1] != 1 || names::mul_mat_vec_glu(gate.1).is_none() || !valid(gate) || !valid(up) {
+        return Ok(false);
+    }
+    // The kernel writes while it reads: the result may not lie on an operand.
+    if [gate, up, b].into_iter().any(|s| TensorArg::overlap(dst, s)) {
+        return Ok(false);
+    }
+    let p = plan(gate, b, dst);
+    let Path::MatVec { quantize_b } = p.path else { return Ok(false) };
+    mat_vec(kernels, stream, scratch, quantize_b, p.scratch_bytes, gate, b.0, dst.0, Epilogue::Glu(&up.0))?;
+    Ok(true)
+}
+
+/// `add` (an ADD's second source) as the mat-vec kernels' epilogue takes it: f32 and 4-byte
+/// aligned, of `dst`'s shape with stride 0 along the dimensions it repeats, lying exactly on
+/// `dst` or apart from it (each value is read before it is written, by the same thread).
+/// `None` where it is not such a tensor.
+fn addend((add, at): Operand, dst: TensorArg) -> Option<TensorArg> {
+    if at != DType::F32 || add.data % 4 != 0 {
+        return None;
+    }
+    let mut nb = [0i64; 4];
+    for (d, stride) in nb.iter_mut().enumerate() {
+        *stride = match add.ne[d] {
+            n if n == dst.ne[d] => add.nb[d],
+            1 => 0,
+            _ => return None,
+        };
+    }
+    let add = TensorArg { data: add.data, ne: dst.ne, nb };
+    let apart = add == dst || !TensorArg::overlap((add, DType::F32), (dst, DType::F32));
+    apart.then_some(add)
 }
 
 /// The operands of plan `p`'s GEMM: `a` and `b` as they are, or converted (queued) into the
@@ -363,9 +465,10 @@ fn gemm_operands(
     Ok((ga, gb, base))
 }
 
-/// Queues a validated MUL_MAT followed by the ADD of `bias` (f32, one value per row of the
-/// result, packed) as one cuBLASLt product with a bias epilogue, writing `dst`. `Ok(false)`
-/// (nothing queued) where the plan is not a single or folded GEMM.
+/// Queues a validated MUL_MAT followed by the ADD of `bias` as one kernel writing `dst`: the
+/// matrix-vector kernel with `bias` as its addend ([`addend`]), or a cuBLASLt product with a
+/// bias epilogue (`bias` f32, one value per row of the result, packed). `Ok(false)` (nothing
+/// queued) where the plan is neither or `bias` does not fit it.
 pub(crate) fn launch_with_bias(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
@@ -376,6 +479,11 @@ pub(crate) fn launch_with_bias(
     bias: Operand,
 ) -> Result<bool> {
     let p = plan(a, b, dst);
+    if let Path::MatVec { quantize_b } = p.path {
+        let Some(add) = addend(bias, dst.0) else { return Ok(false) };
+        mat_vec(kernels, stream, scratch, quantize_b, p.scratch_bytes, a, b.0, dst.0, Epilogue::Add(&add))?;
+        return Ok(true);
+    }
     let Path::Gemm { gemm, batch, .. } = p.path else { return Ok(false) };
     let (m, k) = (a.0.ne[1], a.0.ne[0]);
     let bias_fits = bias.1 == DType::F32 && bias.0.ne == [m, 1, 1, 1] && bias.0.data % 16 == 0;

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use cudarc::cublas::{sys as cublas_sys, CudaBlas};
 use cudarc::cublaslt::sys as lt_sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use tessera_core::{Error, Result};
+use tessera_core::{DType, Error, Result};
 
-use super::backend_error;
+use super::{backend_error, TensorArg};
 
 /// Scratch memory grows in steps of this many bytes.
 const GRANULE: usize = 1 << 20;
@@ -35,6 +35,10 @@ pub struct Scratch {
     /// The stream's cuBLASLt handle (products with epilogues), sharing cuBLAS's work memory:
     /// both only run in this stream's order.
     blas_lt: Option<LtHandle>,
+    /// While a run of nodes is queued ([`Scratch::start_run`]): the matrix-vector operand
+    /// whose Q8_1 copy lies at the start of the memory, if any, so that the products of one
+    /// activation (a layer's query, key and value) quantize it once.
+    quantized: Option<Option<TensorArg>>,
 }
 
 /// A cuBLASLt handle, destroyed when dropped.
@@ -81,6 +85,7 @@ impl Scratch {
             blas: None,
             blas_workspace: None,
             blas_lt: None,
+            quantized: None,
         })
     }
 
@@ -94,9 +99,46 @@ impl Scratch {
         self.buffer.as_ref().map_or(0, CudaSlice::len)
     }
 
+    /// Starts a run of nodes queued in stream order, whose memory changes only through their
+    /// own results: until [`Scratch::end_run`], a quantized matrix-vector operand is kept and
+    /// reused by the next products of the same operand. Every result written meanwhile must
+    /// be reported to [`Scratch::written`].
+    pub fn start_run(&mut self) {
+        self.quantized = Some(None);
+    }
+
+    /// Ends the run: nothing quantized is reused any more (the caller may rewrite inputs).
+    pub fn end_run(&mut self) {
+        self.quantized = None;
+    }
+
+    /// Reports that queued work writes `dst`: a quantized copy of memory it overlaps is stale.
+    pub fn written(&mut self, dst: (TensorArg, DType)) {
+        if let Some(held) = &mut self.quantized {
+            if held.is_some_and(|b| TensorArg::overlap((b, DType::F32), dst)) {
+                *held = None;
+            }
+        }
+    }
+
+    /// The address of `b`'s quantized copy, where one was queued earlier in this run.
+    pub(crate) fn quantized(&self, b: &TensorArg) -> Option<u64> {
+        (self.quantized.flatten().as_ref() == Some(b)).then_some(self.address)
+    }
+
+    /// Records that the start of the memory now holds `b` quantized (kept only inside a run).
+    pub(crate) fn set_quantized(&mut self, b: TensorArg) {
+        if let Some(held) = &mut self.quantized {
+            *held = Some(b);
+        }
+    }
+
     /// Grows the memory to at least `bytes` and returns its device address (unchanged when it
-    /// was large enough already).
+    /// was large enough already). What the memory held is forgotten: the caller overwrites it.
     pub fn reserve(&mut self, bytes: usize) -> Result<u64> {
+        if let Some(held) = &mut self.quantized {
+            *held = None;
+        }
         if bytes <= self.capacity() && self.buffer.is_some() {
             return Ok(self.address);
         }
