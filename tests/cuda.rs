@@ -243,9 +243,10 @@ fn matrix_vector_products_share_quantized_activations_and_fuse_their_addends() {
     }
 }
 
-/// A SwiGLU feed-forward's gate and up products of one activation, SILU and MUL, captured
-/// into a program, run as one kernel: the bits of the nodes one by one, and close to the
-/// products of the weights as stored.
+/// A SwiGLU feed-forward after an RMS norm, captured into a program: the norm (with its weight)
+/// is one kernel that also leaves its result quantized, and the gate and up products of it,
+/// SILU and MUL are one kernel. The bits are those of the nodes one by one (which quantize the
+/// norm's result on their own), and the values close to the products of the weights as stored.
 #[test]
 fn a_swiglu_feed_forward_fused_gives_the_bits_of_its_nodes() {
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
@@ -254,7 +255,10 @@ fn a_swiglu_feed_forward_fused_gives_the_bits_of_its_nodes() {
         let mut g = Graph::new();
         let wg = g.new_tensor(wt, &[k, m]).unwrap();
         let wu = g.new_tensor(wt, &[k, m]).unwrap();
-        let x = g.new_tensor(DType::F32, &[k, 1]).unwrap();
+        let x0 = g.new_tensor(DType::F32, &[k, 1]).unwrap();
+        let wn = g.new_tensor(DType::F32, &[k]).unwrap();
+        let x = g.rms_norm(x0, 1e-5).unwrap();
+        let x = g.mul(x, wn).unwrap();
         let gate = g.mul_mat(wg, x).unwrap();
         let gate = g.silu(gate).unwrap();
         let up = g.mul_mat(wu, x).unwrap();
@@ -264,12 +268,14 @@ fn a_swiglu_feed_forward_fused_gives_the_bits_of_its_nodes() {
         tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
         let values =
             |n: usize, i: usize| -> Vec<f32> { (0..n).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect() };
-        for (i, leaf) in [wg, wu, x].into_iter().enumerate() {
+        for (i, leaf) in [wg, wu, x0, wn].into_iter().enumerate() {
             g.set_f32(leaf, &values(g.tensor(leaf).unwrap().nelements(), i)).unwrap();
         }
-        let (wgv, wuv, xv) = (g.get_f32(wg).unwrap(), g.get_f32(wu).unwrap(), values(k, 2));
+        let (wgv, wuv, x0v, wnv) = (g.get_f32(wg).unwrap(), g.get_f32(wu).unwrap(), values(k, 2), values(k, 3));
+        let rms = (x0v.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / k as f64 + 1e-5).sqrt();
+        let xv: Vec<f64> = x0v.iter().zip(&wnv).map(|(&v, &w)| f64::from(v) / rms * f64::from(w)).collect();
         let dot = |w: &[f32], row: usize| -> f64 {
-            w[row * k..(row + 1) * k].iter().zip(&xv).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum()
+            w[row * k..(row + 1) * k].iter().zip(&xv).map(|(&a, &b)| f64::from(a) * b).sum()
         };
         let expected: Vec<f64> = (0..m)
             .map(|i| {

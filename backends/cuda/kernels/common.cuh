@@ -53,6 +53,18 @@ __device__ __forceinline__ float silu_f32(float x) {
     return x / (1.0f + expf(-x));
 }
 
+// Activations quantized for the matrix-vector products (mul_mat_vec.cu), and by the norms that
+// feed them (rows_packed.cu): Q8_1 blocks of 32 values, d = max|x| / 127, q = round(x / d), and
+// s = d * sum(q) (which the q4_0 product needs for the weights' offset of 8). 40 bytes, 8-byte
+// aligned.
+struct Q8_1 {
+    float d;
+    float s;
+    int qs[8];
+};
+
+static_assert(sizeof(Q8_1) == 40, "Q8_1 must match Q8_1_BYTES in mul_mat.rs");
+
 // ---------------------------------------------------------------------------------------------
 // Conversions, bit-exact with the `half` crate and Rust's `as` casts.
 

@@ -100,17 +100,6 @@ __device__ __forceinline__ void mmv_store(float (&acc)[GROUPS * ROWS][NCOLS], fl
 }
 
 
-// ---------------------------------------------------------------------------------------------
-// b quantized: Q8_1 blocks of 32 values, d = max|x| / 127, q = round(x / d), and s = d * sum(q)
-// (which the q4_0 product needs for the weights' offset of 8). 40 bytes, 8-byte aligned.
-
-struct Q8_1 {
-    float d;
-    float s;
-    int qs[8];
-};
-
-static_assert(sizeof(Q8_1) == 40, "Q8_1 must match Q8_1_BYTES in mul_mat.rs");
 
 // A 32-bit word of quants at a 2-byte aligned address (the blocks of q8_0, q4_0 and q6_K are 34,
 // 18 and 210 bytes long).

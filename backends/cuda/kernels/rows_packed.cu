@@ -173,16 +173,57 @@ __device__ void soft_max_packed(const TensorArg &src, const TensorArg &mask, con
     }
 }
 
+// Stores a row held as `load_row` holds it quantized into Q8_1 blocks at `out`, with the bits
+// that quantize_q8_1 (mul_mat_vec.cu) gives: a block's 32 values are the float4s of 8
+// consecutive lanes, which share its maximum and sum through shuffles.
+template <int GROUP, int V4>
+__device__ __forceinline__ void store_q8_1(Q8_1 *out, int t, int n4, const float (&x)[V4][4]) {
+#pragma unroll
+    for (int j = 0; j < V4; j++) {
+        const int c = t + GROUP * j;
+        float amax = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            amax = fmaxf(amax, fabsf(x[j][k]));
+        }
+#pragma unroll
+        for (int o = 1; o < 8; o *= 2) {
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        }
+        const float d = amax / 127.0f;
+        int packed = 0, sum = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int q = amax == 0.0f ? 0 : __float2int_rn(x[j][k] / d);
+            packed |= (q & 0xff) << (8 * k);
+            sum += q;
+        }
+#pragma unroll
+        for (int o = 1; o < 8; o *= 2) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        }
+        if (c < n4) {
+            Q8_1 &block = out[c / 8];
+            block.qs[c % 8] = packed;
+            if (c % 8 == 0) {
+                block.d = d;
+                block.s = d * (float)sum;
+            }
+        }
+    }
+}
+
 // NORM: (x - mean) / sqrt(var + eps) with var = mean((x - mean)^2) taken from the registers;
 // RMS_NORM (`rms`): x / sqrt(mean(x^2) + eps). Both multiply by the inverse square root, as
 // the reference does. With `affine` 1 or 2 the result is then multiplied by the packed row `w`
 // and (2) `b` is added, each rounded as the MUL and ADD it replaces (a layer norm's weight and
 // bias fused into the norm: the same bits as the three ops one after another). With `residual`
 // the row of `r` (the source's shape, packed rows) is added to the source's first, as the ADD
-// of a residual connection before it.
+// of a residual connection before it. With `q8` (not null; rows of a multiple of 32 values)
+// each result row is also stored quantized, at q8 + row * (ne0 / 32) (`store_q8_1`).
 template <int GROUP, int V4>
 __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float eps, int rms, const TensorArg &w,
-                            const TensorArg &b, int affine, const TensorArg &r, int residual) {
+                            const TensorArg &b, int affine, const TensorArg &r, int residual, Q8_1 *q8) {
     __shared__ float partial[2][GROUP / 32];
     int parity = 0;
     const int t = threadIdx.x % GROUP;
@@ -264,6 +305,9 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
             }
         }
         store_row<GROUP, V4>(drow, t, n4, x);
+        if (q8 != nullptr) {
+            store_q8_1<GROUP, V4>(q8 + row * (n4 / 8), t, n4, x);
+        }
     }
 }
 
@@ -282,9 +326,9 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
     extern "C" __global__ void NORM_BOUNDS(GROUP)                                                                \
         name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, float eps, int rms,   \
              const __grid_constant__ TensorArg w, const __grid_constant__ TensorArg b, int affine,               \
-             const __grid_constant__ TensorArg r, int residual) {                                                \
+             const __grid_constant__ TensorArg r, int residual, Q8_1 *q8) {                                      \
         await_prior_kernel();                                                                                    \
-        norm_packed<GROUP, V4>(src, dst, eps, rms, w, b, affine, r, residual);                                   \
+        norm_packed<GROUP, V4>(src, dst, eps, rms, w, b, affine, r, residual, q8);                               \
     }
 
 // Named by the longest row each takes: rows of up to 128 * V4 values on a warp, of up to

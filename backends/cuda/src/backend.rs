@@ -169,12 +169,15 @@ impl CudaBackend {
             if let Some(f) = consumers.and_then(|c| fusion::find(graph, &ids[i..], c)) {
                 let ctx = self.device.context();
                 let start = self.profile.is_some().then(|| Profile::start(ctx, &self.stream)).transpose()?;
+                // Reported before the kernel is queued: a fused norm leaves its result quantized
+                // in the scratch, which a later report of that result would discard. (A fusion
+                // never writes what it reads quantized.)
+                self.written(graph, &ids[i..i + f.len()])?;
                 if self.launch_fusion(graph, f)? {
                     if let (Some(profile), Some(start)) = (self.profile.as_mut(), start) {
                         let ne = graph.tensor(ids[i])?.ne();
                         profile.end(ctx, &self.stream, format!("{} {ne:?}", f.name()), start)?;
                     }
-                    self.written(graph, &ids[i..i + f.len()])?;
                     i += f.len();
                     continue;
                 }
@@ -244,7 +247,9 @@ impl CudaBackend {
                     (Some(_), None) => return Ok(false),
                     (None, _) => None,
                 };
-                kernels::launch_norm_affine(&self.kernels, &self.stream, src, r, dst, eps, rms, w, b)
+                // The result left quantized too, for the products that read it next.
+                let scratch = &mut self.scratch;
+                kernels::launch_norm_affine(&self.kernels, &self.stream, src, r, dst, eps, rms, w, b, scratch, true)
             }
             Fusion::MulMatBias { bias, .. } => {
                 let Some(src1) = t.src(1) else { return Ok(false) };

@@ -287,9 +287,9 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             if let Some(max_ne0) = packed_rows((a, at), node.dst) {
                 let cfg = packed_rows_config(max_ne0, a.nrows());
                 // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w,
-                //               TensorArg b, int affine, TensorArg r, int residual): no weight,
-                //               bias or residual (never read).
-                let (affine, residual) = (0i32, 0i32);
+                //               TensorArg b, int affine, TensorArg r, int residual, Q8_1 *q8):
+                //               no weight, bias, residual (never read) or quantized copy.
+                let (affine, residual, q8) = (0i32, 0i32, 0u64);
                 return launch_kernel!(
                     kernels,
                     stream,
@@ -303,7 +303,8 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
                     &a,
                     &affine,
                     &a,
-                    &residual
+                    &residual,
+                    &q8
                 );
             }
             let cfg = row_config(a.ne[0], a.nrows());
@@ -487,6 +488,7 @@ pub(crate) fn norm_affine(
     rms: bool,
     w: Operand,
     b: Option<Operand>,
+    q8: u64,
 ) -> Result<bool> {
     let Some(max_ne0) = packed_rows(src, dst) else { return Ok(false) };
     if residual.is_some_and(|r| r.0.ne != src.0.ne || packed_rows(r, dst).is_none()) {
@@ -502,9 +504,9 @@ pub(crate) fn norm_affine(
     let (r, has_r) = (residual.map_or(a, |r| r.0), i32::from(residual.is_some()));
     let cfg = packed_rows_config(max_ne0, a.nrows());
     // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w, TensorArg b,
-    //               int affine, TensorArg r, int residual)
+    //               int affine, TensorArg r, int residual, Q8_1 *q8)
     let name = kernel(names::norm_packed(max_ne0))?;
-    launch_kernel!(kernels, stream, name, cfg, &a, &d, &eps, &rms, &wt, &bt, &affine, &r, &has_r)?;
+    launch_kernel!(kernels, stream, name, cfg, &a, &d, &eps, &rms, &wt, &bt, &affine, &r, &has_r, &q8)?;
     Ok(true)
 }
 

@@ -198,8 +198,11 @@ pub fn launch_swiglu(
 /// Queues a layer norm as one kernel: NORM (or RMS_NORM when `rms`) of `src` (plus
 /// `residual`, of its shape, if given: the ADD of a residual connection before the norm) times
 /// the row `w`, plus the row `b` if given, into `dst`, the bits of the nodes one after another.
-/// `Ok(false)` (nothing queued) when the fused kernel does not take these operands; the nodes
-/// then run one by one. The addresses are as for [`launch`].
+/// With `quantized` (`scratch` large enough, rows of a multiple of 32 values, at most
+/// [`MMV_MAX_COLS`] of them), the result is also left quantized in `scratch` for the
+/// matrix-vector products that read it next. `Ok(false)` (nothing queued) when the fused kernel
+/// does not take these operands; the nodes then run one by one. The addresses are as for
+/// [`launch`].
 #[allow(clippy::too_many_arguments)]
 pub fn launch_norm_affine(
     kernels: &Kernels,
@@ -211,6 +214,8 @@ pub fn launch_norm_affine(
     rms: bool,
     w: Operand,
     b: Option<Operand>,
+    scratch: &mut Scratch,
+    quantized: bool,
 ) -> Result<bool> {
     // Each row is read before it is written: the result may lie exactly on a source, but not
     // across other rows of it.
@@ -218,7 +223,19 @@ pub fn launch_norm_affine(
     if src.0.nelements() == 0 || src.0.ne != dst.0.ne || !apart(src) || !residual.is_none_or(apart) {
         return Ok(false);
     }
-    launch::norm_affine(kernels, stream, src, residual, dst, eps, rms, w, b)
+    let rows = dst.0.nrows();
+    let q8_bytes = usize::try_from(rows * (dst.0.ne[0] / 32)).unwrap_or(usize::MAX).saturating_mul(mul_mat::Q8_1_BYTES);
+    let quantize = quantized
+        && dst.1 == DType::F32
+        && dst.0.ne[0] % 32 == 0
+        && rows <= MMV_MAX_COLS
+        && q8_bytes <= scratch.capacity();
+    let q8 = if quantize { scratch.reserve(q8_bytes)? } else { 0 };
+    let launched = launch::norm_affine(kernels, stream, src, residual, dst, eps, rms, w, b, q8)?;
+    if launched && quantize {
+        scratch.set_quantized(dst.0);
+    }
+    Ok(launched)
 }
 
 /// Queues the kernel(s) of one node on `stream`.

@@ -38,7 +38,7 @@ pub(crate) const MMV_MAX_COLS: i64 = 8;
 /// Warps per block of the matrix-vector kernels (`MMV_WARPS` in mul_mat_vec.cu).
 const MMV_WARPS: i64 = 4;
 /// Bytes of one Q8_1 block of quantized `b` (`Q8_1` in mul_mat_vec.cu).
-const Q8_1_BYTES: usize = 40;
+pub(crate) const Q8_1_BYTES: usize = 40;
 
 /// Weight rows one block of the matrix-vector kernels computes (`MmvRows` in mul_mat_vec.cu).
 fn mmv_rows(ncols: i64) -> i64 {
