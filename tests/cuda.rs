@@ -15,9 +15,10 @@ use tessera::{
 };
 
 /// `CUDA0` and a guard that keeps the tests of this file from using it at once, or `None`
-/// after printing why the test skips. A CUDA graph capture fails when another thread makes a
-/// device-wide synchronizing call meanwhile (freeing pinned memory, for one), which these tests
-/// do; a program that captures on several threads must keep such calls apart likewise.
+/// after printing why the test skips. Run side by side, these tests have seen a CUDA graph
+/// capture invalidated ("operation failed due to a previous error during capture") about one
+/// run in five, most likely by a device-wide synchronizing call of another test (pinned memory
+/// is freed and devices synchronized here); the cause is not established.
 fn gpu() -> Option<(&'static dyn Device, MutexGuard<'static, ()>)> {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     match tessera::cuda::CUDA_REG.device(0) {

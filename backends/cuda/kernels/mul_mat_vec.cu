@@ -321,7 +321,6 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b, const __grid_constant__ TensorArg dst, \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
-        mmv_prefetch<MmvRows<NCOLS>::value>(a, dst, r2, r3, a.ne[0] * (16 / Vec16<W>::n));                       \
         await_prior_kernel();                                                                                    \
         mul_mat_vec_float<W, NCOLS, 1>(a, a, b, dst, add, r2, r3);                                               \
     }
@@ -331,8 +330,6 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const __grid_constant__ TensorArg b, \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
-        mmv_prefetch<MmvRows<1>::value>(a, dst, r2, r3, a.ne[0] * (16 / Vec16<W>::n));                           \
-        mmv_prefetch<MmvRows<1>::value>(a2, dst, r2, r3, a.ne[0] * (16 / Vec16<W>::n));                          \
         await_prior_kernel();                                                                                    \
         const TensorArg none = {};                                                                               \
         mul_mat_vec_float<W, 1, 2>(a, a2, b, dst, none, r2, r3);                                                 \
@@ -342,7 +339,6 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
         name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,         \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
-        mmv_prefetch<MmvRows<NCOLS>::value>(a, dst, r2, r3, a.ne[0] / QK * Q::block_bytes);                      \
         await_prior_kernel();                                                                                    \
         mul_mat_vec_quant<Q, NCOLS, 1>(a, a, bq, dst, add, r2, r3);                                              \
     }
@@ -352,8 +348,6 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const Q8_1 *bq,          \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
-        mmv_prefetch<MmvRows<1>::value>(a, dst, r2, r3, a.ne[0] / QK * Q::block_bytes);                          \
-        mmv_prefetch<MmvRows<1>::value>(a2, dst, r2, r3, a.ne[0] / QK * Q::block_bytes);                         \
         await_prior_kernel();                                                                                    \
         const TensorArg none = {};                                                                               \
         mul_mat_vec_quant<Q, 1, 2>(a, a2, bq, dst, none, r2, r3);                                                \

@@ -30,28 +30,6 @@ __device__ __forceinline__ void mmv_rows(const char *(&arow)[GROUPS * ROWS], con
     }
 }
 
-// Asks L2 for the weight rows that this block reads first (those of matrix blockIdx.y), each
-// `row_bytes` long. Called before `await_prior_kernel`, so that the weights stream in while the
-// previous kernel finishes: a prefetch is a hint that changes nothing any kernel reads, so it
-// may run before that kernel's writes are visible.
-template <int ROWS>
-__device__ __forceinline__ void mmv_prefetch(const TensorArg &a, const TensorArg &dst, long long r2, long long r3,
-                                             long long row_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const long long row0 = (long long)blockIdx.x * ROWS;
-    const long long lines = (row_bytes + 127) / 128;
-    long long i3, i2;
-    divmod64(blockIdx.y, dst.ne[2], i3, i2);
-    for (long long t = threadIdx.x; t < ROWS * lines; t += blockDim.x) {
-        const long long r = row0 + t / lines;
-        if (r < a.ne[1] && i3 < dst.ne[3]) {
-            const char *line = row_ptr(a, r, i2 / r2, i3 / r3) + (t % lines) * 128;
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-        }
-    }
-#endif
-}
-
 // Adds up each warp's sums of the block (already reduced within the warp) and stores the
 // block's ROWS x NCOLS results of matrix (i2, i3); rows at or past m are not stored. With
 // GROUPS = 2 the block computed ROWS rows of two matrices, a gate and an up projection, and

@@ -350,7 +350,6 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, cons
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, NCOLS>::min_blocks)                 \
         name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,         \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
-        mmv_prefetch<MmvRows<NCOLS>::value>(a, dst, r2, r3, a.ne[0] / QK_K * Q::block_bytes);                    \
         await_prior_kernel();                                                                                    \
         mul_mat_vec_kquant<Q, NCOLS, 1>(a, a, bq, dst, add, r2, r3);                                             \
     }
@@ -360,8 +359,6 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, cons
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, 1>::min_blocks)                     \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const Q8_1 *bq,          \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
-        mmv_prefetch<MmvRows<1>::value>(a, dst, r2, r3, a.ne[0] / QK_K * Q::block_bytes);                        \
-        mmv_prefetch<MmvRows<1>::value>(a2, dst, r2, r3, a.ne[0] / QK_K * Q::block_bytes);                       \
         await_prior_kernel();                                                                                    \
         const TensorArg none = {};                                                                               \
         mul_mat_vec_kquant<Q, 1, 2>(a, a2, bq, dst, none, r2, r3);                                               \
