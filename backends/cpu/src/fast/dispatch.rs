@@ -44,14 +44,16 @@ pub fn by_name(name: &str) -> Option<&'static Kernels> {
 }
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
-fn candidates() -> [Option<&'static Kernels>; 5] {
+fn candidates() -> [Option<&'static Kernels>; 6] {
     extern crate std;
     use std::is_x86_feature_detected as has;
     let avx2 = has!("avx2") && has!("fma") && has!("f16c");
     let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512dq");
     let vnni = avx512 && has!("avx512vnni");
     let bf16 = vnni && has!("avx512bf16");
+    let amx = bf16 && amx_bf16_usable();
     [
+        amx.then_some(&simd::avx512::KERNELS_AMX),
         bf16.then_some(&simd::avx512::KERNELS_BF16),
         vnni.then_some(&simd::avx512::KERNELS_VNNI),
         avx512.then_some(&simd::avx512::KERNELS),
@@ -61,13 +63,15 @@ fn candidates() -> [Option<&'static Kernels>; 5] {
 }
 
 #[cfg(all(not(feature = "std"), target_arch = "x86_64"))]
-fn candidates() -> [Option<&'static Kernels>; 5] {
+fn candidates() -> [Option<&'static Kernels>; 6] {
     compiled_candidates()
 }
 
 /// The tables of the instruction sets this build was compiled for, in [`candidates`]' order.
+/// AMX is never among them: its tiles need the operating system's permission, asked at run
+/// time.
 #[cfg(target_arch = "x86_64")]
-fn compiled_candidates() -> [Option<&'static Kernels>; 5] {
+fn compiled_candidates() -> [Option<&'static Kernels>; 6] {
     const AVX2: bool = cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "f16c"));
     const AVX512: bool = AVX2
         && cfg!(all(
@@ -79,12 +83,59 @@ fn compiled_candidates() -> [Option<&'static Kernels>; 5] {
     const VNNI: bool = AVX512 && cfg!(target_feature = "avx512vnni");
     const BF16: bool = VNNI && cfg!(target_feature = "avx512bf16");
     [
+        None,
         BF16.then_some(&simd::avx512::KERNELS_BF16),
         VNNI.then_some(&simd::avx512::KERNELS_VNNI),
         AVX512.then_some(&simd::avx512::KERNELS),
         AVX2.then_some(&simd::avx2::KERNELS),
         Some(&simd::scalar::KERNELS),
     ]
+}
+
+/// Whether this processor has AMX-TILE and AMX-BF16, the operating system saves the tile state
+/// (XCR0 bits 17 and 18) and lets this process use it. Linux asks each process to request
+/// the tile data first; it is requested once, here. Elsewhere AMX is left unused.
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+fn amx_bf16_usable() -> bool {
+    extern crate std;
+    use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
+    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USABLE.get_or_init(|| {
+        let leaf7 = __cpuid_count(7, 0);
+        let (bf16, tile) = (leaf7.edx >> 22 & 1 == 1, leaf7.edx >> 24 & 1 == 1);
+        let osxsave = __cpuid(1).ecx >> 27 & 1 == 1;
+        const TILE_STATE: u64 = 0b11 << 17;
+        // SAFETY: OSXSAVE says `xgetbv` may run and XCR0 exists.
+        tile && bf16 && osxsave && unsafe { _xgetbv(0) } & TILE_STATE == TILE_STATE && request_tile_data()
+    })
+}
+
+/// Asks Linux to let this process use the AMX tile data (`arch_prctl(ARCH_REQ_XCOMP_PERM,
+/// XFEATURE_XTILEDATA)`); without it the first tile instruction faults.
+#[cfg(all(feature = "std", target_arch = "x86_64", target_os = "linux"))]
+fn request_tile_data() -> bool {
+    const SYS_ARCH_PRCTL: usize = 158;
+    const ARCH_REQ_XCOMP_PERM: usize = 0x1023;
+    const XFEATURE_XTILEDATA: usize = 18;
+    let ret: isize;
+    // SAFETY: the system call only changes which register state the process may use.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+#[cfg(all(feature = "std", target_arch = "x86_64", not(target_os = "linux")))]
+fn request_tile_data() -> bool {
+    false
 }
 
 #[cfg(all(feature = "std", target_arch = "aarch64"))]

@@ -29,7 +29,8 @@ use tessera_core::DType;
 /// Values of `k` per packed block: a `[KC][nr]` activation panel stays in L1 while the
 /// weight panels of a block (`MC x KC` f32, 576 KB) stay in L2 (1 MB or more on the
 /// processors this targets). Measured on a Xeon (2 MB L2): within 2% of the best sizes.
-/// Even, so that blocks of bf16-pair panels start at whole slots.
+/// A multiple of every table's [`GemmKernels::k_block`], so that blocks start at whole
+/// slots.
 const KC: usize = 384;
 /// Weight rows per work item (see [`KC`]).
 const MC: usize = 384;
@@ -40,7 +41,7 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
     let g: &GemmKernels = if mm.a_type == DType::BF16 { &kernels.gemm_bf16 } else { &kernels.gemm };
     let (mr, nr, k, m, n) = (g.mr, g.nr, mm.k, mm.m, mm.n);
     // Packed slots of `k` values.
-    let slots = |k: usize| k.div_ceil(g.k_pack);
+    let slots = |k: usize| k.next_multiple_of(g.k_block) / g.k_pack;
     let batches = mm.batches();
     let panels = n.div_ceil(nr);
     let panel_len = slots(k) * nr;

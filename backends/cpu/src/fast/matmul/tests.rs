@@ -477,6 +477,10 @@ fn products_past_one_cache_block_match_the_reference() {
     check(&[
         case(F32, 9, 9, 401),
         case(BF16, 390, 13, 17).layouts(A::PaddedRows, B::Transposed),
+        // Two blocks of `k` ending inside a 32-value step of the AMX tile, whole and partial
+        // 32 x 32 tiles, dense and strided activation columns.
+        case(BF16, 70, 45, 401),
+        case(BF16, 33, 40, 785).layouts(A::PaddedRows, B::Transposed),
         case(Q8_0, 5, 9, 2112),
         case(Q4_0, 260, 10, 64).layouts(A::Dense, B::Misaligned),
         case(Q5_K, 35, 9, 2304),

@@ -260,10 +260,12 @@ pub type QGemv = unsafe fn(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize
 pub struct GemmKernels {
     pub mr: usize,
     pub nr: usize,
-    /// Values of `k` per 4-byte slot of a packed panel: 1 (f32) or 2 (a pair of bf16). The
-    /// packers and the tile take `k` ranges (even starts) and read or write
-    /// `kc.div_ceil(k_pack)` slots per row or column.
+    /// Values of `k` per 4-byte slot of a packed panel: 1 (f32) or 2 (a pair of bf16).
     pub k_pack: usize,
+    /// Panels hold `k` in whole blocks of this many values, zero-padded (a multiple of
+    /// `k_pack`; `k` ranges start at multiples of it): `kc.next_multiple_of(k_block) / k_pack`
+    /// slots per row or column.
+    pub k_block: usize,
     pub tile: GemmTile,
     pub pack_a: PackA,
     pub pack_b: PackB,

@@ -1,7 +1,9 @@
-//! AVX-512 kernels (F, BW, VL, DQ; VNNI for the int8 dot products, BF16 for the bf16 ones).
+//! AVX-512 kernels (F, BW, VL, DQ; VNNI for the int8 dot products, BF16 for the bf16 ones,
+//! AMX tiles for the bf16 GEMM where the processor and the operating system allow them).
 //! Without VNNI the int8 kernels are the AVX2 ones; without BF16, BF16 weights are widened to
 //! f32.
 
+mod amx_gemm;
 mod bf16_gemm;
 mod bf16_gemv;
 mod gemm;
@@ -16,8 +18,15 @@ use super::{avx2, GemmKernels, GemvKernels, KQuantGemv, KQuantKernels, Kernels, 
 use crate::fast::vector::RowKernels;
 
 /// The float GEMM (BF16 weights widened to f32 while packing).
-const GEMM: GemmKernels =
-    GemmKernels { mr: gemm::MR, nr: gemm::NR, k_pack: 1, tile: gemm::tile, pack_a: gemm::pack_a, pack_b: gemm::pack_b };
+const GEMM: GemmKernels = GemmKernels {
+    mr: gemm::MR,
+    nr: gemm::NR,
+    k_pack: 1,
+    k_block: 1,
+    tile: gemm::tile,
+    pack_a: gemm::pack_a,
+    pack_b: gemm::pack_b,
+};
 
 /// The float kernels (AVX-512F) with the AVX2 int8 kernels.
 pub static KERNELS: Kernels = Kernels {
@@ -62,12 +71,28 @@ pub static KERNELS_BF16: Kernels = Kernels {
         mr: bf16_gemm::MR,
         nr: bf16_gemm::NR,
         k_pack: 2,
+        k_block: 2,
         tile: bf16_gemm::tile,
         pack_a: bf16_gemm::pack_a,
         pack_b: bf16_gemm::pack_b,
     },
     gemv: GemvKernels { bf16_rounded: Some(bf16_gemv::bf16), ..KERNELS_VNNI.gemv },
     ..KERNELS_VNNI
+};
+
+/// Everything of [`KERNELS_BF16`], the GEMM of BF16 weights on AMX tiles.
+pub static KERNELS_AMX: Kernels = Kernels {
+    name: "amx-bf16",
+    gemm_bf16: GemmKernels {
+        mr: amx_gemm::MR,
+        nr: amx_gemm::NR,
+        k_pack: 2,
+        k_block: amx_gemm::K_BLOCK,
+        tile: amx_gemm::tile,
+        pack_a: amx_gemm::pack_a,
+        pack_b: amx_gemm::pack_b,
+    },
+    ..KERNELS_BF16
 };
 
 #[cfg(all(test, feature = "std"))]

@@ -14,6 +14,7 @@ const GEMM: GemmKernels = GemmKernels {
     mr: gemm::MR,
     nr: gemm::NR,
     k_pack: 1,
+    k_block: 1,
     tile: gemm::tile,
     pack_a: gemm::pack_a,
     pack_b: scalar::pack::pack_b,
