@@ -10,7 +10,7 @@ use super::{gather_column, threads_for};
 use crate::fast::parallel::{Team, WorkCounter};
 use crate::fast::scratch::WorkMemory;
 use crate::fast::simd::{
-    GemvBf16, KQuantGemv, Kernels, QGemv, QvColumn, Rows, K8_SUPERBLOCK_BYTES, QK, QV_BLOCK_BYTES,
+    Bf16Columns, GemvBf16, KQuantGemv, Kernels, QGemv, QvColumn, Rows, K8_SUPERBLOCK_BYTES, QK, QV_BLOCK_BYTES,
 };
 use tessera_core::kquant::QK_K;
 
@@ -76,12 +76,21 @@ pub fn run_float(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm
 }
 
 /// BF16 weights on native bf16 dot products: the activations are rounded to bf16 once (as
-/// the int8 path quantizes them), into columns of `k` values.
+/// the int8 path quantizes them), into columns of `k` values or, for tables that read them
+/// so, into pairs interleaved across the columns ([`Bf16Columns`]).
 fn run_bf16(kernels: &Kernels, gemv: GemvBf16, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
     let (k, m, n, batches) = (mm.k, mm.m, mm.n, mm.batches());
     let dense = mm.activations_dense();
     let threads = threads_for(team.threads(), mm.work());
-    let regions = memory.reserve(batches * n * k * 2, if dense { 0 } else { k * 4 }, threads)?;
+    let paired = matches!(kernels.gemv.bf16_columns, Bf16Columns::Paired { .. });
+    let len = match kernels.gemv.bf16_columns {
+        Bf16Columns::Paired { pad } => k.next_multiple_of(pad),
+        Bf16Columns::Separate => k,
+    };
+    // Private: the gathered f32 column, then (paired) the column rounded before interleaving.
+    let gathered_bytes = if dense { 0 } else { k * 4 };
+    let private = gathered_bytes + if paired { len * 2 } else { 0 };
+    let regions = memory.reserve(batches * n * len * 2, private, threads)?;
     let items = batches * m.div_ceil(ROWS);
     let to_compute = WorkCounter::new();
     let from_f32 = kernels.rows.from_f32;
@@ -89,23 +98,36 @@ fn run_bf16(kernels: &Kernels, gemv: GemvBf16, team: &mut Team, memory: &mut Wor
     team.run(threads, &|w| {
         let rounded = regions.shared();
         for u in w.share(batches * n) {
-            let col = mm.activations(u / n, u % n, 1);
-            // SAFETY: the column exists; the private region has room for `k` floats; column
-            // `u` of the shared region (`k` bf16) is written by this thread only.
+            let (batch, j) = (u / n, u % n);
+            let col = mm.activations(batch, j, 1);
+            // SAFETY: the column exists; the private region has room for `k` floats and a
+            // rounded column of `len` values; column `u` of the shared region (`len` bf16,
+            // separate or interleaved with its batch's other columns) is written by this
+            // thread only.
             unsafe {
                 let x = gather_column(&col, k, dense, regions.private(w.ith).cast());
-                from_f32(DType::BF16, k, x, rounded.add(u * k * 2));
+                if paired {
+                    let own = regions.private(w.ith).add(gathered_bytes);
+                    from_f32(DType::BF16, k, x, own);
+                    core::ptr::write_bytes(own.add(2 * k), 0, 2 * (len - k));
+                    let pairs = rounded.add(batch * n * len * 2).cast::<u32>();
+                    for p in 0..len / 2 {
+                        *pairs.add(p * n + j) = core::ptr::read_unaligned(own.add(4 * p).cast::<u32>());
+                    }
+                } else {
+                    from_f32(DType::BF16, k, x, rounded.add(u * k * 2));
+                }
             }
         }
         w.barrier();
         while let Some(item) = to_compute.next(items) {
             let (batch, r0) = (item / m.div_ceil(ROWS), item % m.div_ceil(ROWS) * ROWS);
             let rows = mm.weights(batch, r0, ROWS.min(m - r0));
-            // SAFETY: this batch's `n` rounded columns of `k` values; the rows hold `k` values;
-            // the outputs (rows `r0..` of every column) belong to this item alone.
+            // SAFETY: this batch's `n` rounded columns of `len` values; the rows hold `k`
+            // values; the outputs (rows `r0..` of every column) belong to this item alone.
             unsafe {
-                let x = rounded.add(batch * n * k * 2).cast::<u16>();
-                gemv(k, &rows, x, k, n, mm.out(batch).add(r0), m);
+                let x = rounded.add(batch * n * len * 2).cast::<u16>();
+                gemv(k, &rows, x, len, n, mm.out(batch).add(r0), m);
             }
         }
     })

@@ -376,6 +376,9 @@ fn float_matrix_vector_products_match_the_reference() {
         case(F16, 3, 5, 17).layouts(A::Dense, B::Misaligned),
         case(BF16, 9, 2, 17).batched([2, 1], [2, 1]).layouts(A::Permuted, B::Permuted),
         case(BF16, 5, 4, 3).layouts(A::PaddedRows, B::Transposed),
+        // Whole and partial 16-row AMX tiles, pairs of 32-value steps and a padded tail.
+        case(BF16, 37, GEMV_MAX_N, 250),
+        case(BF16, 20, 3, 128).layouts(A::PaddedRows, B::Transposed),
     ]);
 }
 

@@ -309,12 +309,25 @@ pub struct GemvKernels {
     /// BF16 weights on native bf16 dot products, where the set has them: the driver then
     /// rounds the activations to bf16 once per product and calls this instead of `bf16`.
     pub bf16_rounded: Option<GemvBf16>,
+    /// The layout `bf16_rounded` reads the rounded activations in.
+    pub bf16_columns: Bf16Columns,
     pub q8_0: QGemv,
     pub q4_0: QGemv,
     /// Applied to every activation column after quantizing, before `q8_0`/`q4_0` read it.
     pub arrange: ArrangeColumn,
     /// K-quant weights on int8 dot products, where the set has them (others dequantize).
     pub kquant: Option<KQuantGemv>,
+}
+
+/// How the matrix-vector driver lays out the bf16-rounded activations of a product.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Bf16Columns {
+    /// Column `j`'s `k` values in order at `x + j * ldx`.
+    Separate,
+    /// Pairs of values interleaved across the `n` columns: values `2p` and `2p + 1` of column
+    /// `j` at `x + 2 (p n + j)`, zero-padded to a multiple of `pad` values (the layout of the
+    /// second operand of AMX's `tdpbf16ps`).
+    Paired { pad: usize },
 }
 
 /// [`ArrangeColumn`] for kernels that read columns as they are quantized.

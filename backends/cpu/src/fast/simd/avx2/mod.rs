@@ -16,6 +16,7 @@ pub const GEMV: GemvKernels = GemvKernels {
     f16: gemv::f16,
     bf16: gemv::bf16,
     bf16_rounded: None,
+    bf16_columns: super::Bf16Columns::Separate,
     q8_0: gemv::q8_0,
     q4_0: gemv::q4_0,
     arrange: super::as_quantized,

@@ -7,7 +7,7 @@ use core::arch::x86_64::*;
 
 use tessera_core::DType;
 
-use super::gemv::{tiles, Sums};
+use super::gemv::{prefetch_ahead, tiles, Sums};
 use crate::fast::simd::Rows;
 
 /// [`super::gemv::Steps`] of BF16 rows, 32 values a step.
@@ -27,6 +27,7 @@ unsafe fn steps<const R: usize, const N: usize>(
         let mask: __mmask32 = if k - kk >= 32 { !0 } else { (1 << (k - kk)) - 1 };
         let mut w: [__m512bh; R] = [_mm512_cvtne2ps_pbh(_mm512_setzero_ps(), _mm512_setzero_ps()); R];
         for (r, wr) in w.iter_mut().enumerate() {
+            prefetch_ahead(rows.ptr.wrapping_add(r * rows.stride + 2 * kk));
             // SAFETY: the masked values `kk..` of row `r`; bf16 bits are bf16 lanes.
             *wr = unsafe {
                 core::mem::transmute::<__m512i, __m512bh>(_mm512_maskz_loadu_epi16(

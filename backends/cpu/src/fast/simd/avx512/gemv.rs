@@ -24,12 +24,21 @@ pub(super) type Sums<const R: usize, const N: usize> = [[__m512; N]; R];
 pub(super) type Steps<const R: usize, const N: usize, X> =
     unsafe fn(k: usize, rows: &Rows, x: *const X, ldx: usize, acc: &mut Sums<R, N>);
 
-/// Matrix-vector products over every row, by tiles of `R` rows (`many`; leftover rows by
-/// `one`), each tile over all of `k`: the weights stream through once, in order.
+/// Values of `k` per pass over a group of rows: up to 8 f32 columns of this many values (16
+/// KB) stay in L1 while every row of the group meets them, instead of being read again from
+/// L2 by every tile of rows.
+const K_CHUNK: usize = 512;
+/// Rows whose running sums are kept across the passes of `k` (8 KB for 8 columns).
+const ROW_GROUP: usize = 16;
+
+/// Matrix-vector products over every row, by groups of [`ROW_GROUP`] rows, each group over
+/// `k` in passes of [`K_CHUNK`] values, each pass by tiles of `R` rows (`many`; leftover rows
+/// by `one`). Every lane of a running sum adds its products in the order of `k`, whatever the
+/// passes, so the result is that of one pass over all of `k`.
 ///
 /// # Safety
-/// As [`crate::fast::simd::Gemv`] with `n = N`, and `many` and `one` sound for those rows and
-/// columns; AVX-512F.
+/// As [`crate::fast::simd::Gemv`] with `n = N` and F32, F16 or BF16 rows, and `many` and `one`
+/// sound for those rows and columns; AVX-512F.
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn tiles<const R: usize, const N: usize, X>(
@@ -42,30 +51,53 @@ pub(super) unsafe fn tiles<const R: usize, const N: usize, X>(
     many: Steps<R, N, X>,
     one: Steps<1, N, X>,
 ) {
-    let mut r = 0;
-    while r < rows.count {
-        let tile = Rows { ptr: rows.ptr.wrapping_add(r * rows.stride), count: rows.count - r, ..*rows };
-        let mut sums = [[_mm512_setzero_ps(); N]; R];
-        // SAFETY: rows `r..` exist; the columns hold `k` values.
-        let taken = unsafe {
-            if tile.count >= R {
-                many(k, &tile, x, ldx, &mut sums);
-                R
-            } else {
-                let mut acc: Sums<1, N> = [sums[0]];
-                one(k, &tile, x, ldx, &mut acc);
-                sums[0] = acc[0];
-                1
-            }
-        };
-        for (i, si) in sums.iter().enumerate().take(taken) {
-            for (j, &a) in si.iter().enumerate() {
-                // SAFETY: output `r + i` of column `j`.
-                unsafe { *y.add(j * ldy + r + i) = _mm512_reduce_add_ps(a) };
+    let value_bytes = if rows.dtype == DType::F32 { 4 } else { 2 };
+    for g0 in (0..rows.count).step_by(ROW_GROUP) {
+        let count = (rows.count - g0).min(ROW_GROUP);
+        let mut sums = [[_mm512_setzero_ps(); N]; ROW_GROUP];
+        for k0 in (0..k).step_by(K_CHUNK) {
+            let kc = K_CHUNK.min(k - k0);
+            // SAFETY: every column holds values `k0..k0 + kc`.
+            let xk = unsafe { x.add(k0) };
+            let mut r = 0;
+            while r < count {
+                let ptr = rows.ptr.wrapping_add((g0 + r) * rows.stride + k0 * value_bytes);
+                let tile = Rows { ptr, count: count - r, ..*rows };
+                // SAFETY: rows `g0 + r..` exist and hold values `k0..k0 + kc`.
+                unsafe {
+                    if tile.count >= R {
+                        let mut acc: Sums<R, N> = core::array::from_fn(|i| sums[r + i]);
+                        many(kc, &tile, xk, ldx, &mut acc);
+                        sums[r..r + R].copy_from_slice(&acc);
+                        r += R;
+                    } else {
+                        let mut acc: Sums<1, N> = [sums[r]];
+                        one(kc, &tile, xk, ldx, &mut acc);
+                        sums[r] = acc[0];
+                        r += 1;
+                    }
+                }
             }
         }
-        r += taken;
+        for (i, si) in sums.iter().enumerate().take(count) {
+            for (j, &a) in si.iter().enumerate() {
+                // SAFETY: output `g0 + i` of column `j`.
+                unsafe { *y.add(j * ldy + g0 + i) = _mm512_reduce_add_ps(a) };
+            }
+        }
     }
+}
+
+/// How far ahead of its reads a row of weights is prefetched: the hardware prefetchers alone
+/// leave the memory bus idle part of the time when a few rows stream at once.
+const PREFETCH_BYTES: usize = 512;
+
+/// Prefetches the weights [`PREFETCH_BYTES`] after `at` into L1 (a hint: addresses past the
+/// row are never dereferenced).
+#[inline(always)]
+pub(super) fn prefetch_ahead(at: *const u8) {
+    // SAFETY: a prefetch reads nothing and cannot fault.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_BYTES).cast()) };
 }
 
 /// [`Steps`] of float rows, 16 values a step.
@@ -81,13 +113,16 @@ unsafe fn float_steps<const R: usize, const N: usize>(
     acc: &mut Sums<R, N>,
 ) {
     let (dtype, row0, stride) = (rows.dtype, rows.ptr, rows.stride);
+    let value_bytes = if dtype == DType::F32 { 4 } else { 2 };
     let mut kk = 0;
     while kk < k {
         let mask = if k - kk >= 16 { 0xffff } else { (1u16 << (k - kk)) - 1 };
         let mut w = [_mm512_setzero_ps(); R];
         for (r, wr) in w.iter_mut().enumerate() {
+            let row = row0.wrapping_add(r * stride);
+            prefetch_ahead(row.wrapping_add(kk * value_bytes));
             // SAFETY: the masked values `kk..` of row `r`.
-            *wr = unsafe { load16(dtype, row0.add(r * stride), kk, mask) };
+            *wr = unsafe { load16(dtype, row, kk, mask) };
         }
         for j in 0..N {
             // SAFETY: the masked values `kk..` of column `j`.

@@ -4,6 +4,7 @@
 //! f32.
 
 mod amx_gemm;
+mod amx_gemv;
 mod bf16_gemm;
 mod bf16_gemv;
 mod gemm;
@@ -14,7 +15,7 @@ mod qgemm;
 mod quantize;
 mod silu;
 
-use super::{avx2, GemmKernels, GemvKernels, KQuantGemv, KQuantKernels, Kernels, QGemmKernels};
+use super::{avx2, Bf16Columns, GemmKernels, GemvKernels, KQuantGemv, KQuantKernels, Kernels, QGemmKernels};
 use crate::fast::vector::RowKernels;
 
 /// The float GEMM (BF16 weights widened to f32 while packing).
@@ -80,7 +81,7 @@ pub static KERNELS_BF16: Kernels = Kernels {
     ..KERNELS_VNNI
 };
 
-/// Everything of [`KERNELS_BF16`], the GEMM of BF16 weights on AMX tiles.
+/// Everything of [`KERNELS_BF16`], BF16 weights on AMX tiles.
 pub static KERNELS_AMX: Kernels = Kernels {
     name: "amx-bf16",
     gemm_bf16: GemmKernels {
@@ -91,6 +92,11 @@ pub static KERNELS_AMX: Kernels = Kernels {
         tile: amx_gemm::tile,
         pack_a: amx_gemm::pack_a,
         pack_b: amx_gemm::pack_b,
+    },
+    gemv: GemvKernels {
+        bf16_rounded: Some(amx_gemv::bf16),
+        bf16_columns: Bf16Columns::Paired { pad: amx_gemv::K_PAD },
+        ..KERNELS_BF16.gemv
     },
     ..KERNELS_BF16
 };

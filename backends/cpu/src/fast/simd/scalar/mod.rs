@@ -43,6 +43,7 @@ pub const TABLE: Kernels = Kernels {
         f16: gemv::f16,
         bf16: gemv::bf16,
         bf16_rounded: None,
+        bf16_columns: super::Bf16Columns::Separate,
         q8_0: gemv::quant,
         q4_0: gemv::quant,
         arrange: super::as_quantized,
