@@ -36,6 +36,9 @@ pub type FromF32 = unsafe fn(dtype: DType, n: usize, x: *const f32, y: *mut u8);
 #[derive(Clone, Copy)]
 pub struct RowKernels {
     pub binary: Binary,
+    /// `binary` for destinations larger than the caches (same-shape operands); the portable
+    /// `binary` where a set has nothing better.
+    pub binary_streaming: Binary,
     pub binary_scalar: BinaryScalar,
     pub unary: Unary,
     pub soft_max: SoftMax,
@@ -102,7 +105,7 @@ macro_rules! row_kernels {
                 // SAFETY: as above.
                 unsafe { bodies::from_f32(dtype, n, x, y) }
             }
-            RowKernels { binary, binary_scalar, unary, soft_max, norm, rms_norm, rope, sin_cos, to_f32, from_f32 }
+            RowKernels { binary, binary_streaming: binary, binary_scalar, unary, soft_max, norm, rms_norm, rope, sin_cos, to_f32, from_f32 }
         };
     };
 }

@@ -14,6 +14,7 @@ mod kgemv;
 mod qgemm;
 mod quantize;
 mod silu;
+mod stream;
 
 use super::{avx2, Bf16Columns, GemmKernels, GemvKernels, KQuantGemv, KQuantKernels, Kernels, QGemmKernels};
 use crate::fast::vector::RowKernels;
@@ -37,7 +38,7 @@ pub static KERNELS: Kernels = Kernels {
     qgemm: avx2::QGEMM,
     gemv: GemvKernels { f32: gemv::f32, f16: gemv::f16, bf16: gemv::bf16, ..avx2::GEMV },
     quantize: quantize::quantize,
-    rows: RowKernels { unary: silu::unary, ..crate::fast::vector::AVX512 },
+    rows: RowKernels { unary: silu::unary, binary_streaming: stream::binary, ..crate::fast::vector::AVX512 },
     kquant: None,
     unsigned_weights: false,
 };
