@@ -327,6 +327,7 @@ pub enum Bf16Columns {
     /// Pairs of values interleaved across the `n` columns: values `2p` and `2p + 1` of column
     /// `j` at `x + 2 (p n + j)`, zero-padded to a multiple of `pad` values (the layout of the
     /// second operand of AMX's `tdpbf16ps`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Paired { pad: usize },
 }
 
