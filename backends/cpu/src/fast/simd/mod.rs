@@ -271,6 +271,13 @@ pub struct GemmKernels {
     pub pack_b: PackB,
 }
 
+impl GemmKernels {
+    /// A GEMM on f32 panels: one value of `k` per slot, no padding.
+    pub const fn f32(mr: usize, nr: usize, tile: GemmTile, pack_a: PackA, pack_b: PackB) -> GemmKernels {
+        GemmKernels { mr, nr, k_pack: 1, k_block: 1, tile, pack_a, pack_b }
+    }
+}
+
 /// Int8 GEMM for Q8_0/Q4_0 weights.
 #[derive(Clone, Copy)]
 pub struct QGemmKernels {

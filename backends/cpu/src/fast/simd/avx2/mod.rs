@@ -24,15 +24,7 @@ pub const GEMV: GemvKernels = GemvKernels {
 };
 
 /// The float GEMM (BF16 weights widened to f32 while packing).
-const GEMM: GemmKernels = GemmKernels {
-    mr: gemm::MR,
-    nr: gemm::NR,
-    k_pack: 1,
-    k_block: 1,
-    tile: gemm::tile,
-    pack_a: gemm::pack_a,
-    pack_b: gemm::pack_b,
-};
+const GEMM: GemmKernels = GemmKernels::f32(gemm::MR, gemm::NR, gemm::tile, gemm::pack_a, gemm::pack_b);
 
 pub static KERNELS: Kernels = Kernels {
     name: "avx2",

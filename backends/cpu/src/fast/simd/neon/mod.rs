@@ -10,15 +10,7 @@ mod quantize;
 use super::{scalar, GemmKernels, GemvKernels, KQuantGemv, Kernels, QGemmKernels};
 
 /// The float GEMM (BF16 weights widened to f32 while packing).
-const GEMM: GemmKernels = GemmKernels {
-    mr: gemm::MR,
-    nr: gemm::NR,
-    k_pack: 1,
-    k_block: 1,
-    tile: gemm::tile,
-    pack_a: gemm::pack_a,
-    pack_b: scalar::pack::pack_b,
-};
+const GEMM: GemmKernels = GemmKernels::f32(gemm::MR, gemm::NR, gemm::tile, gemm::pack_a, scalar::pack::pack_b);
 
 /// NEON float kernels with the portable int8 kernels.
 pub static KERNELS: Kernels = Kernels {

@@ -22,15 +22,7 @@ const QMR: usize = 4;
 const QNR: usize = 4;
 
 /// The float GEMM (BF16 weights widened to f32 while packing).
-const GEMM: GemmKernels = GemmKernels {
-    mr: MR,
-    nr: NR,
-    k_pack: 1,
-    k_block: 1,
-    tile: gemm::tile::<MR, NR>,
-    pack_a: pack::pack_a,
-    pack_b: pack::pack_b,
-};
+const GEMM: GemmKernels = GemmKernels::f32(MR, NR, gemm::tile::<MR, NR>, pack::pack_a, pack::pack_b);
 
 /// The portable table (a `const` so that other tables can start from it).
 pub const TABLE: Kernels = Kernels {
