@@ -82,10 +82,9 @@ fn run_bf16(kernels: &Kernels, gemv: GemvBf16, team: &mut Team, memory: &mut Wor
     let (k, m, n, batches) = (mm.k, mm.m, mm.n, mm.batches());
     let dense = mm.activations_dense();
     let threads = threads_for(team.threads(), mm.work());
-    let paired = matches!(kernels.gemv.bf16_columns, Bf16Columns::Paired { .. });
-    let len = match kernels.gemv.bf16_columns {
-        Bf16Columns::Paired { pad } => k.next_multiple_of(pad),
-        Bf16Columns::Separate => k,
+    let (len, paired) = match kernels.gemv.bf16_columns {
+        Bf16Columns::Paired { pad } => (k.next_multiple_of(pad), true),
+        Bf16Columns::Separate => (k, false),
     };
     // Private: the gathered f32 column, then (paired) the column rounded before interleaving.
     let gathered_bytes = if dense { 0 } else { k * 4 };

@@ -51,7 +51,8 @@ pub(super) unsafe fn tiles<const R: usize, const N: usize, X>(
     many: Steps<R, N, X>,
     one: Steps<1, N, X>,
 ) {
-    let value_bytes = if rows.dtype == DType::F32 { 4 } else { 2 };
+    // Float rows: one value per block.
+    let value_bytes = rows.dtype.block_bytes();
     for g0 in (0..rows.count).step_by(ROW_GROUP) {
         let count = (rows.count - g0).min(ROW_GROUP);
         let mut sums = [[_mm512_setzero_ps(); N]; ROW_GROUP];
@@ -113,7 +114,7 @@ unsafe fn float_steps<const R: usize, const N: usize>(
     acc: &mut Sums<R, N>,
 ) {
     let (dtype, row0, stride) = (rows.dtype, rows.ptr, rows.stride);
-    let value_bytes = if dtype == DType::F32 { 4 } else { 2 };
+    let value_bytes = dtype.block_bytes();
     let mut kk = 0;
     while kk < k {
         let mask = if k - kk >= 16 { 0xffff } else { (1u16 << (k - kk)) - 1 };
