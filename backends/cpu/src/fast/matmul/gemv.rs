@@ -153,7 +153,7 @@ pub fn run_kquant(k: KQuantGemv, team: &mut Team, memory: &mut WorkMemory, mm: &
     let superblocks = mm.k / QK_K;
     let quantize = |x: *const f32, at: *mut u8| {
         // SAFETY: as `run_int8` guarantees: `x` holds the column, `at` its quantized bytes.
-        unsafe { (k.quantize)(x, superblocks, at) };
+        unsafe { (k.quantize)(x, superblocks, mm.a_type, at) };
     };
     // Whole cache lines per column, so that every column's values start aligned.
     let column_bytes = (superblocks * K8_SUPERBLOCK_BYTES).next_multiple_of(64);

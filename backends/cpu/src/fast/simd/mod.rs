@@ -91,7 +91,8 @@ pub const K8_SUPERBLOCK_BYTES: usize = 256 + 32 + 4;
 #[derive(Clone, Copy)]
 #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
 pub struct K8Column {
-    /// Super-block `s`'s 256 values at `q + 256 s`.
+    /// Super-block `s`'s 256 values at `q + 256 s` (in an order the kernel set may choose per
+    /// weight type; the sums are always those of values `16i..16i + 16`).
     pub q: *const u8,
     /// Super-block `s`'s sums of each 16 values (16 i16) at `s + 32 s`.
     pub s: *const u8,
@@ -238,8 +239,9 @@ pub type PackAK = unsafe fn(rows: &Rows, b0: usize, nblocks: usize, mr: usize, d
 /// Quantizes `nblocks * 32` f32 values (`nblocks` a multiple of 8) into K-quant activation
 /// blocks with one scale per 256 values, and their half sums.
 pub type KQuantize = unsafe fn(x: *const f32, nblocks: usize, out: &scalar::kquant::KOut);
-/// Quantizes `superblocks * 256` f32 values into a [`K8Column`] at `out`.
-pub type K8Quantize = unsafe fn(x: *const f32, superblocks: usize, out: *mut u8);
+/// Quantizes `superblocks * 256` f32 values into a [`K8Column`] at `out`, its values in the
+/// order the set's matrix-vector kernel reads them for rows of type `weights`.
+pub type K8Quantize = unsafe fn(x: *const f32, superblocks: usize, weights: DType, out: *mut u8);
 /// Quantizes `nblocks * 32` f32 values into 8-bit blocks (`d = max|x| / 127`, `q = round(x / d)`).
 pub type Quantize = unsafe fn(x: *const f32, nblocks: usize, bias: i32, out: &QuantOut);
 /// Matrix-vector products of float weights: `y[j * ldy + r] = dot(row r, x[j * ldx..][..k])`

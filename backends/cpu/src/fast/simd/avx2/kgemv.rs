@@ -7,6 +7,7 @@
 use core::arch::x86_64::*;
 
 use tessera_core::kquant::QK_K;
+use tessera_core::DType;
 
 use crate::fast::simd::kind::{Q4, Q6};
 use crate::fast::simd::{kquant_columns, K8Column, Rows, QK};
@@ -212,7 +213,7 @@ pub unsafe fn gemv(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usi
 /// # Safety
 /// As [`crate::fast::simd::K8Quantize`]; AVX2.
 #[target_feature(enable = "avx2")]
-pub unsafe fn quantize(x: *const f32, superblocks: usize, out: *mut u8) {
+pub unsafe fn quantize(x: *const f32, superblocks: usize, _weights: DType, out: *mut u8) {
     let col = K8Column::at(out, superblocks);
     let sign = _mm256_set1_ps(-0.0);
     for sb in 0..superblocks {

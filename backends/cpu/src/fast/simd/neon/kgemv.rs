@@ -7,6 +7,7 @@
 use core::arch::aarch64::*;
 
 use tessera_core::kquant::{scale_min, QK_K};
+use tessera_core::DType;
 
 use super::qgemm::sdot;
 use crate::fast::simd::kind::{Q4, Q6};
@@ -187,7 +188,7 @@ pub unsafe fn gemv(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, n: usi
 /// # Safety
 /// As [`crate::fast::simd::K8Quantize`]; NEON.
 #[target_feature(enable = "neon")]
-pub unsafe fn quantize(x: *const f32, superblocks: usize, out: *mut u8) {
+pub unsafe fn quantize(x: *const f32, superblocks: usize, _weights: DType, out: *mut u8) {
     let col = K8Column::at(out, superblocks);
     for sb in 0..superblocks {
         // SAFETY: values `256 sb..256 sb + 256` of the input.
