@@ -76,11 +76,35 @@ pub(crate) unsafe fn launch_raw(
     unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()
 }
 
-/// Threads of a FLASH_ATTN block of 16 query rows (`FA_THREADS` in flash_attn.cu), and of
-/// one query row (`FA_DECODE_THREADS`), and query rows per block beyond one.
+/// Threads of a FLASH_ATTN block of 16 query rows (`FA_THREADS` in flash_attn.cu), and query
+/// rows per block beyond one.
 const FLASH_ATTN_THREADS: u32 = 128;
-const FLASH_ATTN_DECODE_THREADS: u32 = 256;
 const FLASH_ATTN_ROWS: i64 = 16;
+/// Threads of a one-row FLASH_ATTN block (`FA_SPLIT_THREADS`), and the key positions it takes
+/// (`FA_SPLIT_POSITIONS`).
+const FLASH_ATTN_SPLIT_THREADS: u32 = 128;
+const FLASH_ATTN_SPLIT_POSITIONS: i64 = 32;
+
+/// How a one-row FLASH_ATTN is split: key chunks per head, the kernels' row width, and the
+/// bytes of the partial results (per chunk, head and batch: maximum, sum, `width` sums).
+pub(crate) struct FlashAttnSplit {
+    pub chunks: i64,
+    pub width: i64,
+    pub bytes: usize,
+}
+
+/// The split of a one-row FLASH_ATTN of `q` over `k` and `v`; `None` past what one launch
+/// addresses.
+pub(crate) fn flash_attn_split(q: &TensorArg, k: &TensorArg, v: &TensorArg) -> Option<FlashAttnSplit> {
+    let width = names::flash_attn_width(q.ne[0].max(v.ne[0]))?;
+    let chunks = div_ceil(k.ne[1], FLASH_ATTN_SPLIT_POSITIONS).max(1);
+    let floats = chunks.checked_mul(q.ne[2])?.checked_mul(q.ne[3])?.checked_mul(2 + width)?;
+    (chunks <= i64::from(i32::MAX)).then_some(FlashAttnSplit {
+        chunks,
+        width,
+        bytes: usize::try_from(floats).ok()?.checked_mul(4)?,
+    })
+}
 
 /// `n / d` rounded up, for `n >= 0`, `d > 0`.
 pub(crate) fn div_ceil(n: i64, d: i64) -> i64 {
@@ -365,18 +389,50 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             // Without a mask the kernel never reads its mask argument: pass the queries.
             let (m, mt) = mask.unwrap_or((q, DType::F32));
             let (has_mask, mask_f16) = (i32::from(mask.is_some()), i32::from(mt == DType::F16));
-            let (rows, threads) =
-                if q.ne[1] > 1 { (FLASH_ATTN_ROWS, FLASH_ATTN_THREADS) } else { (1, FLASH_ATTN_DECODE_THREADS) };
-            let name = names::flash_attn(kt, q.ne[0].max(v.ne[0]), q.ne[1]);
+            let head = q.ne[0].max(v.ne[0]);
+            let name = kernel(names::flash_attn(kt, head, q.ne[1]))?;
+            if q.ne[1] == 1 {
+                // One query row: per chunk of keys, then merged per head (validated: at most
+                // 65535 heads and batches).
+                let plan = flash_attn_split(&q, &k, &v).ok_or_else(|| backend_error("FLASH_ATTN split too large"))?;
+                let partials = scratch.reserve(plan.bytes)?;
+                let cfg = LaunchConfig {
+                    grid_dim: (plan.chunks as u32, q.ne[2] as u32, q.ne[3] as u32),
+                    block_dim: (FLASH_ATTN_SPLIT_THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // flash_attn_*_r1_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask,
+                //                   TensorArg dst, float scale, int has_mask, int mask_f16, float *partials)
+                launch_kernel!(
+                    kernels, stream, name, cfg, &q, &k, &v, &m, &dst, &scale, &has_mask, &mask_f16, &partials
+                )?;
+                let cfg = LaunchConfig {
+                    grid_dim: (q.ne[2] as u32, q.ne[3] as u32, 1),
+                    block_dim: (plan.width as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let chunks = plan.chunks as i32;
+                // flash_attn_combine_*(const float *partials, TensorArg dst, int chunks)
+                return launch_kernel!(
+                    kernels,
+                    stream,
+                    kernel(names::flash_attn_combine(head))?,
+                    cfg,
+                    &partials,
+                    &dst,
+                    &chunks
+                );
+            }
             // Validated: at most 65535 heads and batches; query tiles fit the grid's x.
             let cfg = LaunchConfig {
-                grid_dim: (div_ceil(q.ne[1], rows) as u32, q.ne[2] as u32, q.ne[3] as u32),
-                block_dim: (threads, 1, 1),
+                grid_dim: (div_ceil(q.ne[1], FLASH_ATTN_ROWS) as u32, q.ne[2] as u32, q.ne[3] as u32),
+                block_dim: (FLASH_ATTN_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // flash_attn_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask, TensorArg dst,
-            //              float scale, int has_mask, int mask_f16)
-            launch_kernel!(kernels, stream, kernel(name)?, cfg, &q, &k, &v, &m, &dst, &scale, &has_mask, &mask_f16)
+            let no_partials = 0u64;
+            // flash_attn_*_r16_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask,
+            //                    TensorArg dst, float scale, int has_mask, int mask_f16, float *partials)
+            launch_kernel!(kernels, stream, name, cfg, &q, &k, &v, &m, &dst, &scale, &has_mask, &mask_f16, &no_partials)
         }
         Op::Concat { dim } => {
             let ((a, at), (b, _)) = (src(0)?, src(1)?);

@@ -141,6 +141,10 @@ pub fn scratch_bytes(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> usize {
         (Op::MulMat, Some(a), Some(b)) if validate(&Node { op, dst, srcs }).is_ok() => {
             mul_mat::plan(a, b, dst).scratch_bytes
         }
+        (Op::FlashAttn { .. }, Some(q), Some(k)) if q.0.ne[1] == 1 && validate(&Node { op, dst, srcs }).is_ok() => {
+            let v = srcs.get(2).copied().flatten().map_or(k.0, |v| v.0);
+            launch::flash_attn_split(&q.0, &k.0, &v).map_or(0, |plan| plan.bytes)
+        }
         _ => 0,
     }
 }

@@ -128,6 +128,9 @@ pub(crate) const MODULES: &[Module] = &[
             "flash_attn_bf16_r16_d32",
             "flash_attn_bf16_r16_d64",
             "flash_attn_bf16_r16_d128",
+            "flash_attn_combine_d32",
+            "flash_attn_combine_d64",
+            "flash_attn_combine_d128",
         ],
     },
     Module {

@@ -217,16 +217,36 @@ pub(crate) fn set_rows(dst: DType) -> Option<&'static str> {
     by_float(dst, ["set_rows_f32", "set_rows_f16", "set_rows_bf16"])
 }
 
+/// The row width (32, 64 or 128 values) of the FLASH_ATTN kernels for heads of `head` values.
+pub(crate) fn flash_attn_width(head: i64) -> Option<i64> {
+    match head {
+        1..=32 => Some(32),
+        33..=64 => Some(64),
+        65..=128 => Some(128),
+        _ => None,
+    }
+}
+
+/// The kernel that merges the per-chunk results of a one-row FLASH_ATTN, for heads of `head`
+/// values.
+pub(crate) fn flash_attn_combine(head: i64) -> Option<&'static str> {
+    match flash_attn_width(head)? {
+        32 => Some("flash_attn_combine_d32"),
+        64 => Some("flash_attn_combine_d64"),
+        _ => Some("flash_attn_combine_d128"),
+    }
+}
+
 /// FLASH_ATTN over keys and values of type `kv` with heads of up to `head` values, for
-/// `rows` query rows: a block per 16 rows, or per row when there is one (a decoded token).
+/// `rows` query rows: a block per 16 rows, or per chunk of keys when there is one row (a
+/// decoded token; [`flash_attn_combine`] merges the chunks).
 pub(crate) fn flash_attn(kv: DType, head: i64, rows: i64) -> Option<&'static str> {
     let by_head = |names: [[&'static str; 3]; 2]| {
         let r = usize::from(rows > 1);
-        match head {
-            1..=32 => Some(names[r][0]),
-            33..=64 => Some(names[r][1]),
-            65..=128 => Some(names[r][2]),
-            _ => None,
+        match flash_attn_width(head)? {
+            32 => Some(names[r][0]),
+            64 => Some(names[r][1]),
+            _ => Some(names[r][2]),
         }
     };
     match kv {
@@ -372,6 +392,7 @@ mod tests {
             }
             for (head, rows) in [32, 64, 128].iter().flat_map(|&h| [(h, 1), (h, 2)]) {
                 chosen.extend(flash_attn(a, head, rows));
+                chosen.extend(flash_attn_combine(head));
             }
             for max_ne0 in (0..16).map(|p| 1i64 << p) {
                 chosen.extend(soft_max_packed(a, max_ne0));
