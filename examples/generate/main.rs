@@ -12,7 +12,7 @@ use std::time::Instant;
 use tessera::runtime::placement::Placement;
 use tessera::runtime::threads::parse_threads;
 use tessera::DType;
-use tessera_models::llama::Logits;
+use tessera_models::llama::{Attention, Logits};
 use tessera_models::llama_module::gpu_layers_spec;
 use tessera_models::random_llama;
 use tessera_models::sampler::{Sampler, Sampling};
@@ -44,9 +44,9 @@ options:
   -c, --ctx-size N       positions the KV cache holds [the model's, at most 4096]
   -ub, --ubatch N        prompt tokens per batch [512]
   --cache-type T         f16 or f32 [f16]
-  -fa, --flash-attn M    attention as one FLASH_ATTN node per block, without a score matrix
-                         in memory: on, off, or auto (on in the blocks that run on a GPU with
-                         a kernel for it) [off]
+  -fa, --flash-attn M    attention as one FLASH_ATTN node per block: on (every batch, no
+                         score matrix in memory), off, or auto (for decoding, in the blocks
+                         that run on a GPU with a kernel for it; prompts as products) [auto]
   --bench                time prompt processing (-p tokens) and generation (-n tokens) from an
                          empty cache, -r repetitions after one warm-up, as llama-bench does
   -p, --n-prompt N       prompt tokens of --bench [512]
@@ -102,7 +102,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
         context: 0,
         ubatch: 512,
         cache_type: DType::F16,
-        flash_attn: Some(false),
+        flash_attn: None,
         bench: false,
         n_prompt: 512,
         repetitions: 5,
@@ -241,8 +241,13 @@ fn load(a: &Args) -> Result<Generator, BoxError> {
     };
     let (weights, cache, compute) = (list(&memory.weights), list(&memory.kv_cache), list(&memory.compute));
     eprintln!("generate: weights: {weights}");
-    let flash = g.flash_attn().iter().filter(|&&f| f).count();
-    eprintln!("generate: attention as FLASH_ATTN in {flash} of {} blocks", g.config().layers);
+    let count = |kind: Attention| g.attention().iter().filter(|&&a| a == kind).count();
+    eprintln!(
+        "generate: attention as FLASH_ATTN in {} of {} blocks, in {} more for decoding only",
+        count(Attention::Flash),
+        g.config().layers,
+        count(Attention::FlashDecoding)
+    );
     eprintln!(
         "generate: planned for a context of {} ({} KV cache): KV cache {cache}; compute buffers {compute}",
         g.context(),

@@ -13,7 +13,7 @@ use tessera_std::placement::{Placement, Target};
 use crate::embedder::backend_targets;
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
-use crate::llama::{self, Batch, CacheShape, LlamaGraph, Logits};
+use crate::llama::{self, Attention, Batch, CacheShape, LlamaGraph, Logits};
 use crate::llama_config::LlamaConfig;
 use crate::llama_module::LlamaModule;
 use crate::llama_vocab::LlamaVocab;
@@ -35,11 +35,12 @@ pub struct GeneratorOptions {
     /// Plan the compute buffers for logits at every position of a batch, not just the last
     /// (what [`Generator::eval`] with [`Logits::All`] needs).
     pub all_logits: bool,
-    /// Attention as one FLASH_ATTN node per block (no score matrix in memory): `Some(true)` in
-    /// every block, `Some(false)` in none, `None` in the blocks that run on a device with a
-    /// FLASH_ATTN kernel for the model's heads other than the host CPU. Off by default: it
-    /// saves memory (at a 4096-token context, 42 instead of 277 MiB of CUDA compute buffers for
-    /// a 1B model) but its CUDA kernel is still slower than the three-kernel attention.
+    /// Attention as one FLASH_ATTN node per block: `Some(true)` in every block and batch (no
+    /// score matrix in memory: at a 4096-token context, 42 instead of 277 MiB of CUDA compute
+    /// buffers for a 1B model), `Some(false)` in none. `None` (the default): for decoding, in
+    /// the blocks that run on a device with a FLASH_ATTN kernel for the model's heads other
+    /// than the host CPU, with prompts computed as products ([`llama::Attention::FlashDecoding`]),
+    /// which is the fastest on CUDA.
     pub flash_attn: Option<bool>,
 }
 
@@ -51,7 +52,7 @@ impl Default for GeneratorOptions {
             ubatch: 512,
             cache_type: DType::F16,
             all_logits: false,
-            flash_attn: Some(false),
+            flash_attn: None,
         }
     }
 }
@@ -98,8 +99,8 @@ pub struct Generator {
     sched: Scheduler,
     /// Positions of the cache already filled.
     past: usize,
-    /// Which blocks compute attention as one FLASH_ATTN node.
-    flash: Vec<bool>,
+    /// How each block computes attention.
+    attention: Vec<Attention>,
     options: GeneratorOptions,
     /// Compute buffer bytes planned up front, per backend.
     planned: Vec<(String, usize)>,
@@ -179,12 +180,17 @@ impl Generator {
         let ubatch = options.ubatch.clamp(1, context);
         let cache_shape = CacheShape { context, dtype: options.cache_type };
         let targets = backend_targets(&placement);
-        let flash: Vec<bool> = (0..config.layers)
+        let attention: Vec<Attention> = (0..config.layers)
             .map(|l| {
                 let device = placement.compute_of(blocks, Some(l)).device;
-                options
-                    .flash_attn
-                    .unwrap_or_else(|| !device.is_host_cpu() && flash_attn_runs_on(device, &config, cache_shape))
+                match options.flash_attn {
+                    Some(true) => Attention::Flash,
+                    Some(false) => Attention::Products,
+                    None if !device.is_host_cpu() && flash_attn_runs_on(device, &config, cache_shape) => {
+                        Attention::FlashDecoding
+                    }
+                    None => Attention::Products,
+                }
             })
             .collect();
 
@@ -199,7 +205,7 @@ impl Generator {
             has_output,
             cache_shape,
             Batch { tokens: 1, past: 0, logits: Logits::Last },
-            &flash,
+            &attention,
         )?;
         let mut groups: Vec<(&'static dyn Device, Vec<WeightShape>)> = Vec::new();
         for w in &shapes.weights {
@@ -278,7 +284,7 @@ impl Generator {
             cache,
             sched,
             past: 0,
-            flash,
+            attention,
             options,
             planned: Vec::new(),
             built: None,
@@ -345,9 +351,14 @@ impl Generator {
         self.timing
     }
 
-    /// Which blocks compute attention as one FLASH_ATTN node.
-    pub fn flash_attn(&self) -> &[bool] {
-        &self.flash
+    /// Which blocks compute attention as one FLASH_ATTN node (in decoding at least).
+    pub fn flash_attn(&self) -> Vec<bool> {
+        self.attention.iter().map(|&a| a != Attention::Products).collect()
+    }
+
+    /// How each block computes attention.
+    pub fn attention(&self) -> &[Attention] {
+        &self.attention
     }
 
     /// Bytes planned up front: weights and KV cache per device, compute buffers per backend.
@@ -449,7 +460,7 @@ impl Generator {
         let file = &self.file;
         let dtype_of = |name: &str| file.tensor(name).map_or(DType::F32, |t| t.dtype);
         let model =
-            llama::build(&mut g, &self.config, &dtype_of, self.has_output, self.cache.shape(), batch, &self.flash)?;
+            llama::build(&mut g, &self.config, &dtype_of, self.has_output, self.cache.shape(), batch, &self.attention)?;
         for w in &model.weights {
             let device = self.placement.params_of(w.module.index(), w.layer);
             let data = self

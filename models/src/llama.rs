@@ -138,9 +138,22 @@ impl Builder<'_, '_> {
     }
 }
 
+/// How a block computes attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attention {
+    /// Two products and a soft-max; the cache holds the values transposed.
+    Products,
+    /// One FLASH_ATTN node for batches of one token (decoding), products for longer batches
+    /// (a prompt's scores are one large product, which the GPUs' GEMMs do faster); the cache
+    /// holds the values as rows, read through a transposed copy by the products.
+    FlashDecoding,
+    /// One FLASH_ATTN node for every batch: no score matrix in memory.
+    Flash,
+}
+
 /// The weight types `weight_type` gives by file name; `has_output` says whether the file has
 /// its own `output.weight` (else the head reads the token embedding, as llama.cpp does).
-/// Blocks whose entry in `flash` is true compute attention as one FLASH_ATTN node.
+/// Each block computes attention as its entry in `attention` says (products where missing).
 pub fn build(
     g: &mut Graph,
     c: &LlamaConfig,
@@ -148,7 +161,7 @@ pub fn build(
     has_output: bool,
     cache: CacheShape,
     batch: Batch,
-    flash: &[bool],
+    attention: &[Attention],
 ) -> Result<LlamaGraph> {
     c.validate().map_err(|message| Error::InvalidConfig { message })?;
     let Batch { tokens: n, past, logits } = batch;
@@ -164,7 +177,8 @@ pub fn build(
     let inputs_start = g.tensors().len() as u32;
     let token_ids = g.new_tensor(DType::I32, &[n])?;
     let positions = g.new_tensor(DType::I32, &[n])?;
-    let flash_at = |layer: usize| flash.get(layer).copied().unwrap_or(false);
+    // Whether the block's cache holds the values as rows (the layout FLASH_ATTN reads).
+    let flash_at = |layer: usize| attention.get(layer).is_some_and(|&a| a != Attention::Products);
     let value_rows = if (0..c.layers).all(flash_at) { None } else { Some(g.new_tensor(DType::I32, &[kv_dim * n])?) };
     let mask = g.new_tensor(DType::F32, &[kv_len, n])?;
     let inputs = [
@@ -240,16 +254,27 @@ pub fn build(
         };
         let keys = window(b.g, k_cache)?;
         let q = b.g.permute(q, [0, 2, 1, 3])?; // [hd, n, heads]
-        let ctx = if flash {
+        let fused = match attention.get(layer) {
+            Some(Attention::Flash) => true,
+            Some(Attention::FlashDecoding) => n == 1,
+            _ => false,
+        };
+        let ctx = if fused {
             let values = window(b.g, v_cache)?;
             b.g.flash_attn(q, keys, values, Some(mask), scale)? // [hd, heads, n]
         } else {
-            let values = b.g.view(
-                v_cache,
-                [kv_len, hd, c.kv_heads, 1],
-                [cache.context * es, hd * cache.context * es, kv_dim * cache.context * es],
-                0,
-            )?;
+            let values = if flash {
+                let rows = window(b.g, v_cache)?; // [hd, kv_len, kv_heads]
+                let columns = b.g.permute(rows, [1, 0, 2, 3])?;
+                b.g.cont(columns)?
+            } else {
+                b.g.view(
+                    v_cache,
+                    [kv_len, hd, c.kv_heads, 1],
+                    [cache.context * es, hd * cache.context * es, kv_dim * cache.context * es],
+                    0,
+                )?
+            };
             let scores = b.g.mul_mat(keys, q)?; // [kv_len, n, heads]
             let probs = b.g.soft_max(scores, Some(mask), scale)?;
             let ctx = b.g.mul_mat(values, probs)?; // [hd, n, heads]
