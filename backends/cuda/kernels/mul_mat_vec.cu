@@ -102,6 +102,7 @@ __device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &a2, const
     const long long row0 = (long long)blockIdx.x * ROWS;
     const long long k = a.ne[0], nvec = k / V;
     const long long nmat = dst.ne[2] * dst.ne[3];
+    mmv_prefetch_then_wait<ROWS, GROUPS>(a, a2, dst, r2, r3, k * a.nb[0]);
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
         divmod64(mat, dst.ne[2], i3, i2);
@@ -278,6 +279,7 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     const long long nblocks = a.ne[0] / QK;
     const long long nmat = dst.ne[2] * dst.ne[3];
     const int w = 2 * (lane % LANES_PER_BLOCK);
+    mmv_prefetch_then_wait<ROWS, GROUPS>(a, a2, dst, r2, r3, nblocks * Q::block_bytes);
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
         divmod64(mat, dst.ne[2], i3, i2);
@@ -321,7 +323,6 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b, const __grid_constant__ TensorArg dst, \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
-        await_prior_kernel();                                                                                    \
         mul_mat_vec_float<W, NCOLS, 1>(a, a, b, dst, add, r2, r3);                                               \
     }
 
@@ -330,7 +331,6 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const __grid_constant__ TensorArg b, \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
-        await_prior_kernel();                                                                                    \
         const TensorArg none = {};                                                                               \
         mul_mat_vec_float<W, 1, 2>(a, a2, b, dst, none, r2, r3);                                                 \
     }
@@ -339,7 +339,6 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
         name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,         \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
-        await_prior_kernel();                                                                                    \
         mul_mat_vec_quant<Q, NCOLS, 1>(a, a, bq, dst, add, r2, r3);                                              \
     }
 
@@ -348,7 +347,6 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const Q8_1 *bq,          \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
-        await_prior_kernel();                                                                                    \
         const TensorArg none = {};                                                                               \
         mul_mat_vec_quant<Q, 1, 2>(a, a2, bq, dst, none, r2, r3);                                                \
     }

@@ -30,6 +30,30 @@ __device__ __forceinline__ void mmv_rows(const char *(&arow)[GROUPS * ROWS], con
     }
 }
 
+// Prefetches into L2 the weight rows of the block's first matrix (row_bytes each), then waits
+// for the previous kernel (`await_prior_kernel`). With programmatic launch the block starts
+// while that kernel still runs, so the weights' memory latency overlaps it. Only the prefetch
+// comes before the wait: it reads nothing into the block, and L2 is where later writes land.
+template <int ROWS, int GROUPS>
+__device__ __forceinline__ void mmv_prefetch_then_wait(const TensorArg &a, const TensorArg &a2, const TensorArg &dst,
+                                                       long long r2, long long r3, long long row_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if ((long long)blockIdx.y < dst.ne[2] * dst.ne[3]) {
+        long long i3, i2;
+        divmod64(blockIdx.y, dst.ne[2], i3, i2);
+        const char *arow[GROUPS * ROWS];
+        mmv_rows<ROWS, GROUPS>(arow, a, a2, (long long)blockIdx.x * ROWS, i2, i3, r2, r3);
+#pragma unroll
+        for (int r = 0; r < GROUPS * ROWS; r++) {
+            for (long long at = 128 * (long long)threadIdx.x; at < row_bytes; at += 128 * (long long)blockDim.x) {
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(arow[r] + at));
+            }
+        }
+    }
+#endif
+    await_prior_kernel();
+}
+
 // Adds up each warp's sums of the block (already reduced within the warp) and stores the
 // block's ROWS x NCOLS results of matrix (i2, i3); rows at or past m are not stored. With
 // GROUPS = 2 the block computed ROWS rows of two matrices, a gate and an up projection, and

@@ -312,6 +312,7 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, cons
     const long long row0 = (long long)blockIdx.x * ROWS;
     const long long nsb = a.ne[0] / QK_K, nq = a.ne[0] / QK;
     const long long nmat = dst.ne[2] * dst.ne[3];
+    mmv_prefetch_then_wait<ROWS, GROUPS>(a, a2, dst, r2, r3, nsb * Q::block_bytes);
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
         divmod64(mat, dst.ne[2], i3, i2);
@@ -350,7 +351,6 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, cons
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, NCOLS>::min_blocks)                 \
         name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,         \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
-        await_prior_kernel();                                                                                    \
         mul_mat_vec_kquant<Q, NCOLS, 1>(a, a, bq, dst, add, r2, r3);                                             \
     }
 
@@ -359,7 +359,6 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, cons
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, 1>::min_blocks)                     \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const Q8_1 *bq,          \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
-        await_prior_kernel();                                                                                    \
         const TensorArg none = {};                                                                               \
         mul_mat_vec_kquant<Q, 1, 2>(a, a2, bq, dst, none, r2, r3);                                               \
     }
