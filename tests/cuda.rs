@@ -126,6 +126,22 @@ fn pinned_host_memory_is_host_memory_the_cpu_computes_on() {
     assert!(tessera::cpu::CPU_DEVICE.supports_buffer_type(pinned));
 }
 
+#[test]
+fn large_reads_through_pinned_staging_return_every_byte() {
+    // Reads of 64 KiB and more go through pinned memory that grows to the largest read.
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    let buffer = gpu.buffer_type().alloc_buffer(3 << 20).unwrap();
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    buffer.set_bytes(0, &data).unwrap();
+    for (offset, len) in [(0, 64 << 10), (7, 1 << 20), (1, (3 << 20) - 1), (5, (64 << 10) - 1), (0, 3 << 20)] {
+        let mut out = vec![0u8; len];
+        buffer.get_bytes(offset, &mut out).unwrap();
+        assert!(out == data[offset..offset + len], "{len} bytes from {offset}");
+    }
+    let mut past_the_end = vec![0u8; 64 << 10];
+    assert!(buffer.get_bytes(3 << 20, &mut past_the_end).is_err());
+}
+
 /// `out` of `g` (allocated on `gpu`, inputs set) computed node by node, then by a program
 /// prepared for the whole graph (captured, with its fusions): both results.
 fn one_by_one_and_captured(gpu: &'static dyn Device, g: &Graph, out: tessera::TensorId) -> (Vec<f32>, Vec<f32>) {

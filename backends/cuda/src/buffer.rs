@@ -9,6 +9,7 @@ use tessera_core::buffer::check_range;
 use tessera_core::{Buffer, BufferBase, BufferType, BufferUsage, Error, Result};
 
 use crate::driver;
+use crate::pinned::Staging;
 
 /// Alignment of tensors in device memory: enough for 16-byte vector loads and cuBLAS.
 const ALIGNMENT: usize = 256;
@@ -17,11 +18,15 @@ const ALIGNMENT: usize = 256;
 pub struct CudaBufferType {
     name: String,
     ctx: Arc<CudaContext>,
+    staging: Staging,
 }
+
+/// Reads of at least this many bytes go through pinned staging memory.
+const STAGED_READ_BYTES: usize = 64 << 10;
 
 impl CudaBufferType {
     pub(crate) fn new(name: String, ctx: Arc<CudaContext>) -> CudaBufferType {
-        CudaBufferType { name, ctx }
+        CudaBufferType { name, staging: Staging::new(ctx.clone()), ctx }
     }
 
     fn bind(&self) -> Result<()> {
@@ -117,9 +122,15 @@ impl Buffer for CudaBuffer {
     fn get_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         check_range(self, offset, out.len())?;
         self.buffer_type.bind()?;
+        let src = self.ptr + offset as u64;
+        if out.len() >= STAGED_READ_BYTES {
+            if let Some(done) = self.buffer_type.staging.read(src, out) {
+                return done.map_err(|e| self.error("reading", e));
+            }
+        }
         // SAFETY: the range lies inside the allocation (checked above); the copy is
         // synchronous and `out` is exclusively ours.
-        unsafe { result::memcpy_dtoh_sync(out, self.ptr + offset as u64) }.map_err(|e| self.error("reading", e))
+        unsafe { result::memcpy_dtoh_sync(out, src) }.map_err(|e| self.error("reading", e))
     }
     fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
         check_range(self, offset, len)?;

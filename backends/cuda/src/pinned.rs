@@ -3,9 +3,9 @@
 
 use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{result, CudaContext};
+use cudarc::driver::{result, sys, CudaContext, DriverError};
 use tessera_core::host_buffer::{HostBuffer, HOST_ALIGNMENT};
 use tessera_core::{Buffer, BufferType, Error, Result};
 
@@ -66,5 +66,43 @@ impl BufferType for PinnedBufferType {
         // written only through the buffer.
         let buffer = unsafe { HostBuffer::from_raw_in(self, ptr, size, true, owner) };
         Ok(Arc::new(buffer))
+    }
+}
+
+/// Pinned host memory that large device-to-host reads go through: from pageable memory the
+/// driver stages a copy in small pieces, several times slower (a 1B Llama's 128 KB of logits
+/// per decoded token). Grown to the largest read, kept for the next.
+pub(crate) struct Staging {
+    ctx: Arc<CudaContext>,
+    memory: Mutex<Option<(PinnedMemory, usize)>>,
+}
+
+impl Staging {
+    pub(crate) fn new(ctx: Arc<CudaContext>) -> Staging {
+        Staging { ctx, memory: Mutex::new(None) }
+    }
+
+    /// Copies `out.len()` bytes from device address `src` into `out` through the staging
+    /// memory, synchronously; `None` (nothing copied) where pinned memory cannot be had. The
+    /// caller has made the context current and checked the range.
+    pub(crate) fn read(&self, src: sys::CUdeviceptr, out: &mut [u8]) -> Option<Result<(), DriverError>> {
+        let mut memory = self.memory.lock().ok()?;
+        if memory.as_ref().is_none_or(|(_, len)| *len < out.len()) {
+            *memory = None;
+            // SAFETY: the context is current (the caller's promise); flags 0: cached memory,
+            // fast for the CPU to read.
+            let raw = unsafe { result::malloc_host(out.len(), 0) }.ok()?;
+            *memory = Some((PinnedMemory { ptr: NonNull::new(raw.cast::<u8>())?, ctx: self.ctx.clone() }, out.len()));
+        }
+        let (pinned, _) = memory.as_ref()?;
+        // SAFETY: the allocation holds at least `out.len()` bytes and is used only under the
+        // lock; the copy is synchronous.
+        let staged = unsafe { std::slice::from_raw_parts_mut(pinned.ptr.as_ptr(), out.len()) };
+        // SAFETY: `src` addresses `out.len()` readable device bytes (the caller's promise).
+        let done = unsafe { result::memcpy_dtoh_sync(staged, src) };
+        if done.is_ok() {
+            out.copy_from_slice(staged);
+        }
+        Some(done)
     }
 }
