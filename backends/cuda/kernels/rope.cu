@@ -7,7 +7,9 @@
 // with the pair (x[2k], x[2k + 1]) in mode 0 (normal) and (x[k], x[k + n_dims / 2]) in mode 2
 // (neox); values at i0 >= n_dims pass through. The power, sine and cosine are evaluated in f64
 // and rounded to f32 (the reference's libm is accurate to well under an ulp); every f32
-// operation is rounded on its own, as in Rust.
+// operation is rounded on its own, as in Rust. The powers depend only on the node, so the host
+// computes them the same way and passes them (`RopePowers`, for up to 64 pairs): a decoded
+// token's ROPE is then one f64 sine and cosine per thread, not a power besides.
 //
 // Launch: 2-D blocks (x over the n_dims / 2 pairs and the ne0 - n_dims passed-through values of
 // a row, y over rows), grid-strided over rows.
@@ -16,9 +18,15 @@
 #define ROPE_NORMAL 0
 #define ROPE_NEOX 2
 
+// freq_base^(-2k / n_dims) for the first `count` pairs k (the rest are computed here).
+struct RopePowers {
+    float p[64];
+    int count;
+};
+
 template <typename T>
 __device__ void rope(const TensorArg &src, const TensorArg &pos, const TensorArg &dst, long long n_dims, int mode,
-                     float freq_base, float freq_scale) {
+                     float freq_base, float freq_scale, const RopePowers &powers) {
     const long long half = n_dims / 2;
     const long long slots = half + (dst.ne[0] - n_dims);
     FOR_EACH_ROW(row, nrows_of(dst)) {
@@ -34,8 +42,13 @@ __device__ void rope(const TensorArg &src, const TensorArg &pos, const TensorArg
                 continue;
             }
             const long long k = s;
-            const float exponent = __fdiv_rn(-(float)(2 * k), (float)n_dims);
-            const float power = (float)pow((double)freq_base, (double)exponent);
+            float power;
+            if (k < powers.count) {
+                power = powers.p[k];
+            } else {
+                const float exponent = __fdiv_rn(-(float)(2 * k), (float)n_dims);
+                power = (float)pow((double)freq_base, (double)exponent);
+            }
             const float theta = __fmul_rn(__fmul_rn(freq_scale, position), power);
             double sin_d, cos_d;
             sincos((double)theta, &sin_d, &cos_d);
@@ -53,9 +66,10 @@ __device__ void rope(const TensorArg &src, const TensorArg &pos, const TensorArg
 #define ROPE_KERNEL(name, T)                                                                                     \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg pos, \
                                     const __grid_constant__ TensorArg dst, long long n_dims, int mode,           \
-                                    float freq_base, float freq_scale) {                                         \
+                                    float freq_base, float freq_scale,                                           \
+                                    const __grid_constant__ RopePowers powers) {                                 \
         await_prior_kernel();                                                                                    \
-        rope<T>(src, pos, dst, n_dims, mode, freq_base, freq_scale);                                             \
+        rope<T>(src, pos, dst, n_dims, mode, freq_base, freq_scale, powers);                                     \
     }
 
 ROPE_KERNEL(rope_f32, F32)

@@ -106,6 +106,26 @@ pub(crate) fn flash_attn_split(q: &TensorArg, k: &TensorArg, v: &TensorArg) -> O
     })
 }
 
+/// `freq_base^(-2k / n_dims)` of ROPE's first 64 pairs k, as the kernel computes them (f32
+/// exponent, f64 power rounded to f32): `RopePowers` in rope.cu.
+#[repr(C)]
+struct RopePowers {
+    p: [f32; 64],
+    count: i32,
+}
+
+impl RopePowers {
+    fn new(freq_base: f32, n_dims: i64) -> RopePowers {
+        let count = (n_dims / 2).clamp(0, 64) as usize;
+        let mut p = [0.0f32; 64];
+        for (k, power) in p.iter_mut().enumerate().take(count) {
+            let exponent = -((2 * k) as f32) / n_dims as f32;
+            *power = f64::from(freq_base).powf(f64::from(exponent)) as f32;
+        }
+        RopePowers { p, count: count as i32 }
+    }
+}
+
 /// `n / d` rounded up, for `n >= 0`, `d > 0`.
 pub(crate) fn div_ceil(n: i64, d: i64) -> i64 {
     n / d + i64::from(n % d != 0)
@@ -353,8 +373,9 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             // One thread per rotated pair and per passed-through value.
             let slots = n_dims / 2 + (dst.ne[0] - n_dims);
             let cfg = elementwise_config(slots, dst.nrows());
+            let powers = RopePowers::new(freq_base, n_dims);
             // rope_*(TensorArg src, TensorArg pos, TensorArg dst, long long n_dims, int mode,
-            //        float freq_base, float freq_scale)
+            //        float freq_base, float freq_scale, RopePowers powers)
             launch_kernel!(
                 kernels,
                 stream,
@@ -366,7 +387,8 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
                 &n_dims,
                 &mode,
                 &freq_base,
-                &freq_scale
+                &freq_scale,
+                &powers
             )
         }
         Op::MulMat => mul_mat::launch(kernels, stream, scratch, src(0)?, src(1)?, node.dst),
