@@ -628,6 +628,10 @@ fn flash_attn(v: &mut Vec<Case>) {
             fa(128, 128, 5, 64, 2, 1, 1, None),
             // Odd sizes, values shorter than keys, a mask per head.
             fa(40, 24, 3, 17, 2, 2, 1, Some((F16, [17, 3, 2, 1], Init::DEFAULT))),
+            // Decoded tokens with heads of 32, 128 and odd sizes (the one-row kernels).
+            fa(32, 32, 1, 48, 3, 1, 2, Some((F16, [48, 1, 1, 2], Init::MaskInf))),
+            fa(128, 128, 1, 300, 4, 2, 1, None),
+            fa(40, 24, 1, 17, 2, 2, 1, Some((F16, [17, 1, 2, 1], Init::DEFAULT))),
         ]
     };
     for t in FLOATS {

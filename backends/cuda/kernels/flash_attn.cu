@@ -298,6 +298,15 @@ __device__ void flash_attn_split(const TensorArg &q, const TensorArg &k, const T
     const int e0 = lane * NE;
     const bool v_vector = dv == 32 * NE && fa_rows_aligned(v, NE * es);
 
+    float *out = partials + ((i3 * gridDim.y + h) * chunks + c) * fa_partial_floats<NE>();
+    if (kv == 0) {
+        // No keys: an empty partial result (the merged row is zeros).
+        for (int e = threadIdx.x; e < 2 + 32 * NE; e += FA_SPLIT_THREADS) {
+            out[e] = e == 0 ? -INFINITY : 0.0f;
+        }
+        return;
+    }
+
     // Every load first, none waiting on another: this lane's quarter of the query and of its
     // position's key (4 lanes share a position), the position's mask value, and the values of
     // the warp's positions (positions past the keys read the last row and weigh 0; a weight
@@ -367,7 +376,6 @@ __device__ void flash_attn_split(const TensorArg &q, const TensorArg &k, const T
     for (int w = 0; w < FA_SPLIT_WARPS; w++) {
         mx = fmaxf(mx, warp_max_of[w]);
     }
-    float *out = partials + ((i3 * gridDim.y + h) * chunks + c) * fa_partial_floats<NE>();
     if (threadIdx.x == 0) {
         float total = 0.0f;
         for (int w = 0; w < FA_SPLIT_WARPS; w++) {
