@@ -128,7 +128,7 @@ fn pinned_host_memory_is_host_memory_the_cpu_computes_on() {
 
 #[test]
 fn large_reads_through_pinned_staging_return_every_byte() {
-    // Reads of 64 KiB and more go through pinned memory that grows to the largest read.
+    // Reads of 64 KiB and more go through pinned memory, in pieces of at most 1 MiB.
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
     let buffer = gpu.buffer_type().alloc_buffer(3 << 20).unwrap();
     let data: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();

@@ -632,6 +632,8 @@ fn flash_attn(v: &mut Vec<Case>) {
             fa(32, 32, 1, 48, 3, 1, 2, Some((F16, [48, 1, 1, 2], Init::MaskInf))),
             fa(128, 128, 1, 300, 4, 2, 1, None),
             fa(40, 24, 1, 17, 2, 2, 1, Some((F16, [17, 1, 2, 1], Init::DEFAULT))),
+            // A decoded token before any key: zeros.
+            fa(64, 64, 1, 0, 2, 1, 1, None),
         ]
     };
     for t in FLOATS {

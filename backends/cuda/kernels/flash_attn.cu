@@ -273,9 +273,9 @@ __device__ void flash_attn_rows(const TensorArg &q, const TensorArg &k, const Te
 #define FA_SPLIT_POSITIONS 32
 #define FA_WARP_POSITIONS (FA_SPLIT_POSITIONS / FA_SPLIT_WARPS)
 
-// The mask row of head h and batch i3 for one query row (none without a mask).
-__device__ __forceinline__ const char *mrow_of(const TensorArg &mask, long long h, long long i3, int has_mask) {
-    return has_mask ? row_ptr(mask, 0, h % mask.ne[2], i3 % mask.ne[3]) : nullptr;
+// The mask row of head h and batch i3 for one query row.
+__device__ __forceinline__ const char *mrow_of(const TensorArg &mask, long long h, long long i3) {
+    return row_ptr(mask, 0, h % mask.ne[2], i3 % mask.ne[3]);
 }
 
 // Floats per partial result: maximum, sum, then 32 * NE sums.
@@ -326,7 +326,7 @@ __device__ void flash_attn_split(const TensorArg &q, const TensorArg &k, const T
             fa_key4<T>(krow, first + e, d, false, kx + e);
         }
     }
-    const float bias = has_mask ? M::load(mrow_of(mask, h, i3, has_mask), prow, mask.nb[0]) : 0.0f;
+    const float bias = has_mask ? M::load(mrow_of(mask, h, i3), prow, mask.nb[0]) : 0.0f;
     float x[FA_WARP_POSITIONS][NE];
 #pragma unroll
     for (int t = 0; t < FA_WARP_POSITIONS; t++) {

@@ -69,13 +69,18 @@ impl BufferType for PinnedBufferType {
     }
 }
 
-/// Pinned host memory that large device-to-host reads go through: from pageable memory the
-/// driver stages a copy in small pieces, several times slower (a 1B Llama's 128 KB of logits
-/// per decoded token). Grown to the largest read, kept for the next.
+/// Pinned host memory that large device-to-host reads go through, in pieces of at most
+/// [`STAGING_BYTES`]: from pageable memory the driver stages a copy in small pieces, several
+/// times slower (a 1B Llama's 128 KB of logits per decoded token). Allocated on the first read,
+/// as large as the largest piece so far, and kept for the next reads.
 pub(crate) struct Staging {
     ctx: Arc<CudaContext>,
     memory: Mutex<Option<(PinnedMemory, usize)>>,
 }
+
+/// The most pinned memory a [`Staging`] holds: a large read goes through it piece by piece
+/// rather than pinning host memory of its size for good.
+const STAGING_BYTES: usize = 1 << 20;
 
 impl Staging {
     pub(crate) fn new(ctx: Arc<CudaContext>) -> Staging {
@@ -87,22 +92,26 @@ impl Staging {
     /// caller has made the context current and checked the range.
     pub(crate) fn read(&self, src: sys::CUdeviceptr, out: &mut [u8]) -> Option<Result<(), DriverError>> {
         let mut memory = self.memory.lock().ok()?;
-        if memory.as_ref().is_none_or(|(_, len)| *len < out.len()) {
+        let piece = out.len().min(STAGING_BYTES);
+        if memory.as_ref().is_none_or(|(_, len)| *len < piece) {
             *memory = None;
             // SAFETY: the context is current (the caller's promise); flags 0: cached memory,
             // fast for the CPU to read.
-            let raw = unsafe { result::malloc_host(out.len(), 0) }.ok()?;
-            *memory = Some((PinnedMemory { ptr: NonNull::new(raw.cast::<u8>())?, ctx: self.ctx.clone() }, out.len()));
+            let raw = unsafe { result::malloc_host(piece, 0) }.ok()?;
+            *memory = Some((PinnedMemory { ptr: NonNull::new(raw.cast::<u8>())?, ctx: self.ctx.clone() }, piece));
         }
         let (pinned, _) = memory.as_ref()?;
-        // SAFETY: the allocation holds at least `out.len()` bytes and is used only under the
-        // lock; the copy is synchronous.
-        let staged = unsafe { std::slice::from_raw_parts_mut(pinned.ptr.as_ptr(), out.len()) };
-        // SAFETY: `src` addresses `out.len()` readable device bytes (the caller's promise).
-        let done = unsafe { result::memcpy_dtoh_sync(staged, src) };
-        if done.is_ok() {
-            out.copy_from_slice(staged);
+        // SAFETY: the allocation holds at least `piece` bytes and is used only under the lock.
+        let staged = unsafe { std::slice::from_raw_parts_mut(pinned.ptr.as_ptr(), piece) };
+        for (i, chunk) in out.chunks_mut(piece).enumerate() {
+            let staged = &mut staged[..chunk.len()];
+            // SAFETY: `src` addresses `out.len()` readable device bytes (the caller's promise),
+            // this piece among them; the copy is synchronous.
+            if let Err(e) = unsafe { result::memcpy_dtoh_sync(staged, src + (i * piece) as u64) } {
+                return Some(Err(e));
+            }
+            chunk.copy_from_slice(staged);
         }
-        Some(done)
+        Some(Ok(()))
     }
 }
