@@ -10,8 +10,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tessera::allocator::alloc_tensors;
 use tessera::cpu::CpuBackend;
 use tessera::{
-    Backend, BackendReg, Buffer, BufferType, BufferUsage, Completion, DType, Device, Error, Graph, Scheduler,
-    SchedulerOptions,
+    Backend, BackendReg, Buffer, BufferType, BufferUsage, Completion, DType, Device, Error, Graph, RopeMode,
+    RopeParams, Scheduler, SchedulerOptions,
 };
 
 /// `CUDA0` and a guard that keeps the tests of this file from using it at once, or `None`
@@ -306,6 +306,80 @@ fn a_swiglu_feed_forward_fused_gives_the_bits_of_its_nodes() {
         assert_eq!(bits(&fused), bits(&one_by_one), "{wt}: fused and one by one differ");
         let worst = fused.iter().zip(&expected).map(|(&a, b)| (f64::from(a) - b).abs() / scale).fold(0.0, f64::max);
         assert!(worst < 2e-2, "{wt}: off the expected values by {worst} of their largest");
+    }
+}
+
+/// An attention block's projections of one decoded token after an RMS norm, captured into a
+/// program: the key product with its ROPE and the SET_ROWS into an f16 key cache, the value
+/// product with its SET_ROWS, and the query product with its ROPE run as one kernel. The query
+/// and both caches get the bits of the nodes run one by one, every other cache row untouched.
+#[test]
+fn attention_projections_fused_give_the_bits_of_their_nodes() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    let (k, hd, heads, kv_heads, context, position) = (256, 32, 8, 2, 8, 5i32);
+    let (h, kv) = (hd * heads, hd * kv_heads);
+    let rope = RopeParams { mode: RopeMode::Normal, n_dims: hd, freq_base: 10000.0, freq_scale: 1.0 };
+    for wt in [DType::Q4_0, DType::Q4_K, DType::F16] {
+        let mut g = Graph::new();
+        let x0 = g.new_tensor(DType::F32, &[k, 1]).unwrap();
+        let wn = g.new_tensor(DType::F32, &[k]).unwrap();
+        let [wq, wk, wv] = [h, kv, kv].map(|m| g.new_tensor(wt, &[k, m]).unwrap());
+        let [kc, vc] = [(); 2].map(|()| g.new_tensor(DType::F16, &[hd, kv_heads, context]).unwrap());
+        let pos = g.new_tensor(DType::I32, &[1]).unwrap();
+        let x = g.rms_norm(x0, 1e-5).unwrap();
+        let x = g.mul(x, wn).unwrap();
+        let keys = g.mul_mat(wk, x).unwrap();
+        let keys = g.reshape(keys, &[hd, kv_heads, 1]).unwrap();
+        let keys = g.rope(keys, pos, rope).unwrap();
+        let keys = g.reshape(keys, &[kv, 1]).unwrap();
+        let key_rows = g.reshape(kc, &[kv, context]).unwrap();
+        let stored_keys = g.set_rows(key_rows, keys, pos).unwrap();
+        let values = g.mul_mat(wv, x).unwrap();
+        let value_rows = g.reshape(vc, &[kv, context]).unwrap();
+        let stored_values = g.set_rows(value_rows, values, pos).unwrap();
+        let q = g.mul_mat(wq, x).unwrap();
+        let q = g.reshape(q, &[hd, heads, 1]).unwrap();
+        let q = g.rope(q, pos, rope).unwrap();
+        for out in [stored_keys, stored_values, q] {
+            g.set_output(out).unwrap();
+            g.build_forward(out).unwrap();
+        }
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        let values =
+            |n: usize, i: usize| -> Vec<f32> { (0..n).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect() };
+        for (i, leaf) in [x0, wn, wq, wk, wv].into_iter().enumerate() {
+            g.set_f32(leaf, &values(g.tensor(leaf).unwrap().nelements(), i)).unwrap();
+        }
+        g.set_bytes(pos, 0, &position.to_le_bytes()).unwrap();
+        let reset = |g: &Graph| {
+            for (i, cache) in [kc, vc].into_iter().enumerate() {
+                g.set_f32(cache, &values(kv * context, 10 + i)).unwrap();
+            }
+            g.set_f32(q, &vec![0.0; h]).unwrap();
+        };
+        let read =
+            |g: &Graph| [q, kc, vc].map(|t| g.get_f32(t).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<u32>>());
+        let mut backend = gpu.init_backend().unwrap();
+        reset(&g);
+        let before = read(&g);
+        backend.compute_graph(&g).unwrap();
+        let one_by_one = read(&g);
+        reset(&g);
+        let consumers = tessera::consumer_counts(&g).unwrap();
+        let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
+        let mut program = backend.prepare(&split).unwrap();
+        backend.run(&mut *program, &g).unwrap();
+        backend.synchronize().unwrap();
+        let fused = read(&g);
+        for (name, (a, b)) in ["queries", "key cache", "value cache"].iter().zip(fused.iter().zip(&one_by_one)) {
+            assert_eq!(a, b, "{wt}: {name} fused and one by one differ");
+        }
+        // Only the row at the position was stored, in each cache.
+        let rows = position as usize * kv..(position as usize + 1) * kv;
+        for cache in [1, 2] {
+            let changed: Vec<usize> = (0..kv * context).filter(|&i| fused[cache][i] != before[cache][i]).collect();
+            assert!(!changed.is_empty() && changed.iter().all(|i| rows.contains(i)), "{wt}: {changed:?}");
+        }
     }
 }
 

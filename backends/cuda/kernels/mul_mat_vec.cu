@@ -92,20 +92,19 @@ template <> struct Vec16<BF16> {
     }
 };
 
-template <typename W, int NCOLS, int GROUPS>
-__device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &a2, const TensorArg &b, const TensorArg &dst,
-                                  const TensorArg &add, long long r2, long long r3) {
+template <typename W, int NCOLS, int GROUPS, typename Out>
+__device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &a2, const TensorArg &b, const Out &out,
+                                  long long row0, long long r2, long long r3) {
     constexpr int ROWS = MmvRows<NCOLS>::value, R = GROUPS * ROWS, V = Vec16<W>::n;
     __shared__ float shared[MMV_WARPS * R * NCOLS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const long long m = a.ne[1];
-    const long long row0 = (long long)blockIdx.x * ROWS;
     const long long k = a.ne[0], nvec = k / V;
-    const long long nmat = dst.ne[2] * dst.ne[3];
-    mmv_prefetch_then_wait<ROWS, GROUPS>(a, a2, dst, r2, r3, k * a.nb[0]);
+    const long long nmat = out.nmat();
+    mmv_prefetch_then_wait<ROWS, GROUPS>(a, a2, nmat, out.ne2(), row0, r2, r3, k * a.nb[0]);
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
-        divmod64(mat, dst.ne[2], i3, i2);
+        divmod64(mat, out.ne2(), i3, i2);
         const char *arow[R];
         mmv_rows<ROWS, GROUPS>(arow, a, a2, row0, i2, i3, r2, r3);
         const char *bcol = row_ptr(b, 0, i2, i3);
@@ -152,7 +151,7 @@ __device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &a2, const
                 }
             }
         }
-        mmv_store<ROWS, NCOLS, GROUPS>(acc, shared, dst, add, row0, m, i2, i3);
+        out.template store<ROWS, NCOLS, GROUPS>(acc, shared, row0, m, i2, i3);
     }
 }
 
@@ -267,22 +266,21 @@ template <bool MIN> struct MmvQ5 {
     }
 };
 
-template <typename Q, int NCOLS, int GROUPS>
-__device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const Q8_1 *bq, const TensorArg &dst,
-                                  const TensorArg &add, long long r2, long long r3) {
+template <typename Q, int NCOLS, int GROUPS, typename Out>
+__device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const Q8_1 *bq, const Out &out,
+                                  long long row0, long long r2, long long r3) {
     constexpr int ROWS = MmvRows<NCOLS>::value, R = GROUPS * ROWS;
     constexpr int LANES_PER_BLOCK = Q::words / 2, BLOCKS_PER_WARP = 32 / LANES_PER_BLOCK;
     __shared__ float shared[MMV_WARPS * R * NCOLS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const long long m = a.ne[1];
-    const long long row0 = (long long)blockIdx.x * ROWS;
     const long long nblocks = a.ne[0] / QK;
-    const long long nmat = dst.ne[2] * dst.ne[3];
+    const long long nmat = out.nmat();
     const int w = 2 * (lane % LANES_PER_BLOCK);
-    mmv_prefetch_then_wait<ROWS, GROUPS>(a, a2, dst, r2, r3, nblocks * Q::block_bytes);
+    mmv_prefetch_then_wait<ROWS, GROUPS>(a, a2, nmat, out.ne2(), row0, r2, r3, nblocks * Q::block_bytes);
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
-        divmod64(mat, dst.ne[2], i3, i2);
+        divmod64(mat, out.ne2(), i3, i2);
         const char *arow[R];
         mmv_rows<ROWS, GROUPS>(arow, a, a2, row0, i2, i3, r2, r3);
         const Q8_1 *y = bq + mat * NCOLS * nblocks;
@@ -311,7 +309,7 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
                 }
             }
         }
-        mmv_store<ROWS, NCOLS, GROUPS>(acc, shared, dst, add, row0, m, i2, i3);
+        out.template store<ROWS, NCOLS, GROUPS>(acc, shared, row0, m, i2, i3);
     }
 }
 
@@ -323,7 +321,7 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b, const __grid_constant__ TensorArg dst, \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
-        mul_mat_vec_float<W, NCOLS, 1>(a, a, b, dst, add, r2, r3);                                               \
+        mul_mat_vec_float<W, NCOLS, 1>(a, a, b, MmvDst{dst, add}, mmv_row0<NCOLS>(), r2, r3);                    \
     }
 
 // silu(a b) * (a2 b) for one column b: a SwiGLU feed-forward's gate and up projections.
@@ -332,14 +330,14 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const __grid_constant__ TensorArg b, \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
         const TensorArg none = {};                                                                               \
-        mul_mat_vec_float<W, 1, 2>(a, a2, b, dst, none, r2, r3);                                                 \
+        mul_mat_vec_float<W, 1, 2>(a, a2, b, MmvDst{dst, none}, mmv_row0<1>(), r2, r3);                          \
     }
 
 #define MUL_MAT_VEC_QUANT_KERNEL(name, Q, NCOLS)                                                                 \
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
         name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,         \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
-        mul_mat_vec_quant<Q, NCOLS, 1>(a, a, bq, dst, add, r2, r3);                                              \
+        mul_mat_vec_quant<Q, NCOLS, 1>(a, a, bq, MmvDst{dst, add}, mmv_row0<NCOLS>(), r2, r3);                   \
     }
 
 // silu(a b) * (a2 b) for one column b: a SwiGLU feed-forward's gate and up projections.
@@ -348,7 +346,25 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const Q8_1 *bq,          \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
         const TensorArg none = {};                                                                               \
-        mul_mat_vec_quant<Q, 1, 2>(a, a2, bq, dst, none, r2, r3);                                                \
+        mul_mat_vec_quant<Q, 1, 2>(a, a2, bq, MmvDst{dst, none}, mmv_row0<1>(), r2, r3);                         \
+    }
+
+// Up to three products of one column b, each stored through its own epilogue (MmvProjections):
+// an attention block's query, key and value projections with their ROPE and SET_ROWS.
+#define MUL_MAT_VEC_FLOAT_PROJ_KERNEL(name, W)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
+        name(const __grid_constant__ MmvProjections p, const __grid_constant__ TensorArg b) {                    \
+        const MmvProjection &o = mmv_projection_of(p);                                                           \
+        const long long row0 = ((long long)blockIdx.x - o.first) * MmvRows<1>::value;                            \
+        mul_mat_vec_float<W, 1, 1>(o.a, o.a, b, MmvProjectionStore{p, o}, row0, 1, 1);                           \
+    }
+
+#define MUL_MAT_VEC_QUANT_PROJ_KERNEL(name, Q)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
+        name(const __grid_constant__ MmvProjections p, const Q8_1 *bq) {                                         \
+        const MmvProjection &o = mmv_projection_of(p);                                                           \
+        const long long row0 = ((long long)blockIdx.x - o.first) * MmvRows<1>::value;                            \
+        mul_mat_vec_quant<Q, 1, 1>(o.a, o.a, bq, MmvProjectionStore{p, o}, row0, 1, 1);                          \
     }
 
 MUL_MAT_VEC_FLOAT_KERNEL(mul_mat_vec_f32_1, F32, 1)
@@ -423,3 +439,11 @@ MUL_MAT_VEC_QUANT_GLU_KERNEL(mul_mat_vec_glu_q4_0, MmvQ4_0)
 MUL_MAT_VEC_QUANT_GLU_KERNEL(mul_mat_vec_glu_q4_1, MmvQ4_1)
 MUL_MAT_VEC_QUANT_GLU_KERNEL(mul_mat_vec_glu_q5_0, MmvQ5<false>)
 MUL_MAT_VEC_QUANT_GLU_KERNEL(mul_mat_vec_glu_q5_1, MmvQ5<true>)
+MUL_MAT_VEC_FLOAT_PROJ_KERNEL(mul_mat_vec_proj_f32, F32)
+MUL_MAT_VEC_FLOAT_PROJ_KERNEL(mul_mat_vec_proj_f16, F16)
+MUL_MAT_VEC_FLOAT_PROJ_KERNEL(mul_mat_vec_proj_bf16, BF16)
+MUL_MAT_VEC_QUANT_PROJ_KERNEL(mul_mat_vec_proj_q8_0, MmvQ8_0)
+MUL_MAT_VEC_QUANT_PROJ_KERNEL(mul_mat_vec_proj_q4_0, MmvQ4_0)
+MUL_MAT_VEC_QUANT_PROJ_KERNEL(mul_mat_vec_proj_q4_1, MmvQ4_1)
+MUL_MAT_VEC_QUANT_PROJ_KERNEL(mul_mat_vec_proj_q5_0, MmvQ5<false>)
+MUL_MAT_VEC_QUANT_PROJ_KERNEL(mul_mat_vec_proj_q5_1, MmvQ5<true>)

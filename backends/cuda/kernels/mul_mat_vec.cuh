@@ -10,12 +10,18 @@
 #pragma once
 
 #include "common.cuh"
+#include "rope.cuh"
 
 #define MMV_WARPS 4
 
 template <int NCOLS> struct MmvRows {
     static constexpr int value = NCOLS == 2 ? 2 : NCOLS <= 4 ? 4 : 8;
 };
+
+// The first row of this block's ROWS rows.
+template <int NCOLS> __device__ __forceinline__ long long mmv_row0() {
+    return (long long)blockIdx.x * MmvRows<NCOLS>::value;
+}
 
 // The weight rows of a block: ROWS rows from row0 of `a`, then with GROUPS = 2 the same rows
 // of `a2`, of matrix (i2 / r2, i3 / r3). Rows past the end repeat the last one; their sums are
@@ -30,19 +36,21 @@ __device__ __forceinline__ void mmv_rows(const char *(&arow)[GROUPS * ROWS], con
     }
 }
 
-// Prefetches into L2 the weight rows of the block's first matrix (row_bytes each), then waits
-// for the previous kernel (`await_prior_kernel`). With programmatic launch the block starts
-// while that kernel still runs, so the weights' memory latency overlaps it. Only the prefetch
-// comes before the wait: it reads nothing into the block, and L2 is where later writes land.
+// Prefetches into L2 the weight rows of the block's first matrix (row_bytes each), rows from
+// row0, then waits for the previous kernel (`await_prior_kernel`). With programmatic launch the
+// block starts while that kernel still runs, so the weights' memory latency overlaps it. Only
+// the prefetch comes before the wait: it reads nothing into the block, and L2 is where later
+// writes land. `nmat` matrices of results, `ne2` along dimension 2.
 template <int ROWS, int GROUPS>
-__device__ __forceinline__ void mmv_prefetch_then_wait(const TensorArg &a, const TensorArg &a2, const TensorArg &dst,
-                                                       long long r2, long long r3, long long row_bytes) {
+__device__ __forceinline__ void mmv_prefetch_then_wait(const TensorArg &a, const TensorArg &a2, long long nmat,
+                                                       long long ne2, long long row0, long long r2, long long r3,
+                                                       long long row_bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if ((long long)blockIdx.y < dst.ne[2] * dst.ne[3]) {
+    if ((long long)blockIdx.y < nmat) {
         long long i3, i2;
-        divmod64(blockIdx.y, dst.ne[2], i3, i2);
+        divmod64(blockIdx.y, ne2, i3, i2);
         const char *arow[GROUPS * ROWS];
-        mmv_rows<ROWS, GROUPS>(arow, a, a2, (long long)blockIdx.x * ROWS, i2, i3, r2, r3);
+        mmv_rows<ROWS, GROUPS>(arow, a, a2, row0, i2, i3, r2, r3);
 #pragma unroll
         for (int r = 0; r < GROUPS * ROWS; r++) {
             for (long long at = 128 * (long long)threadIdx.x; at < row_bytes; at += 128 * (long long)blockDim.x) {
@@ -52,6 +60,24 @@ __device__ __forceinline__ void mmv_prefetch_then_wait(const TensorArg &a, const
     }
 #endif
     await_prior_kernel();
+}
+
+// Each warp's sums of the block reduced within the warp, into `shared` (R rows, NCOLS columns a
+// warp), for the block's store.
+template <int R, int NCOLS>
+__device__ __forceinline__ void mmv_warp_sums(float (&acc)[R][NCOLS], float *shared) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int c = 0; c < NCOLS; c++) {
+            const float sum = warp_sum(acc[r][c]);
+            if (lane == 0) {
+                shared[(warp * R + r) * NCOLS + c] = sum;
+            }
+        }
+    }
+    __syncthreads();
 }
 
 // Adds up each warp's sums of the block (already reduced within the warp) and stores the
@@ -66,18 +92,7 @@ __device__ __forceinline__ void mmv_store(float (&acc)[GROUPS * ROWS][NCOLS], fl
                                           const TensorArg &add, long long row0, long long m, long long i2,
                                           long long i3) {
     constexpr int R = GROUPS * ROWS;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-#pragma unroll
-        for (int c = 0; c < NCOLS; c++) {
-            const float sum = warp_sum(acc[r][c]);
-            if (lane == 0) {
-                shared[(warp * R + r) * NCOLS + c] = sum;
-            }
-        }
-    }
-    __syncthreads();
+    mmv_warp_sums<R, NCOLS>(acc, shared);
     for (int t = threadIdx.x; t < ROWS * NCOLS; t += blockDim.x) {
         const int r = t / NCOLS, c = t % NCOLS;
         float sum = 0.0f, up = 0.0f;
@@ -102,6 +117,109 @@ __device__ __forceinline__ void mmv_store(float (&acc)[GROUPS * ROWS][NCOLS], fl
 }
 
 
+
+// Where the kernels put a block's sums: `dst`, plus `add` where its address is not 0
+// (mmv_store).
+struct MmvDst {
+    const TensorArg &dst;
+    const TensorArg &add;
+    __device__ __forceinline__ long long nmat() const { return dst.ne[2] * dst.ne[3]; }
+    __device__ __forceinline__ long long ne2() const { return dst.ne[2]; }
+    template <int ROWS, int NCOLS, int GROUPS>
+    __device__ __forceinline__ void store(float (&acc)[GROUPS * ROWS][NCOLS], float *shared, long long row0,
+                                          long long m, long long i2, long long i3) const {
+        mmv_store<ROWS, NCOLS, GROUPS>(acc, shared, dst, add, row0, m, i2, i3);
+    }
+};
+
+// One product of a projection kernel: weights `a` ([K, M]) by one column of b, computed by the
+// blocks from `first` of the grid. Result i is stored as a value of `dst_type` (0 f32, 1 f16,
+// 2 bf16) at dst.data + row * dst.nb[1] + i * dst.nb[0], where row is rows[0] (an I32) when
+// rows.data is not 0 (a SET_ROWS fused after the product: nothing is stored when rows[0] is
+// outside 0 .. dst.ne[1]), else 0. With `rope`, the pairs (2k, 2k + 1) of each run of rope_ne0
+// results are rotated first (a normal-mode ROPE fused after the product; values at
+// k >= n_dims / 2 pass through).
+struct MmvProjection {
+    TensorArg a;
+    TensorArg dst;
+    TensorArg rows;
+    long long first;
+    int dst_type;
+    int rope;
+};
+
+// Up to three products of one column b by weights of one type and row length in one launch
+// (an attention block's query, key and value projections), sharing the ROPE parameters: the
+// position is pos[0] (an I32).
+struct MmvProjections {
+    MmvProjection out[3];
+    int count;
+    int unused;
+    TensorArg pos;
+    long long rope_ne0;
+    long long n_dims;
+    float freq_base;
+    float freq_scale;
+    RopePowers powers;
+};
+
+static_assert(sizeof(MmvProjections) == 1064, "MmvProjections must match the Rust struct");
+
+// The product of `p` that this block computes.
+__device__ __forceinline__ const MmvProjection &mmv_projection_of(const MmvProjections &p) {
+    int s = 0;
+    for (int t = 1; t < p.count; t++) {
+        s = (long long)blockIdx.x >= p.out[t].first ? t : s;
+    }
+    return p.out[s];
+}
+
+// The store of a projection kernel's block (one column, ROWS even, so that a rotated pair lies
+// in one block). Each result is summed over the warps in the order mmv_store sums, so its bits
+// are those of the product run alone; rotated and stored as the ROPE and SET_ROWS kernels
+// would.
+struct MmvProjectionStore {
+    const MmvProjections &p;
+    const MmvProjection &o;
+    __device__ __forceinline__ long long nmat() const { return 1; }
+    __device__ __forceinline__ long long ne2() const { return 1; }
+    template <int ROWS, int NCOLS, int GROUPS>
+    __device__ __forceinline__ void store(float (&acc)[GROUPS * ROWS][NCOLS], float *shared, long long row0,
+                                          long long m, long long, long long) const {
+        static_assert(NCOLS == 1 && GROUPS == 1 && ROWS % 2 == 0, "one column, pairs of rows");
+        mmv_warp_sums<ROWS, 1>(acc, shared);
+        const int r = threadIdx.x;
+        const long long i = row0 + r;
+        if (r < ROWS && i < m) {
+            float pair[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int w = 0; w < MMV_WARPS; w++) {
+                pair[0] += shared[w * ROWS + (r & ~1)];
+                pair[1] += shared[w * ROWS + (r | 1)];
+            }
+            float v = pair[r & 1];
+            const long long i0 = o.rope ? i % p.rope_ne0 : p.n_dims;
+            if (i0 < p.n_dims) {
+                float cos_t, sin_t;
+                const float position = (float)*(const int *)p.pos.data;
+                rope_cos_sin(position, i0 / 2, p.n_dims, p.freq_base, p.freq_scale, p.powers, cos_t, sin_t);
+                v = (r & 1) ? rope_second(pair[0], pair[1], cos_t, sin_t) : rope_first(pair[0], pair[1], cos_t, sin_t);
+            }
+            const long long row = o.rows.data != 0 ? (long long)*(const int *)o.rows.data : 0;
+            if (row >= 0 && row < o.dst.ne[1]) {
+                char *d = (char *)o.dst.data + row * o.dst.nb[1];
+                if (o.dst_type == 1) {
+                    F16::store(d, i, o.dst.nb[0], v);
+                } else if (o.dst_type == 2) {
+                    BF16::store(d, i, o.dst.nb[0], v);
+                } else {
+                    F32::store(d, i, o.dst.nb[0], v);
+                }
+            }
+        }
+        __syncthreads(); // `shared` is free again
+    }
+};
 
 // A 32-bit word of quants at a 2-byte aligned address (the blocks of q8_0, q4_0 and q6_K are 34,
 // 18 and 210 bytes long).

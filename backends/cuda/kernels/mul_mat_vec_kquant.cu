@@ -301,21 +301,20 @@ struct MmvQ3_K {
     }
 };
 
-template <typename Q, int NCOLS, int GROUPS>
-__device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, const Q8_1 *bq, const TensorArg &dst,
-                                   const TensorArg &add, long long r2, long long r3) {
+template <typename Q, int NCOLS, int GROUPS, typename Out>
+__device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, const Q8_1 *bq, const Out &out,
+                                   long long row0, long long r2, long long r3) {
     constexpr int ROWS = MmvRows<NCOLS>::value, R = GROUPS * ROWS, PER_WARP = 32 / KQ_LANES;
     constexpr int UNROLL = KqLaunch<Q, NCOLS>::unroll;
     __shared__ float shared[MMV_WARPS * R * NCOLS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t = lane % KQ_LANES;
     const long long m = a.ne[1];
-    const long long row0 = (long long)blockIdx.x * ROWS;
     const long long nsb = a.ne[0] / QK_K, nq = a.ne[0] / QK;
-    const long long nmat = dst.ne[2] * dst.ne[3];
-    mmv_prefetch_then_wait<ROWS, GROUPS>(a, a2, dst, r2, r3, nsb * Q::block_bytes);
+    const long long nmat = out.nmat();
+    mmv_prefetch_then_wait<ROWS, GROUPS>(a, a2, nmat, out.ne2(), row0, r2, r3, nsb * Q::block_bytes);
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
-        divmod64(mat, dst.ne[2], i3, i2);
+        divmod64(mat, out.ne2(), i3, i2);
         const char *arow[R];
         mmv_rows<ROWS, GROUPS>(arow, a, a2, row0, i2, i3, r2, r3);
         const Q8_1 *y = bq + mat * NCOLS * nq;
@@ -343,7 +342,7 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, cons
                 }
             }
         }
-        mmv_store<ROWS, NCOLS, GROUPS>(acc, shared, dst, add, row0, m, i2, i3);
+        out.template store<ROWS, NCOLS, GROUPS>(acc, shared, row0, m, i2, i3);
     }
 }
 
@@ -351,7 +350,7 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, cons
     extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, NCOLS>::min_blocks)                 \
         name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,         \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
-        mul_mat_vec_kquant<Q, NCOLS, 1>(a, a, bq, dst, add, r2, r3);                                             \
+        mul_mat_vec_kquant<Q, NCOLS, 1>(a, a, bq, MmvDst{dst, add}, mmv_row0<NCOLS>(), r2, r3);                  \
     }
 
 // silu(a b) * (a2 b) for one column b: a SwiGLU feed-forward's gate and up projections.
@@ -360,7 +359,17 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, cons
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const Q8_1 *bq,          \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
         const TensorArg none = {};                                                                               \
-        mul_mat_vec_kquant<Q, 1, 2>(a, a2, bq, dst, none, r2, r3);                                               \
+        mul_mat_vec_kquant<Q, 1, 2>(a, a2, bq, MmvDst{dst, none}, mmv_row0<1>(), r2, r3);                        \
+    }
+
+// Up to three products of one column b, each stored through its own epilogue (MmvProjections):
+// an attention block's query, key and value projections with their ROPE and SET_ROWS.
+#define MUL_MAT_VEC_KQUANT_PROJ_KERNEL(name, Q)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, 1>::min_blocks)                     \
+        name(const __grid_constant__ MmvProjections p, const Q8_1 *bq) {                                         \
+        const MmvProjection &o = mmv_projection_of(p);                                                           \
+        const long long row0 = ((long long)blockIdx.x - o.first) * MmvRows<1>::value;                            \
+        mul_mat_vec_kquant<Q, 1, 1>(o.a, o.a, bq, MmvProjectionStore{p, o}, row0, 1, 1);                         \
     }
 
 MUL_MAT_VEC_KQUANT_KERNEL(mul_mat_vec_q4_K_1, MmvKq45<false>, 1)
@@ -408,3 +417,8 @@ MUL_MAT_VEC_KQUANT_GLU_KERNEL(mul_mat_vec_glu_q5_K, MmvKq45<true>)
 MUL_MAT_VEC_KQUANT_GLU_KERNEL(mul_mat_vec_glu_q6_K, MmvQ6_K)
 MUL_MAT_VEC_KQUANT_GLU_KERNEL(mul_mat_vec_glu_q2_K, MmvQ2_K)
 MUL_MAT_VEC_KQUANT_GLU_KERNEL(mul_mat_vec_glu_q3_K, MmvQ3_K)
+MUL_MAT_VEC_KQUANT_PROJ_KERNEL(mul_mat_vec_proj_q4_K, MmvKq45<false>)
+MUL_MAT_VEC_KQUANT_PROJ_KERNEL(mul_mat_vec_proj_q5_K, MmvKq45<true>)
+MUL_MAT_VEC_KQUANT_PROJ_KERNEL(mul_mat_vec_proj_q6_K, MmvQ6_K)
+MUL_MAT_VEC_KQUANT_PROJ_KERNEL(mul_mat_vec_proj_q2_K, MmvQ2_K)
+MUL_MAT_VEC_KQUANT_PROJ_KERNEL(mul_mat_vec_proj_q3_K, MmvQ3_K)

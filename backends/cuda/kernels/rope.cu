@@ -1,28 +1,14 @@
 // ROPE: rotary position embedding of `src: [head_dim, heads, tokens, d3]` (float) by the I32
-// positions `pos: [tokens]`, as the reference computes it (reference/src/kernels/rope.rs):
-//
-//   theta_k = freq_scale * pos * freq_base^(-2k / n_dims)   for k < n_dims / 2
-//   (a, b) -> (a cos theta_k - b sin theta_k, a sin theta_k + b cos theta_k)
-//
-// with the pair (x[2k], x[2k + 1]) in mode 0 (normal) and (x[k], x[k + n_dims / 2]) in mode 2
-// (neox); values at i0 >= n_dims pass through. The power, sine and cosine are evaluated in f64
-// and rounded to f32 (the reference's libm is accurate to well under an ulp); every f32
-// operation is rounded on its own, as in Rust. The powers depend only on the node, so the host
-// computes them the same way and passes them (`RopePowers`, for up to 64 pairs): a decoded
-// token's ROPE is then one f64 sine and cosine per thread, not a power besides.
+// positions `pos: [tokens]` (rope.cuh: the rotation and how it is rounded), with the pair
+// (x[2k], x[2k + 1]) in mode 0 (normal) and (x[k], x[k + n_dims / 2]) in mode 2 (neox); values
+// at i0 >= n_dims pass through. A decoded token's ROPE is one f64 sine and cosine per thread.
 //
 // Launch: 2-D blocks (x over the n_dims / 2 pairs and the ne0 - n_dims passed-through values of
 // a row, y over rows), grid-strided over rows.
-#include "common.cuh"
+#include "rope.cuh"
 
 #define ROPE_NORMAL 0
 #define ROPE_NEOX 2
-
-// freq_base^(-2k / n_dims) for the first `count` pairs k (the rest are computed here).
-struct RopePowers {
-    float p[64];
-    int count;
-};
 
 template <typename T>
 __device__ void rope(const TensorArg &src, const TensorArg &pos, const TensorArg &dst, long long n_dims, int mode,
@@ -42,23 +28,14 @@ __device__ void rope(const TensorArg &src, const TensorArg &pos, const TensorArg
                 continue;
             }
             const long long k = s;
-            float power;
-            if (k < powers.count) {
-                power = powers.p[k];
-            } else {
-                const float exponent = __fdiv_rn(-(float)(2 * k), (float)n_dims);
-                power = (float)pow((double)freq_base, (double)exponent);
-            }
-            const float theta = __fmul_rn(__fmul_rn(freq_scale, position), power);
-            double sin_d, cos_d;
-            sincos((double)theta, &sin_d, &cos_d);
-            const float sin_t = (float)sin_d, cos_t = (float)cos_d;
+            float cos_t, sin_t;
+            rope_cos_sin(position, k, n_dims, freq_base, freq_scale, powers, cos_t, sin_t);
             const long long ia = mode == ROPE_NEOX ? k : 2 * k;
             const long long ib = mode == ROPE_NEOX ? k + half : 2 * k + 1;
             const float x0 = T::load(srow, ia, src.nb[0]);
             const float x1 = T::load(srow, ib, src.nb[0]);
-            T::store(drow, ia, dst.nb[0], __fsub_rn(__fmul_rn(x0, cos_t), __fmul_rn(x1, sin_t)));
-            T::store(drow, ib, dst.nb[0], __fadd_rn(__fmul_rn(x0, sin_t), __fmul_rn(x1, cos_t)));
+            T::store(drow, ia, dst.nb[0], rope_first(x0, x1, cos_t, sin_t));
+            T::store(drow, ib, dst.nb[0], rope_second(x0, x1, cos_t, sin_t));
         }
     }
 }

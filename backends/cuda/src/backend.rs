@@ -14,7 +14,7 @@ use tessera_core::{
 use crate::device::CudaDevice;
 use crate::driver;
 use crate::event::CudaEvent;
-use crate::fusion::{self, Fusion};
+use crate::fusion::{self, Fusion, Projection};
 use crate::kernels::{self, Kernels, Operand, Scratch, TensorArg};
 use crate::profile::{self, Profile};
 use crate::split;
@@ -227,6 +227,7 @@ impl CudaBackend {
             Fusion::NormAffine { residual, norm, last, .. } => (residual.unwrap_or(norm), last),
             Fusion::MulMatBias { mul_mat, last, .. } => (mul_mat, last),
             Fusion::SwiGlu { gate, last, .. } => (gate, last),
+            Fusion::Projections { products, .. } => return self.launch_projections(graph, &products),
         };
         // Every node must run here, as it would one by one.
         if !self.device.supports_op(graph, first) || !self.device.supports_op(graph, last) {
@@ -264,7 +265,45 @@ impl CudaBackend {
                 let (gate, up, b) = (operand(src0)?, operand(up_weight)?, operand(src1)?);
                 kernels::launch_swiglu(&self.kernels, &self.stream, &mut self.scratch, gate, up, b, dst)
             }
+            Fusion::Projections { .. } => Ok(false), // queued before these operands are read
         }
+    }
+
+    /// Queues the products of a [`Fusion::Projections`] as one kernel; `false` (nothing queued)
+    /// when the kernel does not take them.
+    fn launch_projections(&mut self, graph: &Graph, products: &[Option<Projection>]) -> Result<bool> {
+        let operand = |id: TensorId| -> Result<Operand> {
+            let view = graph.node_view(id)?.dst;
+            Ok((self.arg(&view)?, view.dtype))
+        };
+        let (mut outs, mut b, mut rope) = (Vec::with_capacity(products.len()), None, None);
+        for p in products.iter().flatten() {
+            // Every node must run here, as it would one by one.
+            if ![Some(p.mul_mat), p.rope, p.store].into_iter().flatten().all(|id| self.device.supports_op(graph, id)) {
+                return Ok(false);
+            }
+            let t = graph.tensor(p.mul_mat)?;
+            let (Some(a), Some(src1)) = (t.src(0), t.src(1)) else { return Ok(false) };
+            b = Some(operand(src1)?);
+            if let Some(r) = p.rope {
+                let rt = graph.tensor(r)?;
+                let (Op::Rope(params), Some(src), Some(pos)) = (rt.op(), rt.src(0), rt.src(1)) else {
+                    return Ok(false);
+                };
+                let ne0 = i64::try_from(graph.tensor(src)?.ne()[0]).unwrap_or(i64::MAX);
+                rope = Some(kernels::ProjectionRope { params, pos: operand(pos)?.0, ne0 });
+            }
+            let (dst, rows) = match p.store {
+                Some(s) => {
+                    let Some(index) = graph.tensor(s)?.src(1) else { return Ok(false) };
+                    (operand(s)?, Some(operand(index)?.0))
+                }
+                None => (operand(p.rope.unwrap_or(p.mul_mat))?, None),
+            };
+            outs.push(kernels::ProjectionOut { a: operand(a)?, dst, rows, rope: p.rope.is_some() });
+        }
+        let Some(b) = b else { return Ok(false) };
+        kernels::launch_projections(&self.kernels, &self.stream, &mut self.scratch, &outs, b, rope)
     }
 
     /// Records the split's kernels into a CUDA graph. Scratch memory and the cuBLAS handle are

@@ -3,7 +3,7 @@
 //! gives the bits of the nodes one after another; where the kernel does not take the operands,
 //! the nodes run one by one.
 
-use tessera_core::{BinaryOp, Graph, Op, TensorId, UnaryOp};
+use tessera_core::{BinaryOp, Graph, Op, RopeMode, TensorFlags, TensorId, UnaryOp};
 
 /// A fusable run of nodes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -26,6 +26,22 @@ pub(crate) enum Fusion {
     /// A SwiGLU feed-forward's first half: MUL_MAT (gate), SILU of it, MUL_MAT (up) of the same
     /// activation, then MUL of the two (`last`).
     SwiGlu { gate: TensorId, up: TensorId, last: TensorId },
+    /// Up to three MUL_MATs of one column by weights of one type and row length, each with
+    /// the ROPE and the SET_ROWS that store it, if any: an attention block's query, key and
+    /// value projections while decoding. `nodes` counts the nodes covered, views between them
+    /// included.
+    Projections { products: [Option<Projection>; 3], nodes: usize },
+}
+
+/// One product of a [`Fusion::Projections`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Projection {
+    pub mul_mat: TensorId,
+    /// The ROPE (normal mode) of the product's values, if it is their only reader.
+    pub rope: Option<TensorId>,
+    /// The SET_ROWS that stores the (rotated) values as one row of another tensor, if it is
+    /// their only reader.
+    pub store: Option<TensorId>,
 }
 
 impl Fusion {
@@ -38,6 +54,7 @@ impl Fusion {
             Fusion::NormAffine { residual: None, rms: true, .. } => "RMS_NORM+MUL(+ADD) (fused)",
             Fusion::MulMatBias { .. } => "MUL_MAT+ADD (fused)",
             Fusion::SwiGlu { .. } => "MUL_MAT+SILU+MUL_MAT+MUL (fused)",
+            Fusion::Projections { .. } => "MUL_MAT(+ROPE)(+SET_ROWS) x N (fused)",
         }
     }
 
@@ -49,6 +66,7 @@ impl Fusion {
             }
             Fusion::MulMatBias { .. } => 2,
             Fusion::SwiGlu { .. } => 4,
+            Fusion::Projections { nodes, .. } => *nodes,
         }
     }
 }
@@ -83,7 +101,7 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
             if adds {
                 return Some(Fusion::MulMatBias { mul_mat: first, bias: add.src(1)?, last: second });
             }
-            return swiglu(graph, ids, consumers);
+            return swiglu(graph, ids, consumers).or_else(|| projections(graph, ids, consumers));
         }
         _ => return None,
     };
@@ -127,6 +145,90 @@ fn swiglu(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option<Fusion> 
     fused.then_some(Fusion::SwiGlu { gate, up, last: mul })
 }
 
+/// Whether `x`'s values have exactly one reader that is not a view of them, and no view of them
+/// is an output. `consumers` (as `consumer_counts` gives them) counts for `x` every node that
+/// reads `x` or a view of it, views included, and an output once more.
+fn read_once_through_views(graph: &Graph, consumers: &[u32], x: TensorId) -> bool {
+    let mut views = 0u32;
+    for &id in graph.nodes() {
+        let Ok(t) = graph.tensor(id) else { return false };
+        if t.op().is_view() && t.view_src() == Some(x) {
+            if t.flags().contains(TensorFlags::OUTPUT) {
+                return false;
+            }
+            views += 1;
+        }
+    }
+    consumers.get(x.index()) == Some(&(views + 1))
+}
+
+/// Whether `src` is `x` or a packed view of all of `x`'s values from its start.
+fn whole(graph: &Graph, src: Option<TensorId>, x: TensorId) -> bool {
+    let (Some(src), Ok(xt)) = (src, graph.tensor(x)) else { return false };
+    src == x
+        || graph.tensor(src).is_ok_and(|t| {
+            t.view_src() == Some(x) && t.view_offset() == 0 && t.is_contiguous() && t.nelements() == xt.nelements()
+        })
+}
+
+/// Consecutive MUL_MATs (views between them aside) of one column `b` by weights of the first's
+/// type and row length, each followed by the ROPE and SET_ROWS that store its values, if any.
+/// A fusion when it covers two products or more, or one with its ROPE or SET_ROWS.
+fn projections(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option<Fusion> {
+    let node = |id: TensorId| graph.tensor(id).ok();
+    let first = node(*ids.first()?)?;
+    let (b, w0) = (first.src(1)?, node(first.src(0)?)?);
+    if node(b)?.ne()[1..] != [1, 1, 1] {
+        return None;
+    }
+    // The position in `ids` of the first node from `from` on that is not a view.
+    let next = |from: usize| (from..ids.len()).find(|&i| node(ids[i]).is_some_and(|t| !t.op().is_view()));
+    let mut products = [None; 3];
+    let (mut count, mut end, mut at) = (0, 0, 0);
+    let mut shared_rope = None;
+    while count < products.len() {
+        let Some(&id) = ids.get(at) else { break };
+        let t = node(id)?;
+        let alike = t.src(0).and_then(node).is_some_and(|w| w.dtype() == w0.dtype() && w.ne()[0] == w0.ne()[0]);
+        if t.op() != Op::MulMat || t.src(1) != Some(b) || !alike {
+            break;
+        }
+        let (mut value, mut last) = (id, at);
+        let mut rope = None;
+        if let Some(i) = next(at + 1) {
+            let r = node(ids[i])?;
+            if let Op::Rope(p) = r.op() {
+                // One set of parameters, positions and row length for all rotated products.
+                let key = (p, r.src(1), r.src(0).and_then(node).map(|s| s.ne()[0]));
+                let shared = shared_rope.is_none_or(|s| s == key);
+                let reads = whole(graph, r.src(0), value) && read_once_through_views(graph, consumers, value);
+                if p.mode == RopeMode::Normal && shared && reads {
+                    shared_rope = Some(key);
+                    (rope, value, last) = (Some(ids[i]), ids[i], i);
+                }
+            }
+        }
+        let mut store = None;
+        if let Some(i) = next(last + 1) {
+            let s = node(ids[i])?;
+            let one_row = s.ne()[0] == t.ne()[0];
+            let reads = whole(graph, s.src(0), value) && read_once_through_views(graph, consumers, value);
+            if s.op() == Op::SetRows && one_row && reads {
+                (store, last) = (Some(ids[i]), i);
+            }
+        }
+        products[count] = Some(Projection { mul_mat: id, rope, store });
+        count += 1;
+        end = last + 1;
+        match next(end) {
+            Some(i) => at = i,
+            None => break,
+        }
+    }
+    let epilogues = products.iter().flatten().any(|p| p.rope.is_some() || p.store.is_some());
+    (count >= 2 || epilogues).then_some(Fusion::Projections { products, nodes: end })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -151,13 +253,7 @@ mod tests {
     }
 
     fn counts(g: &Graph) -> Vec<u32> {
-        let mut c = vec![0u32; g.tensors().len()];
-        for &id in g.nodes() {
-            for (_, s) in g.tensor(id).unwrap().srcs() {
-                c[s.index()] += 1;
-            }
-        }
-        c
+        tessera_core::consumer_counts(g).unwrap()
     }
 
     #[test]
@@ -238,14 +334,83 @@ mod tests {
             let (gate, silu, up) = if swap { (ids[1], ids[2], ids[0]) } else { (ids[0], ids[1], ids[2]) };
             let f = find(&g, &ids, &counts(&g)).unwrap();
             assert_eq!((f, f.len()), (Fusion::SwiGlu { gate, up, last: ids[3] }, 4));
-            // The SILU read elsewhere too: nothing.
+            // The SILU read elsewhere too: no SwiGLU (at most the two products in one launch).
             let mut c = counts(&g);
             c[silu.index()] += 1;
-            assert_eq!(find(&g, &ids, &c), None);
+            assert!(!matches!(find(&g, &ids, &c), Some(Fusion::SwiGlu { .. })));
         }
         // Weights of two types: nothing.
         let (g, ids) = build(DType::Q8_0, false);
         assert_eq!(find(&g, &ids, &counts(&g)), None);
+    }
+
+    /// A decoded token's attention projections as the Llama graph builds them: keys rotated and
+    /// stored into a cache, values stored, queries rotated. `extra` reads the key product too.
+    fn projections_graph(extra: bool) -> (Graph, Vec<TensorId>, [TensorId; 8]) {
+        use tessera_core::{RopeMode, RopeParams};
+        let rope = RopeParams { mode: RopeMode::Normal, n_dims: 8, freq_base: 10000.0, freq_scale: 1.0 };
+        let mut g = Graph::new();
+        let x = g.new_tensor(DType::F32, &[32, 1]).unwrap();
+        let [wq, wk, wv] = [32, 16, 16].map(|m| g.new_tensor(DType::Q4_0, &[32, m]).unwrap());
+        let [kc, vc] = [(); 2].map(|()| g.new_tensor(DType::F16, &[16, 4]).unwrap());
+        let pos = g.new_tensor(DType::I32, &[1]).unwrap();
+        let k = g.mul_mat(wk, x).unwrap();
+        let k3 = g.reshape(k, &[8, 2, 1]).unwrap();
+        let k_rope = g.rope(k3, pos, rope).unwrap();
+        let k2 = g.reshape(k_rope, &[16, 1]).unwrap();
+        let key_rows = g.reshape(kc, &[16, 4]).unwrap();
+        let k_store = g.set_rows(key_rows, k2, pos).unwrap();
+        let v = g.mul_mat(wv, x).unwrap();
+        let v_store = g.set_rows(vc, v, pos).unwrap();
+        let q = g.mul_mat(wq, x).unwrap();
+        let q3 = g.reshape(q, &[8, 4, 1]).unwrap();
+        let q_rope = g.rope(q3, pos, rope).unwrap();
+        let out = g.scale(q_rope, 2.0).unwrap();
+        g.build_forward(k_store).unwrap();
+        g.build_forward(v_store).unwrap();
+        if extra {
+            let s = g.scale(k, 2.0).unwrap();
+            g.build_forward(s).unwrap();
+        }
+        g.build_forward(out).unwrap();
+        let ids = g.nodes().to_vec();
+        (g, ids, [k, k_rope, k_store, v, v_store, q, q_rope, out])
+    }
+
+    #[test]
+    fn attention_projections_fuse_with_their_ropes_and_stores() {
+        let (g, ids, [k, k_rope, k_store, v, v_store, q, q_rope, out]) = projections_graph(false);
+        let f = find(&g, &ids, &counts(&g)).unwrap();
+        let Fusion::Projections { products, nodes } = f else { panic!("{f:?}") };
+        assert_eq!(
+            products,
+            [
+                Some(Projection { mul_mat: k, rope: Some(k_rope), store: Some(k_store) }),
+                Some(Projection { mul_mat: v, rope: None, store: Some(v_store) }),
+                Some(Projection { mul_mat: q, rope: Some(q_rope), store: None }),
+            ]
+        );
+        // Every node up to the query ROPE, the views between included; the SCALE is not.
+        assert_eq!(ids[nodes - 1], q_rope);
+        assert_eq!(ids[nodes], out);
+        // The query product read elsewhere too: it is stored as it is.
+        let mut c = counts(&g);
+        c[q.index()] += 1;
+        let Some(Fusion::Projections { products, nodes }) = find(&g, &ids, &c) else { panic!() };
+        assert_eq!(products[2], Some(Projection { mul_mat: q, rope: None, store: None }));
+        assert_eq!(ids[nodes - 1], q);
+    }
+
+    #[test]
+    fn a_product_read_elsewhere_is_stored_as_it_is() {
+        let (g, ids, [k, _, _, v, v_store, ..]) = projections_graph(true);
+        // The key product is also scaled elsewhere: its ROPE and SET_ROWS run on their own, and
+        // a product alone is no fusion.
+        assert_eq!(ids[0], k);
+        assert_eq!(find(&g, &ids, &counts(&g)), None);
+        let at = ids.iter().position(|&id| id == v).unwrap();
+        let Some(Fusion::Projections { products, .. }) = find(&g, &ids[at..], &counts(&g)) else { panic!() };
+        assert_eq!(products[0], Some(Projection { mul_mat: v, rope: None, store: Some(v_store) }));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use tessera_core::{DType, Result, TensorView};
 ///
 /// The same layout as `struct TensorArg` in `kernels/common.cuh` (72 bytes, passed by value).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TensorArg {
     /// Device address of the first value (the buffer's base plus the tensor's offset).
     pub data: u64,

@@ -109,13 +109,13 @@ pub(crate) fn flash_attn_split(q: &TensorArg, k: &TensorArg, v: &TensorArg) -> O
 /// `freq_base^(-2k / n_dims)` of ROPE's first 64 pairs k, as the kernel computes them (f32
 /// exponent, f64 power rounded to f32): `RopePowers` in rope.cu.
 #[repr(C)]
-struct RopePowers {
+pub(crate) struct RopePowers {
     p: [f32; 64],
     count: i32,
 }
 
 impl RopePowers {
-    fn new(freq_base: f32, n_dims: i64) -> RopePowers {
+    pub(crate) fn new(freq_base: f32, n_dims: i64) -> RopePowers {
         let count = (n_dims / 2).clamp(0, 64) as usize;
         let mut p = [0.0f32; 64];
         for (k, power) in p.iter_mut().enumerate().take(count) {

@@ -41,7 +41,8 @@
 //!   columns (float weights times f32 activations in place; quantized weights with dp4a against
 //!   activations quantized once to 8 bits, once per run for all products of one activation),
 //!   optionally adding a fused ADD's operand as they store, or computing a gate and an up
-//!   projection and storing silu(gate) * up; more columns by cuBLAS (`cublasGemmEx` and its
+//!   projection and storing silu(gate) * up, or computing up to three products of one column
+//!   and storing each through its own ROPE and SET_ROWS (`projections.rs`); more columns by cuBLAS (`cublasGemmEx` and its
 //!   batched forms, f32 accumulation) for f32 weights (true f32), f16 and bf16 weights
 //!   (activations converted to the weight type), and q8_0/q4_0 weights (dequantized to f16 in
 //!   scratch).
@@ -52,6 +53,7 @@ mod launch;
 mod modules;
 mod mul_mat;
 mod names;
+mod projections;
 mod scratch;
 mod validate;
 
@@ -65,6 +67,7 @@ use tessera_core::{DType, Error, Graph, Op, Result, TensorId};
 
 pub use arg::TensorArg;
 pub(crate) use mul_mat::{gemm_packed, MMV_MAX_COLS};
+pub use projections::{launch_projections, ProjectionOut, ProjectionRope};
 pub use scratch::Scratch;
 
 use validate::{validate, Node};

@@ -37,11 +37,13 @@ use super::{backend_error, names, Kernels, Operand, Scratch};
 pub(crate) const MMV_MAX_COLS: i64 = 8;
 /// Warps per block of the matrix-vector kernels (`MMV_WARPS` in mul_mat_vec.cu).
 const MMV_WARPS: i64 = 4;
+/// Threads of a matrix-vector block.
+pub(crate) const MMV_BLOCK: (u32, u32, u32) = (32 * MMV_WARPS as u32, 1, 1);
 /// Bytes of one Q8_1 block of quantized `b` (`Q8_1` in mul_mat_vec.cu).
 pub(crate) const Q8_1_BYTES: usize = 40;
 
 /// Weight rows one block of the matrix-vector kernels computes (`MmvRows` in mul_mat_vec.cu).
-fn mmv_rows(ncols: i64) -> i64 {
+pub(crate) fn mmv_rows(ncols: i64) -> i64 {
     match ncols {
         ..=1 => 4,
         2 => 2,
@@ -327,7 +329,7 @@ fn mat_vec(
     d: TensorArg,
     epilogue: Epilogue<'_>,
 ) -> Result<()> {
-    let [k, m, _, _] = a.ne;
+    let m = a.ne[1];
     let [_, n, b2, b3] = b.ne;
     let (r2, r3) = (b2 / a.ne[2], b3 / a.ne[3]);
     let name = match epilogue {
@@ -336,30 +338,12 @@ fn mat_vec(
     };
     let name = name.ok_or_else(|| backend_error("no matrix-vector kernel"))?;
     let nmat = (b2 * b3).clamp(1, 65535) as u32;
-    let block_dim = (32 * MMV_WARPS as u32, 1, 1);
     let cfg = cudarc::driver::LaunchConfig {
         grid_dim: (u32::try_from(div_ceil(m, mmv_rows(n))).map_err(|_| backend_error("too many rows"))?, nmat, 1),
-        block_dim,
+        block_dim: MMV_BLOCK,
         shared_mem_bytes: 0,
     };
-    let bq = if quantize_b {
-        Some(match scratch.quantized(&b) {
-            Some(bq) => bq,
-            None => {
-                let bq = scratch.reserve(scratch_bytes)?;
-                let blocks =
-                    u32::try_from(div_ceil(k / 32, MMV_WARPS)).map_err(|_| backend_error("too many blocks"))?;
-                let qcfg =
-                    cudarc::driver::LaunchConfig { grid_dim: (blocks, n as u32, nmat), block_dim, shared_mem_bytes: 0 };
-                // quantize_q8_1(TensorArg b, Q8_1 *out)
-                launch_kernel!(kernels, stream, names::QUANTIZE_Q8_1, qcfg, &b, &bq)?;
-                scratch.set_quantized(b);
-                bq
-            }
-        })
-    } else {
-        None
-    };
+    let bq = if quantize_b { Some(quantized_b(kernels, stream, scratch, b, scratch_bytes)?) } else { None };
     // mul_mat_vec_<type>_<n>(TensorArg a, TensorArg b | const Q8_1 *bq, TensorArg dst, TensorArg add,
     //                        long long r2, long long r3)
     // mul_mat_vec_glu_<type>(TensorArg gate, TensorArg up, TensorArg b | const Q8_1 *bq, TensorArg dst,
@@ -370,6 +354,30 @@ fn mat_vec(
         (Epilogue::Glu(up), None) => launch_kernel!(kernels, stream, name, cfg, &a, up, &b, &d, &r2, &r3),
         (Epilogue::Glu(up), Some(bq)) => launch_kernel!(kernels, stream, name, cfg, &a, up, &bq, &d, &r2, &r3),
     }
+}
+
+/// The device address of `b` quantized into Q8_1 blocks (`scratch_bytes` of them) for a
+/// matrix-vector kernel: quantized now, unless this run did already.
+pub(crate) fn quantized_b(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    b: TensorArg,
+    scratch_bytes: usize,
+) -> Result<u64> {
+    if let Some(bq) = scratch.quantized(&b) {
+        return Ok(bq);
+    }
+    let bq = scratch.reserve(scratch_bytes)?;
+    let [k, n, b2, b3] = b.ne;
+    let nmat = (b2 * b3).clamp(1, 65535) as u32;
+    let blocks = u32::try_from(div_ceil(k / 32, MMV_WARPS)).map_err(|_| backend_error("too many blocks"))?;
+    let cfg =
+        cudarc::driver::LaunchConfig { grid_dim: (blocks, n as u32, nmat), block_dim: MMV_BLOCK, shared_mem_bytes: 0 };
+    // quantize_q8_1(TensorArg b, Q8_1 *out)
+    launch_kernel!(kernels, stream, names::QUANTIZE_Q8_1, cfg, &b, &bq)?;
+    scratch.set_quantized(b);
+    Ok(bq)
 }
 
 /// Queues the products of `gate` and `up` (weights of one type and shape) with the one column

@@ -349,6 +349,27 @@ pub(crate) fn mul_mat_vec_glu(a: DType) -> Option<&'static str> {
     })
 }
 
+/// The one-column matrix-vector kernel of weights `a` that computes up to three products at
+/// once, each stored through its own ROPE and SET_ROWS (`launch_projections`).
+pub(crate) fn mul_mat_vec_proj(a: DType) -> Option<&'static str> {
+    Some(match a {
+        F32 => "mul_mat_vec_proj_f32",
+        F16 => "mul_mat_vec_proj_f16",
+        BF16 => "mul_mat_vec_proj_bf16",
+        Q8_0 => "mul_mat_vec_proj_q8_0",
+        Q4_0 => "mul_mat_vec_proj_q4_0",
+        Q4_1 => "mul_mat_vec_proj_q4_1",
+        Q5_0 => "mul_mat_vec_proj_q5_0",
+        Q5_1 => "mul_mat_vec_proj_q5_1",
+        Q2_K => "mul_mat_vec_proj_q2_K",
+        Q3_K => "mul_mat_vec_proj_q3_K",
+        Q4_K => "mul_mat_vec_proj_q4_K",
+        Q5_K => "mul_mat_vec_proj_q5_K",
+        Q6_K => "mul_mat_vec_proj_q6_K",
+        _ => return None,
+    })
+}
+
 /// K-quant weights of type `a` dequantized into packed f16 for MUL_MAT's GEMM (the 32-value
 /// block types go through the CPY kernels).
 pub(crate) fn dequantize_f16(a: DType) -> Option<&'static str> {
@@ -389,6 +410,7 @@ mod tests {
             for ncols in 0..=9 {
                 chosen.extend(mul_mat_vec(a, ncols));
                 chosen.extend(mul_mat_vec_glu(a));
+                chosen.extend(mul_mat_vec_proj(a));
             }
             for (head, rows) in [32, 64, 128].iter().flat_map(|&h| [(h, 1), (h, 2)]) {
                 chosen.extend(flash_attn(a, head, rows));
