@@ -285,9 +285,11 @@ unsafe fn cols<const T: u8, const N: usize>(
                 } else {
                     let p: [__m512i; 4] = core::array::from_fn(|c| _mm512_maddubs_epi16(u.w[c], q[c]));
                     sum = _mm512_madd_epi16(p[0], u.scales[0]);
-                    for (pc, sc) in p.iter().zip(&u.scales).skip(1) {
-                        sum = dpwssd(sum, *pc, *sc);
-                    }
+                    // Written out, not `zip().skip()`: the iterator's `next` was left out of
+                    // line, spilling every register around a call per super-block.
+                    sum = dpwssd(sum, p[1], u.scales[1]);
+                    sum = dpwssd(sum, p[2], u.scales[2]);
+                    sum = dpwssd(sum, p[3], u.scales[3]);
                 }
                 let min_sum = _mm256_madd_epi16(u.mins, sums);
                 let scale = _mm_mul_ps(u.d, _mm_set1_ps(dy));
