@@ -149,11 +149,19 @@ impl Device for CudaDevice {
         tessera_core::buffer::same_buffer_type(buffer_type, self.buffer_type)
             || split::main_split_type(buffer_type, self).is_some()
     }
-    /// Products of at least [`OFFLOAD_MIN_BATCH`] columns: copying the weights over is then
-    /// cheaper than the CPU computing them (a prompt's batch, not a decoded token).
+    /// Nodes of a batch of at least [`OFFLOAD_MIN_BATCH`] (a product's columns, ROPE's
+    /// tokens, other ops' rows; never GET_ROWS): copying their host-memory weights over is then
+    /// cheaper than the CPU computing them (a prompt, not a decoded token). The small ops with
+    /// weights (a norm's MUL by its weight row) go with the products, so that a CPU block's
+    /// prompt is not cut into a split per op.
     fn offload_op(&self, graph: &Graph, node: TensorId) -> bool {
-        graph.tensor(node).is_ok_and(|t| t.op() == Op::MulMat && t.ne()[1] >= OFFLOAD_MIN_BATCH)
-            && self.supports_op(graph, node)
+        let batch = graph.tensor(node).map_or(0, |t| match t.op() {
+            Op::MulMat => t.ne()[1],
+            Op::Rope(_) => t.ne()[2],
+            Op::GetRows => 0,
+            _ => t.nrows(),
+        });
+        batch >= OFFLOAD_MIN_BATCH && self.supports_op(graph, node)
     }
     fn buffer_type(&self) -> &'static dyn BufferType {
         self.buffer_type
