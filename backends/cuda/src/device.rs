@@ -109,6 +109,17 @@ fn pci_bus_id(ctx: &CudaContext) -> Option<String> {
 /// offload runs on the GPU (as ggml's CUDA backend decides).
 pub const OFFLOAD_MIN_BATCH: usize = 32;
 
+/// The batch that [`Device::offload_op`] weighs for node `node`: a product's columns, ROPE's
+/// tokens, other ops' rows; 0 for GET_ROWS (a token embedding stays where its table is).
+fn offload_batch(graph: &Graph, node: TensorId) -> usize {
+    graph.tensor(node).map_or(0, |t| match t.op() {
+        Op::MulMat => t.ne()[1],
+        Op::Rope(_) => t.ne()[2],
+        Op::GetRows => 0,
+        _ => t.nrows(),
+    })
+}
+
 impl Device for CudaDevice {
     fn name(&self) -> &str {
         &self.name
@@ -155,13 +166,7 @@ impl Device for CudaDevice {
     /// weights (a norm's MUL by its weight row) go with the products, so that a CPU block's
     /// prompt is not cut into a split per op.
     fn offload_op(&self, graph: &Graph, node: TensorId) -> bool {
-        let batch = graph.tensor(node).map_or(0, |t| match t.op() {
-            Op::MulMat => t.ne()[1],
-            Op::Rope(_) => t.ne()[2],
-            Op::GetRows => 0,
-            _ => t.nrows(),
-        });
-        batch >= OFFLOAD_MIN_BATCH && self.supports_op(graph, node)
+        offload_batch(graph, node) >= OFFLOAD_MIN_BATCH && self.supports_op(graph, node)
     }
     fn buffer_type(&self) -> &'static dyn BufferType {
         self.buffer_type
@@ -185,5 +190,45 @@ impl Device for CudaDevice {
         let event =
             CudaEvent::new(&self.ctx, true).map_err(|e| driver::error(&self.name, "creating a timing event", e))?;
         Ok(Some(Box::new(event)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use tessera_core::{DType, RopeMode, RopeParams};
+
+    use super::*;
+
+    /// A prompt of 32 tokens through a block's first nodes: its norm weight, products and ROPE
+    /// weigh the batch; a token embedding's GET_ROWS never does.
+    #[test]
+    fn a_prompts_nodes_weigh_its_tokens_and_get_rows_none() {
+        let (hidden, tokens) = (64, OFFLOAD_MIN_BATCH);
+        let mut g = Graph::new();
+        let table = g.new_tensor(DType::F32, &[hidden, 100]).unwrap();
+        let ids = g.new_tensor(DType::I32, &[tokens]).unwrap();
+        let pos = g.new_tensor(DType::I32, &[tokens]).unwrap();
+        let norm_weight = g.new_tensor(DType::F32, &[hidden]).unwrap();
+        let wq = g.new_tensor(DType::Q4_0, &[hidden, hidden]).unwrap();
+        let x = g.get_rows(table, ids).unwrap();
+        let xn = g.rms_norm(x, 1e-5).unwrap();
+        let xn = g.mul(xn, norm_weight).unwrap();
+        let q = g.mul_mat(wq, xn).unwrap();
+        let q = g.reshape(q, &[16, 4, tokens]).unwrap();
+        let rope = RopeParams { mode: RopeMode::Normal, n_dims: 16, freq_base: 10000.0, freq_scale: 1.0 };
+        let q = g.rope(q, pos, rope).unwrap();
+        let q_mat = g.tensor(q).unwrap().src(0).and_then(|r| g.tensor(r).ok()?.view_src()).unwrap();
+        assert_eq!(offload_batch(&g, x), 0);
+        for node in [xn, q_mat, q] {
+            assert_eq!(offload_batch(&g, node), tokens, "{}", g.label(node));
+        }
+        // A decoded token weighs 1 everywhere.
+        let mut g = Graph::new();
+        let one = g.new_tensor(DType::F32, &[hidden, 1]).unwrap();
+        let w = g.new_tensor(DType::F32, &[hidden]).unwrap();
+        let m = g.mul(one, w).unwrap();
+        assert_eq!(offload_batch(&g, m), 1);
     }
 }

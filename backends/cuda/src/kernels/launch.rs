@@ -107,7 +107,7 @@ pub(crate) fn flash_attn_split(q: &TensorArg, k: &TensorArg, v: &TensorArg) -> O
 }
 
 /// `freq_base^(-2k / n_dims)` of ROPE's first 64 pairs k, as the kernel computes them (f32
-/// exponent, f64 power rounded to f32): `RopePowers` in rope.cu.
+/// exponent, f64 power rounded to f32): `RopePowers` in rope.cuh.
 #[repr(C)]
 pub(crate) struct RopePowers {
     p: [f32; 64],
