@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tessera_core::registry::{extension, Extension};
-use tessera_core::{Backend, DType, Device, Graph, Scheduler, SchedulerOptions, Shape};
+use tessera_core::{Backend, DType, Device, Graph, Scheduler, SchedulerOptions, Shape, TensorId};
 use tessera_std::model_file::{place_weights, ModelFile, WeightSpec, WeightStore};
 use tessera_std::placement::{Placement, Target};
 
@@ -107,7 +107,29 @@ pub struct Generator {
     /// The graph the scheduler holds, and the batch shape it was built for: a batch of the
     /// same shape only sets new inputs.
     built: Option<((usize, usize, Logits), LlamaGraph)>,
+    /// What the last [`eval`](Self::eval) returned, kept so that decoding reuses its memory.
+    logits: Vec<f32>,
     timing: GenerationTiming,
+}
+
+/// Appends the f32 values of `logits` to `out`, whose memory is reused from token to token
+/// (a fresh vector for each token's 128 KB of logits cost tens of microseconds in page faults).
+fn read_logits(graph: &Graph, logits: TensorId, out: &mut Vec<f32>) -> Result<()> {
+    let t = graph.tensor(logits)?;
+    if t.dtype() != DType::F32 || !t.is_contiguous() {
+        out.extend_from_slice(&graph.get_f32(logits)?);
+        return Ok(());
+    }
+    let (at, count) = (out.len(), t.nelements());
+    out.try_reserve(count)
+        .map_err(|_| tessera_core::Error::OutOfMemory { what: "logits".into(), requested: count * 4 })?;
+    out.resize(at + count, 0.0);
+    let values = &mut out[at..];
+    graph.get_bytes(logits, 0, bytemuck::cast_slice_mut(values))?;
+    for v in values.iter_mut() {
+        *v = f32::from_bits(u32::from_le(v.to_bits())); // tensors hold little-endian values
+    }
+    Ok(())
 }
 
 /// The fewest tokens of a batch whose nodes of CPU blocks the scheduler may move to a GPU
@@ -288,6 +310,7 @@ impl Generator {
             options,
             planned: Vec::new(),
             built: None,
+            logits: Vec::new(),
             timing: GenerationTiming::default(),
         };
         g.reserve()?;
@@ -373,7 +396,7 @@ impl Generator {
     /// Runs `tokens` at the next positions of the cache (in batches of at most `ubatch`) and
     /// returns the logits of the last token (or, with [`Logits::All`], of every token, `vocab`
     /// values each).
-    pub fn eval(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+    pub fn eval(&mut self, tokens: &[u32], logits: Logits) -> Result<&[f32]> {
         if tokens.is_empty() {
             return Err(Error::Generation { message: "no tokens to evaluate".into() });
         }
@@ -386,7 +409,7 @@ impl Generator {
         if needed > self.options.context {
             return Err(Error::ContextFull { tokens: needed, context: self.options.context });
         }
-        let mut out = Vec::new();
+        self.logits.clear();
         let (context, kv_dim) = (self.options.context, self.config.kv_dim());
         for chunk in tokens.chunks(self.options.ubatch) {
             let batch = Batch { tokens: chunk.len(), past: self.past, logits };
@@ -408,15 +431,14 @@ impl Generator {
             }
             sg.set_f32(model.mask, &llama::causal_mask(batch, context))?;
             let out_id = model.logits;
-            self.sched.compute()?;
-            let values = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_f32(out_id)?;
-            self.past += chunk.len();
-            match logits {
-                Logits::All => out.extend_from_slice(&values),
-                Logits::Last => out = values,
+            if logits == Logits::Last {
+                self.logits.clear();
             }
+            self.sched.compute()?;
+            read_logits(self.sched.graph().ok_or(tessera_core::Error::Cancelled)?, out_id, &mut self.logits)?;
+            self.past += chunk.len();
         }
-        Ok(out)
+        Ok(&self.logits)
     }
 
     /// Generates up to `max_tokens` tokens after `prompt` (token ids, processed from the start
@@ -432,17 +454,16 @@ impl Generator {
     ) -> Result<Vec<u32>> {
         self.reset();
         let start = Instant::now();
-        let mut logits = self.eval(prompt, Logits::Last)?;
+        let mut next = sampler.pick(self.eval(prompt, Logits::Last)?);
         let prompt_time = start.elapsed();
         let start = Instant::now();
         let mut out = Vec::new();
         while out.len() < max_tokens {
-            let next = sampler.pick(&logits);
             out.push(next);
             if !on_token(next) || out.len() == max_tokens {
                 break;
             }
-            logits = self.eval(&[next], Logits::Last)?;
+            next = sampler.pick(self.eval(&[next], Logits::Last)?);
         }
         self.timing = GenerationTiming {
             prompt_tokens: prompt.len(),

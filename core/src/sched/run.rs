@@ -74,20 +74,28 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
 
     /// Runs the allocated graph and waits for it.
     pub fn compute(&mut self) -> Result<Completion> {
-        let done = self.compute_async()?;
-        self.synchronize()?;
+        // The synchronize also ends the queued reads of user inputs, on an error too.
+        let done = self.run(InputReads::Queued);
+        let synchronized = self.synchronize();
+        let done = done?;
+        synchronized?;
         Ok(done)
     }
 
-    /// Runs the allocated graph; backends may still be working when this returns.
+    /// Runs the allocated graph; backends may still be working when this returns. The user
+    /// inputs have been read: the caller may set the next ones.
     pub fn compute_async(&mut self) -> Result<Completion> {
+        self.run(InputReads::Done)
+    }
+
+    fn run(&mut self, reads: InputReads) -> Result<Completion> {
         let p = self.prepared.take().ok_or_else(not_planned)?;
-        let result = self.run_splits(&p);
+        let result = self.run_splits(&p, reads);
         self.prepared = Some(p);
         result
     }
 
-    fn run_splits(&mut self, p: &Prepared) -> Result<Completion> {
+    fn run_splits(&mut self, p: &Prepared, reads: InputReads) -> Result<Completion> {
         let (graph, splits) = (&p.graph, &p.plan.splits[..]);
         let c = self.cur_copy;
         let layout = programs::layout_stamp(graph, self.galloc.generation());
@@ -101,7 +109,7 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             if let Some(prev) = previous.filter(|&prev| prev != b && split.inputs.is_empty()) {
                 self.backends[prev].synchronize()?;
             }
-            self.copy_inputs(graph, split, c)?;
+            self.copy_inputs(graph, split, c, reads)?;
             let finished = match self.callback.as_mut() {
                 None => {
                     let split_ref = SplitRef { graph, nodes: split.nodes.clone(), consumers: &p.consumers, layout };
@@ -194,14 +202,34 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         Ok(fresh)
     }
 
-    fn copy_inputs(&mut self, graph: &Graph, split: &Split, c: usize) -> Result<()> {
+    fn copy_inputs(&mut self, graph: &Graph, split: &Split, c: usize, reads: InputReads) -> Result<()> {
         let b = split.backend;
+        // Slot `c` of this backend's copies may still be read by its last run.
+        if split.inputs.iter().any(|i| i.user_input) {
+            self.wait_host(b, c)?;
+        }
         for input in &split.inputs {
             let dst = input.copies[c];
             if input.user_input {
-                // The caller may overwrite its input once compute returns: copy it now.
-                self.wait_host(b, c)?;
-                copy_tensor(graph, input.tensor, graph, dst)?;
+                let (Some(src_data), Some(dst_data)) = (graph.data(input.tensor), graph.data(dst)) else {
+                    return Err(Error::NotAllocated { tensor: graph.label(input.tensor) });
+                };
+                match src_data.buffer.host_ptr() {
+                    // Queued on the backend's stream, which orders it after the kernels that
+                    // used the copy before; the source is left alone until the caller's
+                    // synchronize (`compute`).
+                    Some(base) if reads == InputReads::Queued => {
+                        crate::buffer::check_range(&*src_data.buffer, src_data.offset, input.bytes)?;
+                        // SAFETY: the source range lies inside its host buffer (checked
+                        // above), which the graph keeps alive and the caller leaves unchanged
+                        // until `compute` has synchronized every backend.
+                        unsafe {
+                            self.backends[b].set_tensor_async(&dst_data, 0, base.add(src_data.offset), input.bytes)
+                        }?;
+                    }
+                    // The caller may overwrite its input once this returns: copy it now.
+                    _ => copy_tensor(graph, input.tensor, graph, dst)?,
+                }
                 continue;
             }
             self.wait_device(b, c)?;
@@ -222,6 +250,14 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         }
         Ok(())
     }
+}
+
+/// Whether the reads of user inputs may still be queued when a run returns (`compute`
+/// synchronizes after it) or must be done (`compute_async`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum InputReads {
+    Queued,
+    Done,
 }
 
 /// Mutable access to two different backends.
