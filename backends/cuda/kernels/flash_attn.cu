@@ -393,6 +393,28 @@ __device__ void flash_attn_split(const TensorArg &q, const TensorArg &k, const T
     }
 }
 
+// Prefetches into L2 the key and value rows of a one-row block's chunk of positions (head h,
+// batch i3), then waits for the previous kernel. The cache rows of earlier positions are
+// already written; the row the previous kernel writes lands in L2 after the prefetch, so the
+// reads after the wait still see it.
+__device__ __forceinline__ void fa_split_prefetch_then_wait(const TensorArg &q, const TensorArg &k,
+                                                            const TensorArg &v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const long long kv = k.ne[1];
+    const int t = threadIdx.x % FA_SPLIT_POSITIONS;
+    const long long p = (long long)blockIdx.x * FA_SPLIT_POSITIONS + t;
+    if (kv > 0 && p < kv && threadIdx.x < 2 * FA_SPLIT_POSITIONS) {
+        const long long h = blockIdx.y, i3 = blockIdx.z;
+        const TensorArg &x = threadIdx.x < FA_SPLIT_POSITIONS ? k : v;
+        const char *row = row_ptr(x, p, h / (q.ne[2] / k.ne[2]), i3 % k.ne[3]);
+        for (long long at = 0; at < x.ne[0] * x.nb[0]; at += 128) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(row + at));
+        }
+    }
+#endif
+    await_prior_kernel();
+}
+
 // flash_attn_combine_d<32 NE>(partials, dst, chunks): block (head h, batch i3) of 32 NE threads
 // merges the head's `chunks` partial results into its row of `dst` (a row no position reached
 // is zeros).
@@ -437,17 +459,20 @@ FLASH_ATTN_COMBINE_KERNEL(flash_attn_combine_d128, 4)
                                     const __grid_constant__ TensorArg v, const __grid_constant__ TensorArg mask, \
                                     const __grid_constant__ TensorArg dst, float scale, int has_mask,            \
                                     int mask_f16, float *partials) {                                             \
-        await_prior_kernel();                                                                                    \
         if constexpr (R == 1) {                                                                                  \
+            fa_split_prefetch_then_wait(q, k, v);                                                                \
             if (mask_f16) {                                                                                      \
                 flash_attn_split<T, F16, NE>(q, k, v, mask, partials, scale, has_mask);                          \
             } else {                                                                                             \
                 flash_attn_split<T, F32, NE>(q, k, v, mask, partials, scale, has_mask);                          \
             }                                                                                                    \
-        } else if (mask_f16) {                                                                                   \
-            flash_attn_rows<T, F16, NE>(q, k, v, mask, dst, scale, has_mask);                                    \
         } else {                                                                                                 \
-            flash_attn_rows<T, F32, NE>(q, k, v, mask, dst, scale, has_mask);                                    \
+            await_prior_kernel();                                                                                \
+            if (mask_f16) {                                                                                      \
+                flash_attn_rows<T, F16, NE>(q, k, v, mask, dst, scale, has_mask);                                \
+            } else {                                                                                             \
+                flash_attn_rows<T, F32, NE>(q, k, v, mask, dst, scale, has_mask);                                \
+            }                                                                                                    \
         }                                                                                                        \
     }
 

@@ -311,6 +311,23 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
     }
 }
 
+// Prefetches into L2 the weight (and bias) row of an affine norm, ne0 floats each, then waits
+// for the previous kernel. These rows are constants of the graph, so reading them cannot race
+// with that kernel's writes: their memory latency overlaps it instead of following the
+// reduction (as mmv_prefetch_then_wait does for the products' weights).
+__device__ __forceinline__ void norm_prefetch_then_wait(const TensorArg &w, const TensorArg &b, int affine,
+                                                        long long ne0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    for (long long at = 128 * (long long)threadIdx.x; affine > 0 && at < 4 * ne0; at += 128 * (long long)blockDim.x) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)w.data + at));
+        if (affine > 1) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)b.data + at));
+        }
+    }
+#endif
+    await_prior_kernel();
+}
+
 #define PACKED_BOUNDS(GROUP) __launch_bounds__(PackedBlock<GROUP>::value, PackedBlock<GROUP>::min_blocks)
 #define SOFT_MAX_PACKED_KERNEL(name, GROUP, V4, M)                                                               \
     extern "C" __global__ void PACKED_BOUNDS(GROUP)                                                              \
@@ -327,7 +344,7 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
         name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, float eps, int rms,   \
              const __grid_constant__ TensorArg w, const __grid_constant__ TensorArg b, int affine,               \
              const __grid_constant__ TensorArg r, int residual, Q8_1 *q8) {                                      \
-        await_prior_kernel();                                                                                    \
+        norm_prefetch_then_wait(w, b, affine, src.ne[0]);                                                        \
         norm_packed<GROUP, V4>(src, dst, eps, rms, w, b, affine, r, residual, q8);                               \
     }
 
