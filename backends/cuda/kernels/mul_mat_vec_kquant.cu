@@ -31,9 +31,16 @@
 // columns (8 rows a block) 2. q2_K and q3_K decode more per value: at one column they keep 6
 // blocks (80 registers, 2 steps; capped to 8 blocks they spilled), measured 5 and 9% faster
 // than 8 blocks of 1 step; at 2 to 4 columns they unroll once (2 steps spilled).
-template <typename Q, int NCOLS> struct KqLaunch {
-    static constexpr int min_blocks = NCOLS == 1 ? Q::one_col_min_blocks : NCOLS <= 4 ? 4 : 2;
-    static constexpr int unroll = NCOLS == 1 ? Q::one_col_unroll : MmvRows<NCOLS>::value < 8 ? Q::few_cols_unroll : 1;
+// The SwiGLU kernels (GROUPS = 2) hold two rows' parts per row and the projection kernels keep
+// their store's state: each takes its own bound, the most blocks at which ptxas spills nothing
+// (q4_K's SwiGLU spilled 180 bytes a thread at the one-column bound).
+template <typename Q, int NCOLS, int GROUPS = 1> struct KqLaunch {
+    static constexpr int min_blocks =
+        GROUPS == 2 ? Q::glu_min_blocks : NCOLS == 1 ? Q::one_col_min_blocks : NCOLS <= 4 ? 4 : 2;
+    static constexpr int unroll = GROUPS == 2   ? Q::glu_unroll
+                                  : NCOLS == 1 ? Q::one_col_unroll
+                                  : MmvRows<NCOLS>::value < 8 ? Q::few_cols_unroll
+                                                              : 1;
 };
 
 // Two 32-bit words of b's quants from a Q8_1 block, word w (even) and w + 1.
@@ -82,6 +89,9 @@ template <bool FIVE_BITS> struct MmvKq45 {
     static constexpr int one_col_min_blocks = FIVE_BITS ? 3 : 8;
     static constexpr int one_col_unroll = 2;
     static constexpr int few_cols_unroll = 2;
+    static constexpr int glu_min_blocks = FIVE_BITS ? 3 : 5;
+    static constexpr int glu_unroll = FIVE_BITS ? 2 : 1;
+    static constexpr int proj_min_blocks = FIVE_BITS ? 3 : 6;
     static constexpr int qs_offset = FIVE_BITS ? 48 : 16;
     struct Part {
         int lo[4], hi[4];     // the quants of sub-blocks 2c and 2c + 1, one byte each
@@ -149,6 +159,9 @@ struct MmvQ6_K {
     static constexpr int one_col_min_blocks = 8;
     static constexpr int one_col_unroll = 1;
     static constexpr int few_cols_unroll = 2;
+    static constexpr int glu_min_blocks = 8;
+    static constexpr int glu_unroll = 1;
+    static constexpr int proj_min_blocks = 8;
     struct Part {
         int q[4][2]; // group g's quants q (0..63, the value's q - 32 is applied in `dot`)
         float d[4];  // d * scale of group g
@@ -201,6 +214,9 @@ struct MmvQ2_K {
     static constexpr int one_col_min_blocks = 6;
     static constexpr int one_col_unroll = 2;
     static constexpr int few_cols_unroll = 1;
+    static constexpr int glu_min_blocks = 5;
+    static constexpr int glu_unroll = 1;
+    static constexpr int proj_min_blocks = 6;
     struct Part {
         int q[4][2];
         float d[4], m[4]; // d * scale and dmin * min of group g's sub-block
@@ -250,6 +266,9 @@ struct MmvQ3_K {
     static constexpr int one_col_min_blocks = 6;
     static constexpr int one_col_unroll = 2;
     static constexpr int few_cols_unroll = 1;
+    static constexpr int glu_min_blocks = 5;
+    static constexpr int glu_unroll = 1;
+    static constexpr int proj_min_blocks = 6;
     struct Part {
         unsigned int low[2], high[2];
         float d[4];
@@ -305,7 +324,7 @@ template <typename Q, int NCOLS, int GROUPS, typename Out>
 __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, const Q8_1 *bq, const Out &out,
                                    long long row0, long long r2, long long r3) {
     constexpr int ROWS = MmvRows<NCOLS>::value, R = GROUPS * ROWS, PER_WARP = 32 / KQ_LANES;
-    constexpr int UNROLL = KqLaunch<Q, NCOLS>::unroll;
+    constexpr int UNROLL = KqLaunch<Q, NCOLS, GROUPS>::unroll;
     __shared__ float shared[MMV_WARPS * R * NCOLS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t = lane % KQ_LANES;
     const long long m = a.ne[1];
@@ -355,7 +374,7 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, cons
 
 // silu(a b) * (a2 b) for one column b: a SwiGLU feed-forward's gate and up projections.
 #define MUL_MAT_VEC_KQUANT_GLU_KERNEL(name, Q)                                                                   \
-    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, 1>::min_blocks)                     \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, 1, 2>::min_blocks)                  \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const Q8_1 *bq,          \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
         const TensorArg none = {};                                                                               \
@@ -365,7 +384,7 @@ __device__ void mul_mat_vec_kquant(const TensorArg &a, const TensorArg &a2, cons
 // Up to three products of one column b, each stored through its own epilogue (MmvProjections):
 // an attention block's query, key and value projections with their ROPE and SET_ROWS.
 #define MUL_MAT_VEC_KQUANT_PROJ_KERNEL(name, Q)                                                                  \
-    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, KqLaunch<Q, 1>::min_blocks)                     \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, Q::proj_min_blocks)           \
         name(const __grid_constant__ MmvProjections p, const Q8_1 *bq) {                                         \
         const MmvProjection &o = mmv_projection_of(p);                                                           \
         const long long row0 = ((long long)blockIdx.x - o.first) * MmvRows<1>::value;                            \
