@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tessera_core::registry::{extension, Extension};
-use tessera_core::{Backend, DType, Device, Graph, Scheduler, SchedulerOptions, Shape, TensorId};
+use tessera_core::{Backend, DType, Device, Graph, Op, Scheduler, SchedulerOptions, Shape, TensorId};
 use tessera_std::model_file::{place_weights, ModelFile, WeightSpec, WeightStore};
 use tessera_std::placement::{Placement, Target};
 
@@ -130,6 +130,22 @@ fn read_logits(graph: &Graph, logits: TensorId, out: &mut Vec<f32>) -> Result<()
         *v = f32::from_bits(u32::from_le(v.to_bits())); // tensors hold little-endian values
     }
     Ok(())
+}
+
+/// Whether node `id` is an attention product (MUL_MAT or FLASH_ATTN) reading the key or value
+/// cache of its block, `cache`, directly or through a view.
+fn reads_cache(g: &Graph, id: TensorId, (k, v): (TensorId, TensorId)) -> Result<bool> {
+    let t = g.tensor(id)?;
+    if !matches!(t.op(), Op::MulMat | Op::FlashAttn { .. }) {
+        return Ok(false);
+    }
+    for (_, s) in t.srcs() {
+        let root = g.tensor(s)?.view_src().unwrap_or(s);
+        if root == k || root == v {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The fewest tokens of a batch whose nodes of CPU blocks the scheduler may move to a GPU
@@ -501,16 +517,25 @@ impl Generator {
             g.bind(v, vd.clone())?;
         }
         self.sched.clear_pins();
+        let gpu = self.targets.iter().position(|t| !t.device.is_host_cpu());
         for &id in g.nodes() {
             if let Some(m) = model.module_of(id) {
                 let (module, layer) = (m.index(), model.layer_of(id));
                 let target = self.placement.compute_of(module, layer);
                 // A prompt's nodes of CPU blocks are left to the scheduler, as ggml's are: it
                 // runs the products with their weights on a GPU that asks for them (op offload)
-                // and the nodes around them there too, and what reads the CPU's KV cache on the
-                // CPU.
+                // and the nodes around them there too. Their attention goes to that GPU as well:
+                // the cache window it reads crosses once (a megabyte a block at 512 positions),
+                // where the CPU would compute every score of the batch (most of such a batch's
+                // time at half the blocks on the CPU). The cache writes stay with the cache.
                 let on_cpu = target.device.is_host_cpu() && self.placement.params_of(module, layer).is_host_cpu();
                 if on_cpu && batch.tokens >= OFFLOAD_MIN_BATCH {
+                    let cache = layer.and_then(|l| model.caches.get(l)).copied();
+                    if let (Some(b), Some(cache)) = (gpu, cache) {
+                        if reads_cache(&g, id, cache)? {
+                            self.sched.set_tensor_backend(id, b)?;
+                        }
+                    }
                     continue;
                 }
                 if let Some(b) = target.index_in(&self.targets) {

@@ -237,6 +237,14 @@ pub fn build(
         let stored_v = match value_rows {
             Some(rows) if !flash => {
                 let value_cells = b.g.reshape(v_cache, &[1, cache.context * kv_dim])?;
+                // Channel by channel ([`value_rows`]): a prompt's values of one channel land
+                // side by side; token by token, each would go to another row of the cache.
+                let v = if n > 1 {
+                    let channels = b.g.transpose(v)?;
+                    b.g.cont(channels)?
+                } else {
+                    v
+                };
                 let v = b.g.reshape(v, &[1, kv_dim * n])?;
                 b.g.set_rows(value_cells, v, rows)?
             }
@@ -342,8 +350,8 @@ pub fn causal_mask(batch: Batch, context: usize) -> Vec<f32> {
 }
 
 /// Where value `c` of token `t` of `batch` goes in a transposed value cache of `context`
-/// positions seen as one row of single values: `c * context + past + t`, for `t` then `c`
-/// (the order of the batch's values).
+/// positions seen as one row of single values: `c * context + past + t`, for `c` then `t`
+/// (the order of the batch's values transposed, so that the writes run along the cache).
 pub fn value_rows(batch: Batch, kv_dim: usize, context: usize) -> Vec<i32> {
-    (0..batch.tokens).flat_map(|t| (0..kv_dim).map(move |c| (c * context + batch.past + t) as i32)).collect()
+    (0..kv_dim).flat_map(|c| (0..batch.tokens).map(move |t| (c * context + batch.past + t) as i32)).collect()
 }

@@ -1,5 +1,6 @@
 //! GET_ROWS (rows picked by index, dequantized to f32) and CPY/CONT between tensors of the
-//! same shape (converting or quantizing), rows split over the threads.
+//! same shape (converting or quantizing), rows split over the threads; SET_ROWS (f32 rows
+//! written at indices, converted), on one thread.
 
 use tessera_core::{DType, Result};
 use tessera_reference::{HostTensor, NodeTensors};
@@ -53,6 +54,56 @@ pub fn get_rows(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, nod
             unsafe { to_f32(a.dtype, n, a.row_ptr(*indices.add(flat), i2, i3), d.row(j, i2, i3)) };
         }
     })?;
+    Ok(true)
+}
+
+/// SET_ROWS of f32 rows into the rows of `dst` that I32 indices name, converted (or quantized)
+/// as CPY does. One thread, in the reference kernel's order, so that a row named twice ends
+/// as the reference leaves it. A transposed value cache takes one value a row, hundreds of
+/// thousands of rows a prompt: those are converted in place, without a call per row (the
+/// reference kernel spent about 70 ns a row). `Ok(false)`: a layout the fast path does not
+/// take, or an index out of range (the reference kernel reports it).
+pub fn set_rows(kernels: &Kernels, node: &NodeTensors) -> Result<bool> {
+    let (Some(b), Some(c)) = (node.opt_src(0), node.opt_src(1)) else { return Ok(false) };
+    let (Some(s), Some(ix), Some(d)) = (RowTensor::of(&b), RowTensor::of(&c), RowTensor::of(&node.dst)) else {
+        return Ok(false);
+    };
+    let [n, m, d2, d3] = s.ne;
+    let r = d.ne[1];
+    let fits = s.dtype == DType::F32
+        && ix.dtype == DType::I32
+        && ix.ne == [m, d2, d3, 1]
+        && d.dtype != DType::I32
+        && d.ne == [n, r, d2, d3]
+        && apart(&s, &d);
+    if !fits {
+        return Ok(false);
+    }
+    // The destination row of source row (j, i2, i3), if its index is in range.
+    let index = |j: usize, i2: usize, i3: usize| {
+        // SAFETY: value j < m of the index row (i2, i3), a dense I32 row.
+        let i = unsafe { *ix.row_ptr(i2, i3, 0).cast::<i32>().add(j) };
+        usize::try_from(i).ok().filter(|&i| i < r)
+    };
+    let rows = || (0..d3).flat_map(move |i3| (0..d2).flat_map(move |i2| (0..m).map(move |j| (j, i2, i3))));
+    // Every index is checked before any row is written.
+    if rows().any(|(j, i2, i3)| index(j, i2, i3).is_none()) {
+        return Ok(false);
+    }
+    let from_f32 = kernels.rows.from_f32;
+    for (j, i2, i3) in rows() {
+        let Some(i) = index(j, i2, i3) else { return Ok(false) };
+        let (x, y) = (s.row(j, i2, i3).cast_const(), d.row_ptr(i, i2, i3));
+        // SAFETY: a row of the source and a row of `dst` (index checked), apart and aligned
+        // for their types (`RowTensor::of`).
+        unsafe {
+            match (n, d.dtype) {
+                (1, DType::F16) => *y.cast::<u16>() = half::f16::from_f32(*x).to_bits(),
+                (1, DType::F32) => *y.cast::<f32>() = *x,
+                _ => from_f32(d.dtype, n, x, y),
+            }
+        }
+    }
     Ok(true)
 }
 

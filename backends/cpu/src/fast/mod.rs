@@ -3,8 +3,9 @@
 //! op without a fast kernel to the reference kernels.
 //!
 //! Ops with fast kernels: MUL_MAT (`matmul`), the element-wise ops (`elementwise`), NORM,
-//! RMS_NORM and SOFT_MAX (`normalize`), ROPE (`rope`), GET_ROWS and CPY/CONT (`convert`); the
-//! row kernels they call are written once and compiled per instruction set (`vector`).
+//! RMS_NORM and SOFT_MAX (`normalize`), ROPE (`rope`), GET_ROWS, SET_ROWS and CPY/CONT
+//! (`convert`); the row kernels they call are written once and compiled per instruction set
+//! (`vector`).
 //!
 //! Adding an op: give it an arm in [`Fast::compute_node`] that calls a driver in its own
 //! module (as `matmul` does). A driver sizes its work memory with [`WorkMemory::reserve`],
@@ -97,6 +98,7 @@ impl Fast {
             Op::Rope(p) => rope::rope(k, team, memory, n, p)?,
             Op::GetRows => convert::get_rows(k, team, memory, n)?,
             Op::Cpy | Op::Cont => convert::copy(k, team, n)?,
+            Op::SetRows => convert::set_rows(k, n)?,
             _ => false,
         };
         if !done {
