@@ -122,7 +122,7 @@ fn batches_and_single_tokens_agree_with_one_pass() {
     let options = GeneratorOptions { cache_type: DType::F32, context: 128, ubatch: 5, ..GeneratorOptions::default() };
     let mut g = Generator::load(model(), placement, options).unwrap();
     let last = g.eval(&prompt(), Logits::Last).unwrap();
-    assert!(nmse(&last, &r.logits[63 * vocab..]) <= 1e-7);
+    assert!(nmse(last, &r.logits[63 * vocab..]) <= 1e-7);
 }
 
 #[test]

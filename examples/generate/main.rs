@@ -338,7 +338,7 @@ fn bench(g: &mut Generator, a: &Args) -> Result<(), BoxError> {
         let start = Instant::now();
         for _ in 0..a.n_predict {
             let logits = g.eval(&[next], Logits::Last)?;
-            next = tessera_models::sampler::greedy(&logits);
+            next = tessera_models::sampler::greedy(logits);
         }
         if rep > 0 {
             rates.push(a.n_predict as f64 / start.elapsed().as_secs_f64());

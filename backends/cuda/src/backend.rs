@@ -15,6 +15,7 @@ use crate::device::CudaDevice;
 use crate::driver;
 use crate::event::CudaEvent;
 use crate::fusion::{self, Fusion, Projection};
+use crate::host_weights::HostWeights;
 use crate::kernels::{self, Kernels, Operand, Scratch, TensorArg};
 use crate::profile::{self, Profile};
 use crate::split;
@@ -27,6 +28,8 @@ pub struct CudaBackend {
     scratch: Scratch,
     /// Node times, when `TESSERA_CUDA_PROFILE` asks for them.
     profile: Option<Profile>,
+    /// Host weights this stream copies from directly.
+    host_weights: HostWeights,
 }
 
 impl CudaBackend {
@@ -36,7 +39,8 @@ impl CudaBackend {
         let kernels = device.kernels()?;
         let scratch = Scratch::new(&stream)?;
         let profile = profile::enabled().then(Profile::default);
-        Ok(CudaBackend { device, stream, kernels, scratch, profile })
+        let host_weights = HostWeights::new(ctx.clone());
+        Ok(CudaBackend { device, stream, kernels, scratch, profile, host_weights })
     }
 
     fn err(&self, what: &str, e: cudarc::driver::DriverError) -> Error {
@@ -306,6 +310,22 @@ impl CudaBackend {
         kernels::launch_projections(&self.kernels, &self.stream, &mut self.scratch, &outs, b, rope)
     }
 
+    /// Queues a copy from host weights registered with the driver (`HostWeights`) on this
+    /// stream; `false` for other host memory, which the scheduler copies itself.
+    fn copy_from_host_weights(&mut self, src: &TensorData, dst: &TensorData, len: usize) -> Result<bool> {
+        tessera_core::buffer::check_range(&*src.buffer, src.offset, len)?;
+        let to = self.device_address(dst, 0, len)?;
+        self.bind()?;
+        let Some(from) = self.host_weights.address(src) else { return Ok(false) };
+        // SAFETY: `from` addresses `len` bytes inside the registered buffer (checked above),
+        // which `host_weights` keeps alive and nothing writes (weights).
+        let bytes = unsafe { std::slice::from_raw_parts(from, len) };
+        // SAFETY: as above; the destination range lies inside this GPU's buffer (checked).
+        unsafe { result::memcpy_htod_async(to, bytes, self.stream.cu_stream()) }
+            .map_err(|e| self.err("copying host weights", e))?;
+        Ok(true)
+    }
+
     /// Records the split's kernels into a CUDA graph. Scratch memory and the cuBLAS handle are
     /// made ready first, since nothing may be allocated while capturing. Nothing runs here: a
     /// split may overwrite its own inputs (memory reused after their last reader), so running
@@ -369,7 +389,8 @@ impl Backend for CudaBackend {
     /// stream, after what it has queued and after what this stream has queued (which may
     /// still read the destination), so that the source cannot reuse its memory before the
     /// bytes have left; this stream then waits for the copy. Between GPUs without peer
-    /// access, `false`: the scheduler stages the copy through pinned host memory.
+    /// access, `false`: the scheduler stages the copy through pinned host memory. From another
+    /// backend's host memory: weights only, read in place (`HostWeights`).
     fn copy_tensor_async(
         &mut self,
         src_backend: &mut dyn Backend,
@@ -377,7 +398,9 @@ impl Backend for CudaBackend {
         dst: &TensorData,
         len: usize,
     ) -> Result<bool> {
-        let Some(from) = src_backend.as_any_mut().downcast_mut::<CudaBackend>() else { return Ok(false) };
+        let Some(from) = src_backend.as_any_mut().downcast_mut::<CudaBackend>() else {
+            return self.copy_from_host_weights(src, dst, len);
+        };
         let same_gpu = std::ptr::eq(from.device, self.device);
         if !same_gpu && !self.device.peer_access(from.device) {
             return Ok(false);
@@ -461,6 +484,9 @@ impl Backend for CudaBackend {
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
+        // Copies from host weights may still be queued: they end before the weights are
+        // unregistered (`host_weights` is dropped after this).
+        self.stream.synchronize().ok();
         if let Some(profile) = self.profile.as_mut() {
             if self.stream.synchronize().is_ok() && profile.collect().is_ok() {
                 eprint!("{}", profile.report(self.device.name()));

@@ -16,6 +16,7 @@ mod device;
 mod driver;
 mod event;
 mod fusion;
+mod host_weights;
 pub mod kernels;
 mod pinned;
 mod profile;
