@@ -524,7 +524,8 @@ impl Generator {
                 let target = self.placement.compute_of(module, layer);
                 // A prompt's nodes of CPU blocks are left to the scheduler, as ggml's are: it
                 // runs the products with their weights on a GPU that asks for them (op offload)
-                // and the nodes around them there too. Their attention goes to that GPU as well:
+                // and the nodes around them there too. Their attention goes to a GPU that asks
+                // for it as well:
                 // the cache window it reads crosses once (a megabyte a block at 512 positions),
                 // where the CPU would compute every score of the batch (most of such a batch's
                 // time at half the blocks on the CPU). The cache writes stay with the cache.
@@ -532,7 +533,8 @@ impl Generator {
                 if on_cpu && batch.tokens >= OFFLOAD_MIN_BATCH {
                     let cache = layer.and_then(|l| model.caches.get(l)).copied();
                     if let (Some(b), Some(cache)) = (gpu, cache) {
-                        if reads_cache(&g, id, cache)? {
+                        let device = self.targets[b].device;
+                        if reads_cache(&g, id, cache)? && device.offload_op(&g, id) && device.supports_op(&g, id) {
                             self.sched.set_tensor_backend(id, b)?;
                         }
                     }
