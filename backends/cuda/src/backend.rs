@@ -486,9 +486,9 @@ impl Drop for CudaBackend {
     fn drop(&mut self) {
         // Copies from host weights may still be queued: they end before the weights are
         // unregistered (`host_weights` is dropped after this).
-        self.stream.synchronize().ok();
+        let idle = self.stream.synchronize().is_ok();
         if let Some(profile) = self.profile.as_mut() {
-            if self.stream.synchronize().is_ok() && profile.collect().is_ok() {
+            if idle && profile.collect().is_ok() {
                 eprint!("{}", profile.report(self.device.name()));
             }
         }
