@@ -17,6 +17,9 @@ pub enum Init {
     Ints(i32, i32),
     /// I32 leafs: each row distinct integers in `0..hi`, in random order (rows to write).
     DistinctInts(i32),
+    /// I32 leafs: as `DistinctInts`, in runs of consecutive integers (1 to 8 long) in random
+    /// order (a transposed KV cache taking a prompt's values channel by channel).
+    IntRuns(i32),
     /// Pairwise distinct values in `[-1, 1]`, exact in f32, f16 and bf16 for up to 512
     /// values (rows without ties for ARGMAX).
     Distinct,
@@ -580,12 +583,20 @@ fn set_rows(v: &mut Vec<Case>) {
     for t in FLOATS {
         // (n, r, m, d2, d3): some rows of a matrix, all rows of planes, and one-value rows (how
         // a transposed KV cache takes one column per token).
-        for (n, r, m, d2, d3) in [(64, 10, 4, 1, 1), (33, 7, 7, 3, 2), (1, 96, 40, 1, 1), (256, 300, 3, 1, 1)] {
-            let name = format!("SET_ROWS(type={t},n={n},r={r},m={m},ne_b=[{m},{d2},{d3},1])");
+        // Rows named in runs of consecutive rows as well (how a prompt's values fill the
+        // columns of a transposed cache).
+        let shapes = [(64, 10, 4, 1, 1), (33, 7, 7, 3, 2), (1, 96, 40, 1, 1), (256, 300, 3, 1, 1)];
+        let runs = [(1, 96, 60, 1, 1, true), (8, 40, 30, 2, 1, true)];
+        for (n, r, m, d2, d3, in_runs) in
+            shapes.into_iter().map(|(n, r, m, d2, d3)| (n, r, m, d2, d3, false)).chain(runs)
+        {
+            let (init, order) =
+                if in_runs { (Init::IntRuns(r as i32), ",runs") } else { (Init::DistinctInts(r as i32), "") };
+            let name = format!("SET_ROWS(type={t},n={n},r={r},m={m},ne_b=[{m},{d2},{d3},1]{order})");
             v.push(Case::new("SET_ROWS", name, move |g| {
                 let dst = g.leaf(t, [n, r, d2, d3])?;
                 let values = g.leaf(F32, [n, m, d2, d3])?;
-                let rows = g.leaf_init(I32, [m, d2, d3, 1], Init::DistinctInts(r as i32))?;
+                let rows = g.leaf_init(I32, [m, d2, d3, 1], init)?;
                 g.set_rows(dst, values, rows)
             }));
         }

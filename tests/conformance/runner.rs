@@ -314,11 +314,25 @@ pub fn generate(dtype: DType, n: usize, row: usize, init: Init, rng: &mut Rng) -
     if dtype == DType::I32 {
         let (lo, hi) = match init {
             Init::Ints(lo, hi) => (lo, hi),
-            Init::DistinctInts(hi) => {
+            Init::DistinctInts(hi) | Init::IntRuns(hi) => {
                 let mut v = Vec::with_capacity(n);
                 for chunk in 0..n.div_ceil(row.max(1)) {
                     let mut all: Vec<i32> = (0..hi).collect();
-                    rng.shuffle(&mut all);
+                    if init == Init::IntRuns(hi) {
+                        // Cut 0..hi into runs of 1 to 8, shuffle the runs, keep their order.
+                        let mut runs: Vec<&[i32]> = Vec::new();
+                        let mut rest = &all[..];
+                        while !rest.is_empty() {
+                            let len = (rng.range_i32(1, 9) as usize).min(rest.len());
+                            let (run, tail) = rest.split_at(len);
+                            runs.push(run);
+                            rest = tail;
+                        }
+                        rng.shuffle(&mut runs);
+                        all = runs.concat();
+                    } else {
+                        rng.shuffle(&mut all);
+                    }
                     let take = row.min(n - chunk * row);
                     assert!(take <= all.len(), "{take} distinct values asked of 0..{hi}");
                     v.extend_from_slice(&all[..take]);
@@ -342,7 +356,7 @@ pub fn generate(dtype: DType, n: usize, row: usize, init: Init, rng: &mut Rng) -
             })
             .collect(),
         Init::Ints(lo, hi) => (0..n).map(|_| rng.range_i32(lo, hi) as f32).collect(),
-        Init::DistinctInts(hi) => (0..n).map(|_| rng.range_i32(0, hi) as f32).collect(),
+        Init::DistinctInts(hi) | Init::IntRuns(hi) => (0..n).map(|_| rng.range_i32(0, hi) as f32).collect(),
         Init::Distinct => {
             // Integers -n/2..n - n/2 scaled by a power of two into [-1, 1]: exact in every
             // float type while their magnitude stays below 256.

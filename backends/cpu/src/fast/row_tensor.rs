@@ -49,6 +49,11 @@ impl RowTensor {
         self.nb[0] / 4
     }
 
+    /// Bytes from one row to the next.
+    pub fn nb1(&self) -> usize {
+        self.nb[1]
+    }
+
     /// Bytes of one row.
     pub fn row_bytes(&self) -> usize {
         self.ne[0] / self.dtype.block_len() * self.dtype.block_bytes()
