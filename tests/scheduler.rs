@@ -494,6 +494,37 @@ fn op_offload_moves_large_batch_matmuls_with_host_weights_to_the_sim_in_a_split_
     assert_eq!(bits(&sched.graph().unwrap().get_f32(y).unwrap()), bits(&reference.get_f32(y).unwrap()));
 }
 
+#[test]
+fn a_window_of_a_host_tensor_goes_to_the_sim_packed_row_by_row() {
+    // y = w·window, w in SIM memory; the window is the first 4 of 16 values of each row of a
+    // host tensor (a cache read up to its filled positions).
+    let sim = sim_no_softmax();
+    let mut base = Graph::new();
+    let cache = named(&mut base, &[16, 8], "cache");
+    let w = named(&mut base, &[4, 3], "w");
+    let window = base.view(cache, [4, 8, 1, 1], [16 * 4, 16 * 4 * 8, 16 * 4 * 8], 0).unwrap();
+    let window = name(&mut base, window, "window");
+    let y = base.mul_mat(w, window).unwrap();
+    let y = name(&mut base, y, "y");
+    base.set_output(y).unwrap();
+    base.build_forward(y).unwrap();
+    let mut g = base.clone();
+    let _host = alloc_tensors(&mut g, &[cache], &HOST_BUFFER_TYPE).unwrap();
+    let _weights = bind_weights(&mut g, &[w], sim.buffer_type());
+    let cache_values = values(16 * 8, 3.0);
+    g.set_f32(cache, &cache_values).unwrap();
+
+    let mut sched = sched_over(sim, 1);
+    sched.alloc_graph(&g).unwrap();
+    let plan = sched.plan().unwrap();
+    let input: &SplitInput = plan.splits.iter().flat_map(|s| &s.inputs).find(|i| i.name == "window").unwrap();
+    assert!(input.packed, "{plan}");
+    assert_eq!(input.bytes, 4 * 8 * 4, "only the window's values travel: {plan}");
+    sched.compute().unwrap();
+    let reference = cpu_reference(&base, &[w], &[(cache, cache_values)]);
+    assert_eq!(bits(&sched.graph().unwrap().get_f32(y).unwrap()), bits(&reference.get_f32(y).unwrap()));
+}
+
 // ---------------------------------------------------------------------------------------------
 // A transformer block: the graph for results, pipelining and the eval callback
 

@@ -122,6 +122,30 @@ pub fn copy_tensor(src_graph: &Graph, src: TensorId, dst_graph: &Graph, dst: Ten
     copy_tensor_via(src_graph, src, dst_graph, dst, None)
 }
 
+/// Reads the rows of `src` (dense rows, at any strides) back to back into `out`, which holds
+/// exactly that many bytes.
+pub fn pack_rows(graph: &Graph, src: TensorId, out: &mut [u8]) -> Result<()> {
+    let t = graph.tensor(src)?;
+    let ne = t.ne();
+    let row = t.row_bytes();
+    if !t.rows_contiguous() || out.len() != row * ne[1] * ne[2] * ne[3] {
+        return Err(Error::InvalidParam {
+            op: "COPY",
+            message: alloc::format!("'{}' cannot be packed into {} bytes", graph.label(src), out.len()),
+        });
+    }
+    let mut rows = out.chunks_exact_mut(row.max(1));
+    for i3 in 0..ne[3] {
+        for i2 in 0..ne[2] {
+            for i1 in 0..ne[1] {
+                let Some(into) = rows.next() else { return Ok(()) };
+                graph.get_bytes(src, t.row_offset(i1, i2, i3), into)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A source of host memory to stage a copy through: called with the bytes needed.
 pub type Staging<'a> = &'a mut dyn FnMut(usize) -> Result<alloc::sync::Arc<dyn crate::buffer::Buffer>>;
 

@@ -6,7 +6,7 @@ mod ops;
 mod parts;
 mod view;
 
-pub use io::{copy_tensor, copy_tensor_via, Staging};
+pub use io::{copy_tensor, copy_tensor_via, pack_rows, Staging};
 pub use parts::TensorParts;
 
 use alloc::format;

@@ -67,11 +67,12 @@ impl fmt::Display for SplitPlan {
                 let kind = if input.user_input { "user input " } else { "" };
                 write!(
                     f,
-                    "\n    {kind}'{}': {} -> {}, {} B{}",
+                    "\n    {kind}'{}': {} -> {}, {} B{}{}",
                     input.name,
                     self.backends[input.from],
                     self.backends[s.backend],
                     input.bytes,
+                    if input.packed { " in packed rows" } else { "" },
                     input.route.describe()
                 )?;
             }

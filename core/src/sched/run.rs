@@ -5,12 +5,13 @@ use alloc::sync::Arc;
 use crate::backend::{Backend, SplitRef};
 use crate::buffer::{same_buffer_type, Buffer, BufferType};
 use crate::error::{Error, Result};
-use crate::graph::{copy_tensor, copy_tensor_via, Graph};
+use crate::graph::{copy_tensor, copy_tensor_via, pack_rows, Graph};
 use crate::host_buffer::HOST_BUFFER_TYPE;
 use crate::op::Op;
 use crate::sched::programs::{self, SlotPrograms};
 use crate::sched::split::Split;
 use crate::sched::{Completion, Prepared, Scheduler};
+use crate::tensor::TensorId;
 
 impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS: usize>
     Scheduler<MAX_BACKENDS, MAX_COPIES, MAX_SPLIT_INPUTS>
@@ -202,6 +203,21 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         Ok(fresh)
     }
 
+    /// Copies the rows of `src` (of backend `from`) back to back into `dst` (of backend `to`),
+    /// gathered in a staging buffer. Both backends are idle.
+    fn copy_packed(&mut self, graph: &Graph, src: TensorId, dst: TensorId, from: usize, to: usize) -> Result<()> {
+        let len = graph.tensor(dst)?.nbytes();
+        let staging = self.staging_for(from, to, len)?;
+        let Some(base) = staging.host_ptr_mut() else {
+            return Err(Error::InvalidParam { op: "COPY", message: "a staging buffer is not host memory".into() });
+        };
+        // SAFETY: the staging buffer is writable host memory of at least `len` bytes, used by
+        // this copy alone (copies run one at a time), with no other slice over it.
+        let packed = unsafe { core::slice::from_raw_parts_mut(base, len) };
+        pack_rows(graph, src, packed)?;
+        graph.set_bytes(dst, 0, packed)
+    }
+
     fn copy_inputs(&mut self, graph: &Graph, split: &Split, c: usize, reads: InputReads) -> Result<()> {
         let b = split.backend;
         // Slot `c` of this backend's copies may still be read by its last run.
@@ -233,6 +249,12 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
                 continue;
             }
             self.wait_device(b, c)?;
+            if input.packed {
+                self.backends[input.from].synchronize()?;
+                self.backends[b].synchronize()?;
+                self.copy_packed(graph, input.tensor, dst, input.from, b)?;
+                continue;
+            }
             let (Some(src_data), Some(dst_data)) = (graph.data(input.tensor), graph.data(dst)) else {
                 return Err(Error::NotAllocated { tensor: graph.label(input.tensor) });
             };

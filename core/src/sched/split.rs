@@ -30,6 +30,10 @@ pub struct SplitInput {
     pub user_input: bool,
     /// How the bytes travel.
     pub route: CopyRoute,
+    /// The copies hold the values back to back: a window of a larger tensor in host memory
+    /// (a transposed value cache read up to the filled positions) is gathered row by row, not
+    /// sent with the whole range its rows are spread over.
+    pub packed: bool,
     /// The tensor's name (for printing) and bytes copied per run.
     pub name: alloc::string::String,
     pub bytes: usize,
@@ -96,6 +100,17 @@ struct Building {
     prologue: Vec<TensorId>,
     nodes: Vec<TensorId>,
     inputs: Vec<SplitInput>,
+}
+
+/// Bytes of `t`'s values back to back.
+fn dense_bytes(t: &Tensor) -> usize {
+    t.row_bytes() * t.ne()[1..].iter().product::<usize>()
+}
+
+/// Whether a copy of `t`, on `from`, goes packed: host memory whose rows lie at least twice
+/// as far apart as they would back to back.
+fn packs(from: &dyn crate::Device, t: &Tensor) -> bool {
+    from.is_host_cpu() && t.rows_contiguous() && !t.is_contiguous() && t.nbytes() >= 2 * dense_bytes(t)
 }
 
 /// Cuts `ctx.graph` into splits using `a`, with `n_copies` copies per input (`cur_copy` is
@@ -184,6 +199,7 @@ pub(crate) fn cut(ctx: &Context, a: &Assignment, n_copies: usize, cur_copy: usiz
                 // A marker that reads `src` at the start of the split keeps it alive until
                 // it has been copied.
                 let s = g.tensor(src)?;
+                let packed = packs(ctx.devices[from], s) && !user_input(src)?;
                 let mut marker = Tensor::new(s.dtype(), s.ne(), Op::None)?;
                 marker.nb = s.nb();
                 marker.src[0] = Some(src);
@@ -196,7 +212,9 @@ pub(crate) fn cut(ctx: &Context, a: &Assignment, n_copies: usize, cur_copy: usiz
                 let mut ids = Vec::with_capacity(n_copies);
                 for c in 0..n_copies {
                     let mut copy = Tensor::new(s.dtype(), s.ne(), Op::None)?;
-                    copy.nb = s.nb();
+                    if !packed {
+                        copy.nb = s.nb();
+                    }
                     copy.name = format!("{}#{}#{c}", ctx.names[b], g.label(src));
                     if n_copies > 1 {
                         // Every pipeline slot keeps its memory for the whole run.
@@ -216,8 +234,9 @@ pub(crate) fn cut(ctx: &Context, a: &Assignment, n_copies: usize, cur_copy: usiz
                     copies: ids.clone(),
                     user_input: user_input(src)?,
                     route: CopyRoute::between(ctx.devices[from], ctx.devices[b]),
+                    packed,
                     name: g.label(src),
-                    bytes: s.nbytes(),
+                    bytes: if packed { dense_bytes(s) } else { s.nbytes() },
                 });
                 entry.insert(ids);
             }
