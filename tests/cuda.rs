@@ -142,6 +142,34 @@ fn large_reads_through_pinned_staging_return_every_byte() {
     assert!(buffer.get_bytes(3 << 20, &mut past_the_end).is_err());
 }
 
+#[test]
+fn host_weights_are_copied_straight_from_registered_memory_across_its_chunks() {
+    // Host weights are registered 64 MiB at a time, on first use; a copy across a chunk
+    // boundary goes as one piece per chunk.
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    let (size, len, chunk) = (200usize << 20, 3usize << 20, 64usize << 20);
+    let host = tessera::host_buffer::HOST_BUFFER_TYPE.alloc_buffer(size).unwrap();
+    host.set_usage(BufferUsage::Weights);
+    let data: Vec<u8> = (0..size as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    host.set_bytes(0, &data).unwrap();
+    let base = host.host_ptr().unwrap() as usize;
+    let offset = (base / chunk + 2) * chunk - base - 1000;
+    let device = gpu.buffer_type().alloc_buffer(len).unwrap();
+    let mut cuda = gpu.init_backend().unwrap();
+    let mut cpu: Box<dyn Backend> = Box::new(CpuBackend::new());
+    let src = tessera::TensorData { buffer: host.clone(), offset };
+    let dst = tessera::TensorData { buffer: device.clone(), offset: 0 };
+    let direct = cuda.copy_tensor_async(&mut *cpu, &src, &dst, len).unwrap();
+    assert!(direct, "weights in host memory are copied by the GPU itself");
+    cuda.synchronize().unwrap();
+    let mut out = vec![0u8; len];
+    device.get_bytes(0, &mut out).unwrap();
+    assert!(out == data[offset..offset + len]);
+    // Other host memory is left to the scheduler.
+    host.set_usage(BufferUsage::Any);
+    assert!(!cuda.copy_tensor_async(&mut *cpu, &src, &dst, len).unwrap());
+}
+
 /// `out` of `g` (allocated on `gpu`, inputs set) computed node by node, then by a program
 /// prepared for the whole graph (captured, with its fusions): both results.
 fn one_by_one_and_captured(gpu: &'static dyn Device, g: &Graph, out: tessera::TensorId) -> (Vec<f32>, Vec<f32>) {

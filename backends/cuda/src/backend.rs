@@ -311,18 +311,24 @@ impl CudaBackend {
     }
 
     /// Queues a copy from host weights registered with the driver (`HostWeights`) on this
-    /// stream; `false` for other host memory, which the scheduler copies itself.
+    /// stream, one piece per registered chunk; `false` for other host memory, which the
+    /// scheduler copies itself.
     fn copy_from_host_weights(&mut self, src: &TensorData, dst: &TensorData, len: usize) -> Result<bool> {
         tessera_core::buffer::check_range(&*src.buffer, src.offset, len)?;
         let to = self.device_address(dst, 0, len)?;
         self.bind()?;
-        let Some(from) = self.host_weights.address(src) else { return Ok(false) };
-        // SAFETY: `from` addresses `len` bytes inside the registered buffer (checked above),
-        // which `host_weights` keeps alive and nothing writes (weights).
-        let bytes = unsafe { std::slice::from_raw_parts(from, len) };
-        // SAFETY: as above; the destination range lies inside this GPU's buffer (checked).
-        unsafe { result::memcpy_htod_async(to, bytes, self.stream.cu_stream()) }
-            .map_err(|e| self.err("copying host weights", e))?;
+        let Some(ranges) = self.host_weights.ranges(src, len) else { return Ok(false) };
+        let mut at = to;
+        for range in ranges {
+            // SAFETY: `range` lies inside the registered buffer's `len` bytes from the source
+            // offset (checked above), which `host_weights` keeps alive and nothing writes.
+            let bytes = unsafe { std::slice::from_raw_parts(range.start as *const u8, range.len()) };
+            // SAFETY: as above; the destination range lies inside this GPU's buffer (checked),
+            // piece after piece.
+            unsafe { result::memcpy_htod_async(at, bytes, self.stream.cu_stream()) }
+                .map_err(|e| self.err("copying host weights", e))?;
+            at += range.len() as u64;
+        }
         Ok(true)
     }
 

@@ -6,15 +6,24 @@
 //! copies through its own staging buffers at about 5 GB/s. Registered (page-locked), the same
 //! memory is read by the GPU's copy engine directly and asynchronously, at the bus's speed.
 //! Only weights are registered: nothing writes them, so a copy still in flight cannot see them
-//! change. A buffer is registered on the first copy that reads it and stays registered, kept
-//! alive, until the backend is dropped. One that cannot be registered (no read-only
-//! registration on this platform, too little lockable memory) is remembered and left to the
-//! scheduler's copies. `TESSERA_CUDA_PIN_WEIGHTS=0` registers nothing.
+//! change.
+//!
+//! A buffer is registered in chunks of [`CHUNK`] bytes, each on the first copy that reads it:
+//! page-locking the whole mapping of a model would read and pin the GPU blocks' weights too
+//! (a file as large as the host's memory could not be locked at all). A registered chunk stays
+//! registered, its buffer kept alive, until the backend is dropped. A chunk that cannot be
+//! registered (no read-only registration on this platform, too little lockable memory, memory
+//! another backend registered) is remembered, and copies that read it are left to the
+//! scheduler. `TESSERA_CUDA_PIN_WEIGHTS=0` registers nothing.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext};
 use tessera_core::{Buffer, BufferUsage, TensorData};
+
+/// Bytes registered at a time: chunks start at multiples of this address.
+const CHUNK: usize = 64 << 20;
 
 /// The host weight buffers one backend has copied from.
 pub(crate) struct HostWeights {
@@ -24,7 +33,23 @@ pub(crate) struct HostWeights {
 
 struct Seen {
     buffer: Arc<dyn Buffer>,
-    registered: bool,
+    /// Per chunk of the buffer: `None` not tried yet, else whether it is registered.
+    chunks: Vec<Option<bool>>,
+}
+
+/// The pieces of the address range `range` that lie in one chunk each, in order, with the
+/// number of the chunk (counted from the one holding `first`, the buffer's first address).
+fn pieces(first: usize, range: Range<usize>) -> impl Iterator<Item = (usize, Range<usize>)> {
+    let origin = first / CHUNK;
+    let mut at = range.start;
+    std::iter::from_fn(move || {
+        (at < range.end).then(|| {
+            let end = ((at / CHUNK + 1) * CHUNK).min(range.end);
+            let piece = (at / CHUNK - origin, at..end);
+            at = end;
+            piece
+        })
+    })
 }
 
 impl HostWeights {
@@ -32,26 +57,42 @@ impl HostWeights {
         HostWeights { ctx, seen: Vec::new() }
     }
 
-    /// The host address of `data` if its buffer is host memory holding weights, registered
-    /// (now, on its first use). The caller has made the context current.
-    pub(crate) fn address(&mut self, data: &TensorData) -> Option<*const u8> {
-        let base = data.buffer.host_ptr()?;
+    /// The host addresses of `len` bytes of `data`, one range per registered chunk they lie
+    /// in, if its buffer is host memory holding weights and every such chunk is registered
+    /// (now, on its first use). The caller has made the context current and checked the range.
+    pub(crate) fn ranges(&mut self, data: &TensorData, len: usize) -> Option<Vec<Range<usize>>> {
+        let base = data.buffer.host_ptr()? as usize;
         if data.buffer.usage() != BufferUsage::Weights || !enabled() {
             return None;
         }
+        let size = data.buffer.size();
         let known = self.seen.iter().position(|s| std::ptr::addr_eq(Arc::as_ptr(&s.buffer), Arc::as_ptr(&data.buffer)));
-        let at = match known {
-            Some(at) => at,
+        let seen = match known {
+            Some(at) => &mut self.seen[at],
             None => {
-                let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_READ_ONLY;
-                // SAFETY: `base` addresses the buffer's `size` bytes, which stay mapped while
-                // `seen` holds the buffer; read-only registration never writes them.
-                let r = unsafe { sys::cuMemHostRegister_v2(base.cast_mut().cast(), data.buffer.size(), flags) };
-                self.seen.push(Seen { buffer: data.buffer.clone(), registered: r == sys::CUresult::CUDA_SUCCESS });
-                self.seen.len() - 1
+                let chunks = pieces(base, base..base + size).count();
+                self.seen.push(Seen { buffer: data.buffer.clone(), chunks: vec![None; chunks] });
+                self.seen.last_mut()?
             }
         };
-        self.seen[at].registered.then(|| base.wrapping_add(data.offset))
+        let start = base + data.offset;
+        let wanted: Vec<(usize, Range<usize>)> = pieces(base, start..start + len).collect();
+        for (chunk, _) in &wanted {
+            let state = seen.chunks.get_mut(*chunk)?;
+            if state.is_none() {
+                // The whole chunk, as far as the buffer reaches into it.
+                let (_, whole) = pieces(base, base..base + size).nth(*chunk)?;
+                let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_READ_ONLY;
+                // SAFETY: `whole` lies inside the buffer's `size` bytes, which stay mapped
+                // while `seen` holds the buffer; read-only registration never writes them.
+                let r = unsafe { sys::cuMemHostRegister_v2(whole.start as *mut _, whole.len(), flags) };
+                *state = Some(r == sys::CUresult::CUDA_SUCCESS);
+            }
+            if *state != Some(true) {
+                return None;
+            }
+        }
+        Some(wanted.into_iter().map(|(_, r)| r).collect())
     }
 }
 
@@ -60,15 +101,40 @@ fn enabled() -> bool {
 }
 
 impl Drop for HostWeights {
-    /// Unregisters the buffers (the backend has waited for its stream first).
+    /// Unregisters the chunks (the backend has waited for its stream first).
     fn drop(&mut self) {
-        if self.seen.iter().any(|s| s.registered) && self.ctx.bind_to_thread().is_ok() {
-            for s in self.seen.iter().filter(|s| s.registered) {
-                if let Some(base) = s.buffer.host_ptr() {
-                    // SAFETY: registered above at this address, once; the buffer is still alive.
-                    unsafe { sys::cuMemHostUnregister(base.cast_mut().cast()) };
+        let registered = |s: &Seen| s.chunks.contains(&Some(true));
+        if self.seen.iter().any(registered) && self.ctx.bind_to_thread().is_ok() {
+            for s in &self.seen {
+                let Some(base) = s.buffer.host_ptr() else { continue };
+                let base = base as usize;
+                for (chunk, whole) in pieces(base, base..base + s.buffer.size()) {
+                    if s.chunks.get(chunk) == Some(&Some(true)) {
+                        // SAFETY: registered above at this address, once; the buffer is alive.
+                        unsafe { sys::cuMemHostUnregister(whole.start as *mut _) };
+                    }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_cut_at_chunk_boundaries_counted_from_the_buffers_first_chunk() {
+        let first = 3 * CHUNK + 100;
+        assert_eq!(pieces(first, first..first + 10).collect::<Vec<_>>(), [(0, first..first + 10)]);
+        let (a, b) = (4 * CHUNK - 8, 6 * CHUNK + 8);
+        assert_eq!(
+            pieces(first, a..b).collect::<Vec<_>>(),
+            [(0, a..4 * CHUNK), (1, 4 * CHUNK..5 * CHUNK), (2, 5 * CHUNK..6 * CHUNK), (3, 6 * CHUNK..b)]
+        );
+        assert_eq!(pieces(first, a..a).count(), 0);
+        // A buffer's chunks: the first and last only as far as the buffer reaches.
+        let whole: Vec<_> = pieces(first, first..5 * CHUNK + 1).collect();
+        assert_eq!(whole, [(0, first..4 * CHUNK), (1, 4 * CHUNK..5 * CHUNK), (2, 5 * CHUNK..5 * CHUNK + 1)]);
     }
 }
