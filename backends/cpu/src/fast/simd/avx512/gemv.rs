@@ -211,6 +211,11 @@ const GROUP: usize = 16;
 /// in L1 while every row of the batch meets them, where all the columns would not).
 const ROW_BATCH: usize = 16;
 const GROUP_CHUNK: usize = 4;
+/// How many chunks ahead a row's bytes are also fetched into L2: the L1 fill buffers that the
+/// near prefetch uses are few, and L2's requests keep more of memory's latency in flight
+/// (decoding a 1B model on 2 threads of a Xeon went from about 31 to 37 tokens/s in q4_0, 20
+/// to 25 in q8_0).
+const FAR_CHUNKS: usize = 3;
 
 /// The block of a group whose values, scale and correction lane `lane` holds, in the
 /// registers [`weights16`] returns and in an arranged activation column ([`arrange`]): the
@@ -407,8 +412,10 @@ unsafe fn quant_n<const N: usize, const Q4: bool>(
                     // The rows of a batch are read a chunk at a time, too many streams for the
                     // hardware to follow: fetch this group's bytes of the next chunk now.
                     let next = row.wrapping_add((b0 + GROUP * GROUP_CHUNK) * bs);
+                    let far = row.wrapping_add((b0 + FAR_CHUNKS * GROUP * GROUP_CHUNK) * bs);
                     for line in (0..GROUP * bs).step_by(64) {
                         _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast());
+                        _mm_prefetch::<_MM_HINT_T1>(far.wrapping_add(line).cast());
                     }
                     // SAFETY: blocks `b0..b0 + 16` of the row and of each (arranged) column.
                     unsafe {
