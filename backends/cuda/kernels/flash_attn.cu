@@ -210,6 +210,8 @@ __device__ void flash_attn_rows(const TensorArg &q, const TensorArg &k, const Te
                 sum += w;
             }
             sum = warp_sum(sum);
+            // Every lane has read the row's statistics before lane 0 rewrites them.
+            __syncwarp();
             if (lane == 0) {
                 const float f = old == -INFINITY ? 0.0f : expf(old - next);
                 rescale[r] = f;
