@@ -520,6 +520,7 @@ fn a_window_of_a_host_tensor_goes_to_the_sim_packed_row_by_row() {
     let input: &SplitInput = plan.splits.iter().flat_map(|s| &s.inputs).find(|i| i.name == "window").unwrap();
     assert!(input.packed, "{plan}");
     assert_eq!(input.bytes, 4 * 8 * 4, "only the window's values travel: {plan}");
+    assert!(plan.to_string().contains("'window': CPU -> SIM0, 128 B in packed rows"), "{plan}");
     sched.compute().unwrap();
     let reference = cpu_reference(&base, &[w], &[(cache, cache_values)]);
     assert_eq!(bits(&sched.graph().unwrap().get_f32(y).unwrap()), bits(&reference.get_f32(y).unwrap()));

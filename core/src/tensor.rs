@@ -167,6 +167,10 @@ impl Tensor {
     pub fn row_bytes(&self) -> usize {
         self.ne[0] / self.dtype.block_len() * self.dtype.block_bytes()
     }
+    /// Bytes of the rows back to back, whatever the strides.
+    pub fn packed_nbytes(&self) -> usize {
+        self.row_bytes() * self.ne[1] * self.ne[2] * self.ne[3]
+    }
     /// Values are densely packed in dimension order.
     pub fn is_contiguous(&self) -> bool {
         contiguous_strides(self.dtype, self.ne)

@@ -126,9 +126,8 @@ pub fn copy_tensor(src_graph: &Graph, src: TensorId, dst_graph: &Graph, dst: Ten
 /// exactly that many bytes.
 pub fn pack_rows(graph: &Graph, src: TensorId, out: &mut [u8]) -> Result<()> {
     let t = graph.tensor(src)?;
-    let ne = t.ne();
-    let row = t.row_bytes();
-    if !t.rows_contiguous() || out.len() != row * ne[1] * ne[2] * ne[3] {
+    let (ne, row) = (t.ne(), t.row_bytes());
+    if !t.rows_contiguous() || out.len() != t.packed_nbytes() {
         return Err(Error::InvalidParam {
             op: "COPY",
             message: alloc::format!("'{}' cannot be packed into {} bytes", graph.label(src), out.len()),

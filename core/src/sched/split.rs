@@ -102,15 +102,10 @@ struct Building {
     inputs: Vec<SplitInput>,
 }
 
-/// Bytes of `t`'s values back to back.
-fn dense_bytes(t: &Tensor) -> usize {
-    t.row_bytes() * t.ne()[1..].iter().product::<usize>()
-}
-
 /// Whether a copy of `t`, on `from`, goes packed: host memory whose rows lie at least twice
 /// as far apart as they would back to back.
 fn packs(from: &dyn crate::Device, t: &Tensor) -> bool {
-    from.is_host_cpu() && t.rows_contiguous() && !t.is_contiguous() && t.nbytes() >= 2 * dense_bytes(t)
+    from.is_host_cpu() && t.rows_contiguous() && !t.is_contiguous() && t.nbytes() >= 2 * t.packed_nbytes()
 }
 
 /// Cuts `ctx.graph` into splits using `a`, with `n_copies` copies per input (`cur_copy` is
@@ -236,7 +231,7 @@ pub(crate) fn cut(ctx: &Context, a: &Assignment, n_copies: usize, cur_copy: usiz
                     route: CopyRoute::between(ctx.devices[from], ctx.devices[b]),
                     packed,
                     name: g.label(src),
-                    bytes: if packed { dense_bytes(s) } else { s.nbytes() },
+                    bytes: if packed { s.packed_nbytes() } else { s.nbytes() },
                 });
                 entry.insert(ids);
             }

@@ -62,8 +62,8 @@ pub fn get_rows(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, nod
 /// as the reference leaves it. A transposed value cache takes one value a row, hundreds of
 /// thousands of rows a prompt: runs of them going to consecutive rows are converted by one
 /// call (one call a row cost about 11 ns a value, 3 ms a block of a 512-token prompt).
-/// `Ok(false)`: a layout the fast path does not
-/// take, or an index out of range (the reference kernel reports it).
+/// `Ok(false)`: a layout the fast path does not take, or an index out of range (the reference
+/// kernel reports it).
 pub fn set_rows(kernels: &Kernels, node: &NodeTensors) -> Result<bool> {
     let (Some(b), Some(c)) = (node.opt_src(0), node.opt_src(1)) else { return Ok(false) };
     let (Some(s), Some(ix), Some(d)) = (RowTensor::of(&b), RowTensor::of(&c), RowTensor::of(&node.dst)) else {
