@@ -7,6 +7,9 @@
 //!
 //! `cargo run --release --example bench -- [-o OP] [-p FILTER] [--device|--backend NAME] [--threads N] [--kernels SET] [--time SECONDS]`
 //!
+//! `-p` keeps the cases whose parameter string contains the filter, or one of its parts
+//! separated by `|` (`-p 'type_a=f16,type_b=f32,m=4096,n=1,|type_a=q4_0'`).
+//!
 //! The device comes from the registry every program uses (`cpu`, `gpu`, a device name; the
 //! CPU plugin when the built-in one is disabled with `TESSERA_DISABLE_CPU=builtin`).
 //! `--kernels` picks a kernel set of the built-in CPU backend; `--threads` goes to any
@@ -542,7 +545,7 @@ fn main() -> ExitCode {
             continue;
         }
         for case in cases() {
-            if args.filter.as_ref().is_some_and(|f| !case.params.contains(f.as_str())) {
+            if args.filter.as_ref().is_some_and(|f| !f.split('|').any(|part| case.params.contains(part))) {
                 continue;
             }
             match run_case(&case, &mut *backend, args.budget) {
