@@ -51,44 +51,42 @@ extern "C" __global__ void quantize_q8_1(const __grid_constant__ TensorArg b, Q8
 // ---------------------------------------------------------------------------------------------
 // Float weights.
 
-// 16 bytes of a weight row widened to f32.
+// 16 bytes of a weight row, loaded as they are and widened to f32 four values at a time where
+// they are used: holding the 16 bytes of each row in flight takes 4 registers a row, where
+// widened f16 values took 8 (the one-column kernels then kept 64 registers, 8 blocks an SM).
 template <typename W> struct Vec16;
 
 template <> struct Vec16<F32> {
     static constexpr int n = 4;
-    __device__ __forceinline__ static void load(const char *p, float *w) {
-        const float4 v = __ldg((const float4 *)p);
-        w[0] = v.x;
-        w[1] = v.y;
-        w[2] = v.z;
-        w[3] = v.w;
+    // Values 4 q .. 4 q + 3 of the 16 bytes `v`.
+    __device__ __forceinline__ static void part(const uint4 &v, int, float *w) {
+        w[0] = __uint_as_float(v.x);
+        w[1] = __uint_as_float(v.y);
+        w[2] = __uint_as_float(v.z);
+        w[3] = __uint_as_float(v.w);
     }
 };
 
 template <> struct Vec16<F16> {
     static constexpr int n = 8;
-    __device__ __forceinline__ static void load(const char *p, float *w) {
-        const uint4 v = __ldg((const uint4 *)p);
-        const unsigned int u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            const float2 f = __half22float2(*(const __half2 *)&u[t]);
-            w[2 * t] = f.x;
-            w[2 * t + 1] = f.y;
-        }
+    __device__ __forceinline__ static void part(const uint4 &v, int q, float *w) {
+        const unsigned int lo = q == 0 ? v.x : v.z, hi = q == 0 ? v.y : v.w;
+        const float2 a = __half22float2(*(const __half2 *)&lo), b = __half22float2(*(const __half2 *)&hi);
+        w[0] = a.x;
+        w[1] = a.y;
+        w[2] = b.x;
+        w[3] = b.y;
     }
 };
 
 template <> struct Vec16<BF16> {
     static constexpr int n = 8;
-    __device__ __forceinline__ static void load(const char *p, float *w) {
-        const uint4 v = __ldg((const uint4 *)p);
-        const unsigned int u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            w[2 * t] = __uint_as_float(u[t] << 16);
-            w[2 * t + 1] = __uint_as_float(u[t] & 0xffff0000u);
-        }
+    __device__ __forceinline__ static void part(const uint4 &v, int q, float *w) {
+        const unsigned int lo = q == 0 ? v.x : v.z, hi = q == 0 ? v.y : v.w;
+        w[0] = __uint_as_float(lo << 16);
+        w[1] = __uint_as_float(lo & 0xffff0000u);
+        w[2] = __uint_as_float(hi << 16);
+        w[3] = __uint_as_float(hi & 0xffff0000u);
     }
 };
 
@@ -96,6 +94,8 @@ template <typename W, int NCOLS, int GROUPS, typename Out>
 __device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &a2, const TensorArg &b, const Out &out,
                                   long long row0, long long r2, long long r3) {
     constexpr int ROWS = MmvRows<NCOLS>::value, R = GROUPS * ROWS, V = Vec16<W>::n;
+    // 16-byte loads in flight per lane: R rows, twice over where R is small.
+    constexpr int UNROLL = R >= 8 ? 1 : 2;
     __shared__ float shared[MMV_WARPS * R * NCOLS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const long long m = a.ne[1];
@@ -116,26 +116,30 @@ __device__ void mul_mat_vec_float(const TensorArg &a, const TensorArg &a2, const
                 acc[r][c] = 0.0f;
             }
         }
-#pragma unroll 2
+#pragma unroll(UNROLL)
         for (long long v = warp * 32 + lane; v < nvec; v += 32 * MMV_WARPS) {
-            float w[R][V];
+            uint4 raw[R];
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                Vec16<W>::load(arow[r] + v * 16, w[r]);
+                raw[r] = __ldg((const uint4 *)(arow[r] + v * 16));
             }
 #pragma unroll
-            for (int c = 0; c < NCOLS; c++) {
-                const float4 *p = (const float4 *)(bcol + c * b.nb[1] + v * V * 4);
+            for (int t4 = 0; t4 < V / 4; t4++) {
+                float4 x[NCOLS];
 #pragma unroll
-                for (int t4 = 0; t4 < V / 4; t4++) {
-                    const float4 f = __ldg(p + t4);
-                    const float x[4] = {f.x, f.y, f.z, f.w};
+                for (int c = 0; c < NCOLS; c++) {
+                    x[c] = __ldg((const float4 *)(bcol + c * b.nb[1] + v * V * 4) + t4);
+                }
 #pragma unroll
-                    for (int r = 0; r < R; r++) {
+                for (int r = 0; r < R; r++) {
+                    float w[4];
+                    Vec16<W>::part(raw[r], t4, w);
 #pragma unroll
-                        for (int t = 0; t < 4; t++) {
-                            acc[r][c] = fmaf(w[r][4 * t4 + t], x[t], acc[r][c]);
-                        }
+                    for (int c = 0; c < NCOLS; c++) {
+                        acc[r][c] = fmaf(w[0], x[c].x, acc[r][c]);
+                        acc[r][c] = fmaf(w[1], x[c].y, acc[r][c]);
+                        acc[r][c] = fmaf(w[2], x[c].z, acc[r][c]);
+                        acc[r][c] = fmaf(w[3], x[c].w, acc[r][c]);
                     }
                 }
             }
@@ -317,16 +321,24 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
 // Entry points: one per weight type and column count (the column count is a template argument
 // so that the sums stay in registers).
 
+// Blocks per SM that one column's kernels keep resident: 8 (64 registers a thread), so that the
+// 1024 blocks of a 4096-row product are one wave on an H100's 132 SMs. At 78 registers (f16)
+// or 66 (q4_0) 6 or 7 fitted, and the wave and a third took 25% (f16) to 32% (q4_0) longer.
+template <int NCOLS> struct MmvMinBlocks {
+    static constexpr int value = NCOLS == 1 ? 8 : 1;
+};
+
 #define MUL_MAT_VEC_FLOAT_KERNEL(name, W, NCOLS)                                                                 \
-    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, MmvMinBlocks<NCOLS>::value)                     \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg b, const __grid_constant__ TensorArg dst, \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
         mul_mat_vec_float<W, NCOLS, 1>(a, a, b, MmvDst{dst, add}, mmv_row0<NCOLS>(), r2, r3);                    \
     }
 
 // silu(a b) * (a2 b) for one column b: a SwiGLU feed-forward's gate and up projections.
+// Bounded at 5 blocks an SM, 96 registers, which spill nothing (unbounded they took 102, 4 blocks).
 #define MUL_MAT_VEC_FLOAT_GLU_KERNEL(name, W)                                                                    \
-    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, 5)                                              \
         name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const __grid_constant__ TensorArg b, \
              const __grid_constant__ TensorArg dst, long long r2, long long r3) {                                \
         const TensorArg none = {};                                                                               \
@@ -334,7 +346,7 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
     }
 
 #define MUL_MAT_VEC_QUANT_KERNEL(name, Q, NCOLS)                                                                 \
-    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32)                                                 \
+    extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, MmvMinBlocks<NCOLS>::value)                     \
         name(const __grid_constant__ TensorArg a, const Q8_1 *bq, const __grid_constant__ TensorArg dst,         \
              const __grid_constant__ TensorArg add, long long r2, long long r3) {                                \
         mul_mat_vec_quant<Q, NCOLS, 1>(a, a, bq, MmvDst{dst, add}, mmv_row0<NCOLS>(), r2, r3);                   \

@@ -36,11 +36,17 @@ __device__ __forceinline__ void mmv_rows(const char *(&arow)[GROUPS * ROWS], con
     }
 }
 
-// Prefetches into L2 the weight rows of the block's first matrix (row_bytes each), rows from
-// row0, then waits for the previous kernel (`await_prior_kernel`). With programmatic launch the
-// block starts while that kernel still runs, so the weights' memory latency overlaps it. Only
-// the prefetch comes before the wait: it reads nothing into the block, and L2 is where later
-// writes land. `nmat` matrices of results, `ne2` along dimension 2.
+// L2 bytes the weight prefetch of one launch may fill (an H100 has 50 MB). Where all the rows'
+// bytes would not fit, each row's prefetch stops early: prefetched lines evicted before the
+// block reads them would be read from memory twice (a 117 MB matrix read 151 MB).
+#define MMV_PREFETCH_BUDGET (40ll << 20)
+
+// Prefetches into L2 the weight rows of the block's first matrix (row_bytes each, or the first
+// part of each row that keeps the launch's prefetch within MMV_PREFETCH_BUDGET), rows from row0,
+// then waits for the previous kernel (`await_prior_kernel`). With programmatic launch the block
+// starts while that kernel still runs, so the weights' memory latency overlaps it. Only the
+// prefetch comes before the wait: it reads nothing into the block, and L2 is where later writes
+// land. `nmat` matrices of results, `ne2` along dimension 2.
 template <int ROWS, int GROUPS>
 __device__ __forceinline__ void mmv_prefetch_then_wait(const TensorArg &a, const TensorArg &a2, long long nmat,
                                                        long long ne2, long long row0, long long r2, long long r3,
@@ -51,9 +57,11 @@ __device__ __forceinline__ void mmv_prefetch_then_wait(const TensorArg &a, const
         divmod64(blockIdx.y, ne2, i3, i2);
         const char *arow[GROUPS * ROWS];
         mmv_rows<ROWS, GROUPS>(arow, a, a2, row0, i2, i3, r2, r3);
+        const long long rows = a.ne[1] * GROUPS * min(nmat, (long long)gridDim.y);
+        const long long bytes = min(row_bytes, MMV_PREFETCH_BUDGET / max(rows, 1ll));
 #pragma unroll
         for (int r = 0; r < GROUPS * ROWS; r++) {
-            for (long long at = 128 * (long long)threadIdx.x; at < row_bytes; at += 128 * (long long)blockDim.x) {
+            for (long long at = 128 * (long long)threadIdx.x; at < bytes; at += 128 * (long long)blockDim.x) {
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(arow[r] + at));
             }
         }

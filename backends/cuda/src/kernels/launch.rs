@@ -219,8 +219,15 @@ pub(crate) fn binary_packed(a: Operand, b: Operand, dst: Operand) -> bool {
         && [a, b, d].iter().all(packed_f32_16_byte_aligned)
 }
 
-/// Threads of `binary_f32_packed` per block, and float4s per thread per iteration
-/// (`BINARY_PACKED_UNROLL` in elementwise.cu).
+/// Whether a unary op or SCALE of `a` into `dst` runs `unary_f32_packed`: both f32, packed and
+/// 16-byte aligned, with a multiple of 4 values.
+pub(crate) fn unary_packed(a: Operand, dst: Operand) -> bool {
+    let ((a, at), (d, dt)) = (a, dst);
+    at == DType::F32 && dt == DType::F32 && d.nelements() % 4 == 0 && [a, d].iter().all(packed_f32_16_byte_aligned)
+}
+
+/// Threads of `binary_f32_packed` and `unary_f32_packed` per block, and float4s per thread
+/// per iteration (`BINARY_PACKED_UNROLL` in elementwise.cu).
 const BINARY_PACKED_THREADS: u32 = 256;
 const BINARY_PACKED_UNROLL: i64 = 4;
 
@@ -295,9 +302,13 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
                 Op::Unary(u) => (unary_code(u), 1.0f32),
                 _ => return Err(backend_error("not a unary op")),
             };
-            let cfg = elementwise_config(dst.ne[0], dst.nrows());
+            let (name, cfg) = if unary_packed((a, at), node.dst) {
+                (names::UNARY_F32_PACKED, binary_packed_config(dst.nelements() / 4))
+            } else {
+                (kernel(names::unary(at))?, elementwise_config(dst.ne[0], dst.nrows()))
+            };
             // unary_*(TensorArg src, TensorArg dst, int op, float s)
-            launch_kernel!(kernels, stream, kernel(names::unary(at))?, cfg, &a, &dst, &code, &s)
+            launch_kernel!(kernels, stream, name, cfg, &a, &dst, &code, &s)
         }
         Op::SumRows | Op::Mean => {
             let (a, at) = src(0)?;
@@ -733,6 +744,23 @@ mod tests {
         let mut one = f32s([64, 1, 5, 1]);
         one.0.nb[1] = 12;
         assert!(binary_packed(one, one, one));
+    }
+
+    #[test]
+    fn packed_unary_ops_take_packed_aligned_f32_with_whole_float4s() {
+        let a = f32s([64, 5, 4, 3]);
+        assert!(unary_packed(a, a));
+        // Odd value counts, other types, gaps, misaligned starts and transposed sources take
+        // the generic kernel.
+        let odd = f32s([3, 5, 1, 1]);
+        assert!(!unary_packed(odd, odd));
+        assert!(!unary_packed((a.0, DType::F16), a));
+        let mut gapped = a;
+        gapped.0.nb[1] = 272;
+        assert!(!unary_packed(gapped, a));
+        assert!(!unary_packed(a, at(a, 0x1008)));
+        let t = swapped(f32s([64, 64, 1, 1]), 0, 1);
+        assert!(!unary_packed(t, f32s([64, 64, 1, 1])));
     }
 
     #[test]

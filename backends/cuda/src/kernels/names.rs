@@ -389,6 +389,9 @@ pub(crate) const QUANTIZE_Q8_1: &str = "quantize_q8_1";
 /// ADD, SUB, MUL, DIV of packed, 16-byte aligned f32 operands.
 pub(crate) const BINARY_F32_PACKED: &str = "binary_f32_packed";
 
+/// Unary ops and SCALE of a packed, 16-byte aligned f32 tensor into another.
+pub(crate) const UNARY_F32_PACKED: &str = "unary_f32_packed";
+
 pub(crate) const MUL_MAT_PTRS: &str = "mul_mat_ptrs";
 pub(crate) const FILL_F32: &str = "fill_f32";
 
