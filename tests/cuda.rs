@@ -170,6 +170,36 @@ fn host_weights_are_copied_straight_from_registered_memory_across_its_chunks() {
     assert!(!cuda.copy_tensor_async(&mut *cpu, &src, &dst, len).unwrap());
 }
 
+/// Two backends of one process copy straight from the same host weights (registration is
+/// process-wide: the second shares the chunks the first registered), and the one left after the
+/// other is dropped still does, from memory that stays registered.
+#[test]
+fn backends_of_one_process_share_registered_host_weights() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    let (size, len) = (8usize << 20, 1usize << 20);
+    let host = tessera::host_buffer::HOST_BUFFER_TYPE.alloc_buffer(size).unwrap();
+    host.set_usage(BufferUsage::Weights);
+    let data: Vec<u8> = (0..size as u32).map(|i| (i.wrapping_mul(2_246_822_519) >> 24) as u8).collect();
+    host.set_bytes(0, &data).unwrap();
+    let device = gpu.buffer_type().alloc_buffer(len).unwrap();
+    let mut cpu: Box<dyn Backend> = Box::new(CpuBackend::new());
+    let (mut first, mut second) = (gpu.init_backend().unwrap(), gpu.init_backend().unwrap());
+    let copy = |backend: &mut Box<dyn Backend>, cpu: &mut Box<dyn Backend>, offset: usize| {
+        let src = tessera::TensorData { buffer: host.clone(), offset };
+        let dst = tessera::TensorData { buffer: device.clone(), offset: 0 };
+        let direct = backend.copy_tensor_async(&mut **cpu, &src, &dst, len).unwrap();
+        backend.synchronize().unwrap();
+        let mut out = vec![0u8; len];
+        device.get_bytes(0, &mut out).unwrap();
+        assert!(out == data[offset..offset + len], "bytes from {offset}");
+        direct
+    };
+    assert!(copy(&mut first, &mut cpu, 100), "the first backend registers the weights");
+    assert!(copy(&mut second, &mut cpu, 3 << 20), "the second shares their registration");
+    drop(first);
+    assert!(copy(&mut second, &mut cpu, 5 << 20), "still registered for the second");
+}
+
 /// `out` of `g` (allocated on `gpu`, inputs set) computed node by node, then by a program
 /// prepared for the whole graph (captured, with its fusions): both results.
 fn one_by_one_and_captured(gpu: &'static dyn Device, g: &Graph, out: tessera::TensorId) -> (Vec<f32>, Vec<f32>) {

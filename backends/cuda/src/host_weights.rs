@@ -10,20 +10,62 @@
 //!
 //! A buffer is registered in chunks of [`CHUNK`] bytes, each on the first copy that reads it:
 //! page-locking the whole mapping of a model would read and pin the GPU blocks' weights too
-//! (a file as large as the host's memory could not be locked at all). A registered chunk stays
-//! registered, its buffer kept alive, until the backend is dropped. A chunk that cannot be
-//! registered (no read-only registration on this platform, too little lockable memory, memory
-//! another backend registered) is remembered, and copies that read it are left to the
-//! scheduler. `TESSERA_CUDA_PIN_WEIGHTS=0` registers nothing.
+//! (a file as large as the host's memory could not be locked at all). Registration is
+//! process-wide, so the backends of one process (several GPUs, or several instances on one)
+//! share each chunk: [`REGISTERED`] counts its users, and the last backend dropped that used
+//! it unregisters it; each keeps the buffer alive until then. A chunk that cannot be registered
+//! (no read-only registration on this platform, too little lockable memory, memory registered
+//! by something else) is remembered, and copies that read it are left to the scheduler.
+//! `TESSERA_CUDA_PIN_WEIGHTS=0` registers nothing.
 
+use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{sys, CudaContext};
 use tessera_core::{Buffer, BufferUsage, TensorData};
 
 /// Bytes registered at a time: chunks start at multiples of this address.
 const CHUNK: usize = 64 << 20;
+
+/// The chunks this process registered, by first address, with the number of backends using
+/// each.
+static REGISTERED: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+
+/// Takes the chunk `whole` into use: registers it unless another backend of the process has;
+/// whether it is registered.
+fn use_chunk(whole: &Range<usize>) -> bool {
+    let mut registered = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
+    let users = registered.get_or_insert_with(HashMap::new);
+    if let Some(count) = users.get_mut(&whole.start) {
+        *count += 1;
+        return true;
+    }
+    let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_READ_ONLY;
+    // SAFETY: `whole` lies inside a live buffer's mapped bytes, which stay mapped while the
+    // caller holds the buffer; read-only registration never writes them.
+    let r = unsafe { sys::cuMemHostRegister_v2(whole.start as *mut _, whole.len(), flags) };
+    let ok = r == sys::CUresult::CUDA_SUCCESS;
+    if ok {
+        users.insert(whole.start, 1);
+    }
+    ok
+}
+
+/// Lets go of the chunk starting at `start`, which this backend took into use; the last user
+/// unregisters it (with a context of the process current).
+fn release_chunk(start: usize) {
+    let mut registered = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(users) = registered.as_mut() else { return };
+    let Some(count) = users.get_mut(&start) else { return };
+    *count -= 1;
+    if *count == 0 {
+        users.remove(&start);
+        // SAFETY: registered by `use_chunk` at this address, once; its buffer is alive (held
+        // by the caller, the last backend using it).
+        unsafe { sys::cuMemHostUnregister(start as *mut _) };
+    }
+}
 
 /// The host weight buffers one backend has copied from.
 pub(crate) struct HostWeights {
@@ -80,13 +122,9 @@ impl HostWeights {
         for (chunk, _) in &wanted {
             let state = seen.chunks.get_mut(*chunk)?;
             if state.is_none() {
-                // The whole chunk, as far as the buffer reaches into it.
+                // The whole chunk, as far as the buffer reaches into it (held by `seen`).
                 let (_, whole) = pieces(base, base..base + size).nth(*chunk)?;
-                let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_READ_ONLY;
-                // SAFETY: `whole` lies inside the buffer's `size` bytes, which stay mapped
-                // while `seen` holds the buffer; read-only registration never writes them.
-                let r = unsafe { sys::cuMemHostRegister_v2(whole.start as *mut _, whole.len(), flags) };
-                *state = Some(r == sys::CUresult::CUDA_SUCCESS);
+                *state = Some(use_chunk(&whole));
             }
             if *state != Some(true) {
                 return None;
@@ -101,7 +139,7 @@ fn enabled() -> bool {
 }
 
 impl Drop for HostWeights {
-    /// Unregisters the chunks (the backend has waited for its stream first).
+    /// Lets go of the chunks it used (the backend has waited for its stream first).
     fn drop(&mut self) {
         let registered = |s: &Seen| s.chunks.contains(&Some(true));
         if self.seen.iter().any(registered) && self.ctx.bind_to_thread().is_ok() {
@@ -110,8 +148,7 @@ impl Drop for HostWeights {
                 let base = base as usize;
                 for (chunk, whole) in pieces(base, base..base + s.buffer.size()) {
                     if s.chunks.get(chunk) == Some(&Some(true)) {
-                        // SAFETY: registered above at this address, once; the buffer is alive.
-                        unsafe { sys::cuMemHostUnregister(whole.start as *mut _) };
+                        release_chunk(whole.start);
                     }
                 }
             }
