@@ -433,6 +433,7 @@ mod tests {
         chosen.insert(QUANTIZE_Q8_1);
         chosen.insert(FILL_F32);
         chosen.insert(BINARY_F32_PACKED);
+        chosen.insert(UNARY_F32_PACKED);
         for name in &chosen {
             assert!(known.contains(name), "{name} is chosen but no module defines it");
         }
