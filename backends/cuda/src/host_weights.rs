@@ -18,7 +18,7 @@
 //! by something else) is remembered, and copies that read it are left to the scheduler.
 //! `TESSERA_CUDA_PIN_WEIGHTS=0` registers nothing.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -30,13 +30,12 @@ const CHUNK: usize = 64 << 20;
 
 /// The chunks this process registered, by first address, with the number of backends using
 /// each.
-static REGISTERED: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+static REGISTERED: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
 
 /// Takes the chunk `whole` into use: registers it unless another backend of the process has;
 /// whether it is registered.
 fn use_chunk(whole: &Range<usize>) -> bool {
-    let mut registered = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
-    let users = registered.get_or_insert_with(HashMap::new);
+    let mut users = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(count) = users.get_mut(&whole.start) {
         *count += 1;
         return true;
@@ -55,8 +54,7 @@ fn use_chunk(whole: &Range<usize>) -> bool {
 /// Lets go of the chunk starting at `start`, which this backend took into use; the last user
 /// unregisters it (with a context of the process current).
 fn release_chunk(start: usize) {
-    let mut registered = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
-    let Some(users) = registered.as_mut() else { return };
+    let mut users = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(count) = users.get_mut(&start) else { return };
     *count -= 1;
     if *count == 0 {
