@@ -508,6 +508,14 @@ fn mul_mat(v: &mut Vec<Case>) {
             list.push((33, 7, 256, [2, 1], [2, 2], Layout::Plain));
             list.push((19, 4, 256, [2, 1], [2, 2], Layout::PermA));
         }
+        if ta.is_quantized() {
+            // K a multiple of 256 with rows on 16-byte boundaries and 5 to 8 columns: the GPUs'
+            // tensor-core matrix-vector products (q8_0, q4_0), with a partial last group of
+            // rows, broadcasting and strided rows.
+            list.push((67, 8, 2048, [1, 1], [1, 1], Layout::Plain));
+            list.push((33, 5, 512, [2, 1], [2, 2], Layout::Plain));
+            list.push((19, 6, 256, [2, 1], [2, 2], Layout::PermA));
+        }
         list.push((7, 5, k, [2, 3], [1, 1], Layout::PermB));
         list.push((7, 1, k, [1, 1], [2, 3], Layout::PermB));
         list.push((7, 5, k, [2, 1], [2, 2], Layout::PermA));

@@ -1,12 +1,13 @@
 // MUL_MAT through cuBLAS: the pointer arrays of a batched GEMM (products of more than 8
-// columns, and those the matrix-vector kernels of mul_mat_vec.cu do not take), and K-quant
-// weights dequantized to f16 for the f16 GEMM. The launcher converts other operands with the
-// CPY kernels where needed.
+// columns, and those the matrix-vector kernels of mul_mat_vec.cu do not take), and operands
+// packed for the GEMM: quantized weights dequantized to f16, f32 rows converted to f16 or bf16.
+// The launcher converts other operands with the CPY kernels.
 //
 // dst[i, j, i2, i3] = sum_k a[k, i, i2 / r2, i3 / r3] * b[k, j, i2, i3], with a: [K, M, a2, a3],
 // b: [K, N, b2, b3], dst: [M, N, b2, b3], and r2 = b2 / a2, r3 = b3 / a3 (the broadcast of a
 // over b's matrices).
 #include "kquant_low.cuh"
+#include "legacy_quant.cuh"
 
 // The pointer arrays of cublasGemmBatchedEx for the b2 * b3 matrices of dst: `out` holds the
 // matrices of a (broadcast by r2, r3), then those of b, then those of dst (only addresses are
@@ -26,38 +27,112 @@ extern "C" __global__ void mul_mat_ptrs(const __grid_constant__ TensorArg a, con
     }
 }
 
-// K-quant weights `a` (packed rows, any row strides) dequantized into `dst`, packed f16 of a's
-// shape starting on a 16-byte boundary: one warp per super-block, each lane 8 consecutive
-// values written as one 16-byte store (the CPY kernels write 2 bytes a thread and decode a
-// block's scales for every value). Grid-strided over the super-blocks of all rows.
-template <typename Q> __device__ void dequantize_f16(const TensorArg &a, const TensorArg &dst) {
-    const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    const long long nsb = a.ne[0] / QK_K;
-    const long long total = nrows_of(a) * nsb;
-    for (long long s = (long long)blockIdx.x * warps + threadIdx.x / 32; s < total; s += (long long)gridDim.x * warps) {
-        long long row, ib, i1, i2, i3;
-        divmod64(s, nsb, row, ib);
+// The GEMM's operands packed as 16-bit values: rows of `a` (any row strides; a's values
+// decoded by `S`) written packed into `dst` as f16 (or bf16 where BF), each thread 8
+// consecutive values as one 16-byte store. Grid: x over runs of 2048 values of a row (256
+// threads a block), y strided over the rows, so that no thread divides its index (a flat index
+// unravelled a thread at a time held a q8_0 dequantization at half the memory bandwidth); the CPY
+// kernels, which this replaces here, store 2 bytes a thread.
+template <typename S, bool BF> __device__ void pack16(const TensorArg &a, const TensorArg &dst) {
+    await_prior_kernel();
+    const long long eighths = a.ne[0] / 8, e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= eighths) {
+        return;
+    }
+    const long long nrows = nrows_of(a);
+    for (long long row = blockIdx.y; row < nrows; row += gridDim.y) {
+        long long i1, i2, i3;
         unravel_row(row, a.ne[1], a.ne[2], i1, i2, i3);
-        const unsigned char *block = (const unsigned char *)row_ptr(a, i1, i2, i3) + ib * Q::block_bytes;
         float y[8];
-        Q::load8(block, lane, y);
+        S::load8(row_ptr(a, i1, i2, i3), e, y);
         unsigned int h[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            h[i] = (unsigned int)f32_to_f16_bits(y[2 * i]) | ((unsigned int)f32_to_f16_bits(y[2 * i + 1]) << 16);
+            const unsigned short lo = BF ? f32_to_bf16_bits(y[2 * i]) : f32_to_f16_bits(y[2 * i]);
+            const unsigned short hi = BF ? f32_to_bf16_bits(y[2 * i + 1]) : f32_to_f16_bits(y[2 * i + 1]);
+            h[i] = (unsigned int)lo | ((unsigned int)hi << 16);
         }
-        *(uint4 *)((char *)dst.data + (s * QK_K + 8 * lane) * 2) = make_uint4(h[0], h[1], h[2], h[3]);
+        *(uint4 *)((char *)dst.data + (row * eighths + e) * 16) = make_uint4(h[0], h[1], h[2], h[3]);
     }
 }
 
-#define DEQUANTIZE_F16_KERNEL(name, Q)                                                                           \
+// Values 8e .. 8e + 7 of a row, by kind of row.
+
+// f32 rows starting on 16-byte boundaries.
+struct F32Row {
+    __device__ __forceinline__ static void load8(const char *row, long long e, float (&y)[8]) {
+        const float4 lo = ((const float4 *)row)[2 * e], hi = ((const float4 *)row)[2 * e + 1];
+        y[0] = lo.x, y[1] = lo.y, y[2] = lo.z, y[3] = lo.w, y[4] = hi.x, y[5] = hi.y, y[6] = hi.z, y[7] = hi.w;
+    }
+};
+
+// 32-value blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), read through the type's `load`: the CPY
+// kernels' values.
+template <typename Q> struct Block32Row {
+    __device__ __forceinline__ static void load8(const char *row, long long e, float (&y)[8]) {
+        const char *block = row + (e / 4) * Q::block_bytes;
+        const int first = 8 * (int)(e % 4);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            y[i] = Q::load(block, first + i, 0);
+        }
+    }
+};
+
+// q8_0 and q4_0, the types most weights come in, read their 8 bytes of quants as 16-bit words
+// (their blocks are 2-byte aligned) rather than byte by byte; the values are computed as their
+// `load` computes them.
+template <> struct Block32Row<Q8_0> {
+    __device__ __forceinline__ static void load8(const char *row, long long e, float (&y)[8]) {
+        const char *block = row + (e / 4) * Q8_0_BYTES;
+        const float d = f16_bits_to_f32(*(const unsigned short *)block);
+        const unsigned short *q = (const unsigned short *)(block + 2 + 8 * (e % 4));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const unsigned int w = q[i];
+            y[2 * i] = (float)(signed char)(w & 0xff) * d;
+            y[2 * i + 1] = (float)(signed char)(w >> 8) * d;
+        }
+    }
+};
+
+// Values 0..15 are the low nibbles of bytes 0..15, values 16..31 their high nibbles.
+template <> struct Block32Row<Q4_0> {
+    __device__ __forceinline__ static void load8(const char *row, long long e, float (&y)[8]) {
+        const char *block = row + (e / 4) * Q4_0_BYTES;
+        const float d = f16_bits_to_f32(*(const unsigned short *)block);
+        const int first = 8 * (int)(e % 4), shift = first < 16 ? 0 : 4;
+        const unsigned short *q = (const unsigned short *)(block + 2 + first % 16);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const unsigned int w = q[i];
+            y[2 * i] = (float)((int)((w >> shift) & 0xf) - 8) * d;
+            y[2 * i + 1] = (float)((int)((w >> (8 + shift)) & 0xf) - 8) * d;
+        }
+    }
+};
+
+// K-quant super-blocks of 256 values, through the type's `load8`.
+template <typename Q> struct KQuantRow {
+    __device__ __forceinline__ static void load8(const char *row, long long e, float (&y)[8]) {
+        Q::load8((const unsigned char *)row + (e / 32) * Q::block_bytes, (int)(e % 32), y);
+    }
+};
+
+#define PACK16_KERNEL(name, S, BF)                                                                               \
     extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
-        await_prior_kernel();                                                                                    \
-        dequantize_f16<Q>(a, dst);                                                                               \
+        pack16<S, BF>(a, dst);                                                                                   \
     }
 
-DEQUANTIZE_F16_KERNEL(dequantize_f16_q2_K, Q2_K)
-DEQUANTIZE_F16_KERNEL(dequantize_f16_q3_K, Q3_K)
-DEQUANTIZE_F16_KERNEL(dequantize_f16_q4_K, Q4_K)
-DEQUANTIZE_F16_KERNEL(dequantize_f16_q5_K, Q5_K)
-DEQUANTIZE_F16_KERNEL(dequantize_f16_q6_K, Q6_K)
+PACK16_KERNEL(pack_f32_f16, F32Row, false)
+PACK16_KERNEL(pack_f32_bf16, F32Row, true)
+PACK16_KERNEL(dequantize_f16_q8_0, Block32Row<Q8_0>, false)
+PACK16_KERNEL(dequantize_f16_q4_0, Block32Row<Q4_0>, false)
+PACK16_KERNEL(dequantize_f16_q4_1, Block32Row<Q4_1>, false)
+PACK16_KERNEL(dequantize_f16_q5_0, Block32Row<Q5_0>, false)
+PACK16_KERNEL(dequantize_f16_q5_1, Block32Row<Q5_1>, false)
+PACK16_KERNEL(dequantize_f16_q2_K, KQuantRow<Q2_K>, false)
+PACK16_KERNEL(dequantize_f16_q3_K, KQuantRow<Q3_K>, false)
+PACK16_KERNEL(dequantize_f16_q4_K, KQuantRow<Q4_K>, false)
+PACK16_KERNEL(dequantize_f16_q5_K, KQuantRow<Q5_K>, false)
+PACK16_KERNEL(dequantize_f16_q6_K, KQuantRow<Q6_K>, false)

@@ -6,14 +6,15 @@
 //!
 //! The plan, chosen from shapes and strides alone ([`plan`]):
 //! - `K = 0`: the result is zeros;
-//! - `N <= 8`: a matrix-vector kernel (mul_mat_vec.cu, mul_mat_vec_kquant.cu) that reads the
-//!   weights once for all columns: quantized weights with `b` quantized to Q8_1 blocks in
-//!   scratch first (any strides; q4_K and q5_K rows must start on 16-byte boundaries), float
+//! - `N <= 8`: a matrix-vector kernel (mul_mat_vec.cu, mul_mat_vec_kquant.cu, and for several
+//!   columns of q8_0 and q4_0 the tensor-core mul_mat_vec_mma.cu) that reads the weights once
+//!   for all columns: quantized weights with `b` quantized to Q8_1 blocks in scratch first (any
+//!   strides; q4_K and q5_K rows must start on 16-byte boundaries), float
 //!   weights with `b` read in place when both operands' rows start on 16-byte boundaries and are
 //!   packed;
 //! - otherwise a GEMM of type f32 (f32 weights), bf16 (bf16 weights) or f16 (f16 and quantized
 //!   weights) with f32 output: an operand that is not of that type or whose columns are not
-//!   packed (`nb[0]`) is first converted into packed scratch (K-quant weights by a dequantizing
+//!   packed (`nb[0]`) is first converted into packed scratch (quantized weights by a dequantizing
 //!   kernel of mul_mat.cu, everything else by the CPY kernels); then one GEMM
 //!   (a single matrix, or every matrix of `b` and `dst` folded into the columns of one product
 //!   when `a` is a single matrix), one strided-batched GEMM (uniform batch strides, no
@@ -29,7 +30,7 @@ use tessera_core::{DType, Op, Result};
 use super::arg::TensorArg;
 use super::gemm_lt::{matmul_bias, BiasGemm};
 use super::launch::{copy, div_ceil, elementwise_config, launch_kernel, rows_16_byte_aligned};
-use super::scratch::tf32;
+use super::scratch::{tf32, Q8Layout};
 use super::validate::{validate, Node};
 use super::{backend_error, names, Kernels, Operand, Scratch};
 
@@ -41,6 +42,15 @@ const MMV_WARPS: i64 = 4;
 pub(crate) const MMV_BLOCK: (u32, u32, u32) = (32 * MMV_WARPS as u32, 1, 1);
 /// Bytes of one Q8_1 block of quantized `b` (`Q8_1` in mul_mat_vec.cu).
 pub(crate) const Q8_1_BYTES: usize = 40;
+/// Bytes of one block of all 8 columns of `b` quantized for the tensor-core kernels (`MmaB` in
+/// mul_mat_vec_mma.cu).
+const MMA_B_BYTES: usize = 320;
+/// Weight rows one block of the tensor-core matrix-vector kernels computes (`MMA_ROWS` in
+/// mul_mat_vec_mma.cu), its threads (`MMA_WARPS` warps), and the weight blocks each warp
+/// copies from a row at a time (`MMA_RUN`): K must be a multiple of 32 times that.
+const MMA_ROWS: i64 = 16;
+const MMA_BLOCK: (u32, u32, u32) = (32 * 8, 1, 1);
+const MMA_RUN: i64 = 8;
 
 /// Weight rows one block of the matrix-vector kernels computes (`MmvRows` in mul_mat_vec.cu).
 pub(crate) fn mmv_rows(ncols: i64) -> i64 {
@@ -75,6 +85,9 @@ pub(crate) enum Path {
     Fill,
     /// A matrix-vector kernel; `b` first quantized into scratch for quantized weights.
     MatVec { quantize_b: bool },
+    /// The tensor-core matrix-vector kernel (q8_0 weights with 2 to 8 columns, q4_0 with 5 to
+    /// 8, rows on 16-byte boundaries, K a multiple of 256); `b` first quantized into scratch.
+    MatVecMma,
     /// cuBLAS in `gemm` type, after converting `a` and/or `b` into scratch.
     Gemm { gemm: DType, convert_a: bool, convert_b: bool, batch: Batch },
 }
@@ -173,6 +186,22 @@ pub(crate) fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
     if n <= MMV_MAX_COLS {
         // q4_K and q5_K blocks are read 16 bytes at a time.
         let vec_loads = !matches!(at, DType::Q4_K | DType::Q5_K) || rows_16_byte_aligned(&a, at.block_bytes() as i64);
+        // From how many columns the tensor-core kernels are the faster (an H100, 4096 x 14336:
+        // q8_0 31.7 against 32.3 us at 2 columns, 32.2 against 44.5 at 8; q4_0 23.0 against
+        // 21.7 us at 4, 23.3 against 30.4 at 8). They run at a quarter of the SM's warps (a
+        // warp per 16 rows and 8 blocks of K), so their time hardly grows with the columns.
+        let mma_from = match at {
+            DType::Q8_0 => 2,
+            _ => 5,
+        };
+        let mma = names::mul_mat_vec_mma(at).is_some()
+            && n >= mma_from
+            && k % (32 * MMA_RUN) == 0
+            && rows_16_byte_aligned(&a, at.block_bytes() as i64);
+        if mma {
+            let blocks = usize::try_from(k / 32 * b2 * b3).unwrap_or(usize::MAX);
+            return Plan { scratch_bytes: blocks.saturating_mul(MMA_B_BYTES), ..none(Path::MatVecMma) };
+        }
         if at.is_quantized() && vec_loads {
             let blocks = usize::try_from(b.nelements() / 32).unwrap_or(usize::MAX);
             return Plan {
@@ -255,6 +284,7 @@ pub(crate) fn launch(
             // fill_f32(TensorArg dst, float value)
             launch_kernel!(kernels, stream, names::FILL_F32, cfg, &d, &zero)
         }
+        Path::MatVecMma => mat_vec_mma(kernels, stream, scratch, p.scratch_bytes, (a, at), b, d, &TensorArg::NONE),
         Path::MatVec { quantize_b } => mat_vec(
             kernels,
             stream,
@@ -343,7 +373,11 @@ fn mat_vec(
         block_dim: MMV_BLOCK,
         shared_mem_bytes: 0,
     };
-    let bq = if quantize_b { Some(quantized_b(kernels, stream, scratch, b, scratch_bytes)?) } else { None };
+    let bq = if quantize_b {
+        Some(quantized_b(kernels, stream, scratch, b, scratch_bytes, Q8Layout::Blocks)?)
+    } else {
+        None
+    };
     // mul_mat_vec_<type>_<n>(TensorArg a, TensorArg b | const Q8_1 *bq, TensorArg dst, TensorArg add,
     //                        long long r2, long long r3)
     // mul_mat_vec_glu_<type>(TensorArg gate, TensorArg up, TensorArg b | const Q8_1 *bq, TensorArg dst,
@@ -356,28 +390,65 @@ fn mat_vec(
     }
 }
 
-/// The device address of `b` quantized into Q8_1 blocks (`scratch_bytes` of them) for a
-/// matrix-vector kernel: quantized now, unless this run did already.
+/// The device address of `b` quantized into Q8_1 blocks (`scratch_bytes` of them) in `layout`
+/// for a matrix-vector kernel: quantized now, unless this run did already.
 pub(crate) fn quantized_b(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
     scratch: &mut Scratch,
     b: TensorArg,
     scratch_bytes: usize,
+    layout: Q8Layout,
 ) -> Result<u64> {
-    if let Some(bq) = scratch.quantized(&b) {
+    if let Some(bq) = scratch.quantized(&b, layout) {
         return Ok(bq);
     }
     let bq = scratch.reserve(scratch_bytes)?;
     let [k, n, b2, b3] = b.ne;
     let nmat = (b2 * b3).clamp(1, 65535) as u32;
     let blocks = u32::try_from(div_ceil(k / 32, MMV_WARPS)).map_err(|_| backend_error("too many blocks"))?;
+    // The tensor-core layout holds 8 columns, zeros past b's last.
+    let (name, cols) = match layout {
+        Q8Layout::Blocks => (names::QUANTIZE_Q8_1, n as u32),
+        Q8Layout::Fragments => (names::QUANTIZE_Q8_1_MMA, MMV_MAX_COLS as u32),
+    };
     let cfg =
-        cudarc::driver::LaunchConfig { grid_dim: (blocks, n as u32, nmat), block_dim: MMV_BLOCK, shared_mem_bytes: 0 };
-    // quantize_q8_1(TensorArg b, Q8_1 *out)
-    launch_kernel!(kernels, stream, names::QUANTIZE_Q8_1, cfg, &b, &bq)?;
-    scratch.set_quantized(b);
+        cudarc::driver::LaunchConfig { grid_dim: (blocks, cols, nmat), block_dim: MMV_BLOCK, shared_mem_bytes: 0 };
+    // quantize_q8_1(TensorArg b, Q8_1 *out), quantize_q8_1_mma(TensorArg b, MmaB *out)
+    launch_kernel!(kernels, stream, name, cfg, &b, &bq)?;
+    scratch.set_quantized(b, layout);
     Ok(bq)
+}
+
+/// Queues the tensor-core matrix-vector kernel of `a` and `b` into `d`, plus `add` where its
+/// address is not 0 ([`addend`]), quantizing `b` into scratch first unless this run did
+/// already.
+#[allow(clippy::too_many_arguments)]
+fn mat_vec_mma(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    scratch_bytes: usize,
+    (a, at): Operand,
+    b: TensorArg,
+    d: TensorArg,
+    add: &TensorArg,
+) -> Result<()> {
+    let name = names::mul_mat_vec_mma(at).ok_or_else(|| backend_error("no tensor-core matrix-vector kernel"))?;
+    let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
+    let cfg = cudarc::driver::LaunchConfig {
+        grid_dim: (
+            u32::try_from(div_ceil(a.ne[1], MMA_ROWS)).map_err(|_| backend_error("too many rows"))?,
+            (b.ne[2] * b.ne[3]).clamp(1, 65535) as u32,
+            1,
+        ),
+        block_dim: MMA_BLOCK,
+        shared_mem_bytes: 0,
+    };
+    let bq = quantized_b(kernels, stream, scratch, b, scratch_bytes, Q8Layout::Fragments)?;
+    // mul_mat_vec_mma_<type>(TensorArg a, const MmaB *bq, TensorArg dst, TensorArg add, long long r2,
+    //                        long long r3)
+    launch_kernel!(kernels, stream, name, cfg, &a, &bq, &d, add, &r2, &r3)
 }
 
 /// Queues the products of `gate` and `up` (weights of one type and shape) with the one column
@@ -446,17 +517,8 @@ fn gemm_operands(
     let ga = if convert_a {
         let t = TensorArg::contiguous(base + p.a_offset as u64, gemm, a.ne)?;
         match names::dequantize_f16(at).filter(|_| gemm == DType::F16) {
-            Some(name) => {
-                // One warp per super-block, 8 warps a block.
-                let superblocks = a.nelements() / at.block_len() as i64;
-                let cfg = cudarc::driver::LaunchConfig {
-                    grid_dim: (div_ceil(superblocks, 8).clamp(1, 1 << 16) as u32, 1, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                // dequantize_f16_<type>(TensorArg a, TensorArg dst)
-                launch_kernel!(kernels, stream, name, cfg, &a, &t)?;
-            }
+            // dequantize_f16_<type>(TensorArg a, TensorArg dst)
+            Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&a), &a, &t)?,
             None => copy(kernels, stream, (a, at), (t, gemm))?,
         }
         t
@@ -465,12 +527,35 @@ fn gemm_operands(
     };
     let gb = if convert_b {
         let t = TensorArg::contiguous(base + p.b_offset as u64, gemm, b.ne)?;
-        copy(kernels, stream, (b, DType::F32), (t, gemm))?;
+        let pack = match gemm {
+            DType::F16 => Some(names::PACK_F32_F16),
+            DType::BF16 => Some(names::PACK_F32_BF16),
+            _ => None,
+        };
+        match pack.filter(|_| b.ne[0] % 8 == 0 && rows_16_byte_aligned(&b, 4)) {
+            // pack_f32_<type>(TensorArg a, TensorArg dst)
+            Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&b), &b, &t)?,
+            None => copy(kernels, stream, (b, DType::F32), (t, gemm))?,
+        }
         t
     } else {
         b
     };
     Ok((ga, gb, base))
+}
+
+/// The launch of a kernel of mul_mat.cu packing the rows of `a` (`pack16`): x over runs of 2048
+/// values of a row, y over the rows.
+fn pack16_config(a: &TensorArg) -> cudarc::driver::LaunchConfig {
+    cudarc::driver::LaunchConfig {
+        grid_dim: (
+            div_ceil(a.ne[0] / 8, 256).clamp(1, i64::from(u32::MAX)) as u32,
+            a.nrows().clamp(1, 65535) as u32,
+            1,
+        ),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// Queues a validated MUL_MAT followed by the ADD of `bias` as one kernel writing `dst`: the
@@ -487,6 +572,11 @@ pub(crate) fn launch_with_bias(
     bias: Operand,
 ) -> Result<bool> {
     let p = plan(a, b, dst);
+    if p.path == Path::MatVecMma {
+        let Some(add) = addend(bias, dst.0) else { return Ok(false) };
+        mat_vec_mma(kernels, stream, scratch, p.scratch_bytes, a, b.0, dst.0, &add)?;
+        return Ok(true);
+    }
     if let Path::MatVec { quantize_b } = p.path {
         let Some(add) = addend(bias, dst.0) else { return Ok(false) };
         mat_vec(kernels, stream, scratch, quantize_b, p.scratch_bytes, a, b.0, dst.0, Epilogue::Add(&add))?;
@@ -704,8 +794,24 @@ mod tests {
 
     #[test]
     fn few_columns_use_the_matrix_vector_kernels() {
-        let p = plan(t(DType::Q4_0, [256, 5, 1, 1]), t(DType::F32, [256, 8, 1, 1]), t(DType::F32, [5, 8, 1, 1]));
+        let p = plan(t(DType::Q4_1, [256, 5, 1, 1]), t(DType::F32, [256, 8, 1, 1]), t(DType::F32, [5, 8, 1, 1]));
         assert_eq!((p.path, p.scratch_bytes), (Path::MatVec { quantize_b: true }, 8 * 8 * Q8_1_BYTES));
+        // q8_0 takes the tensor cores from 2 columns, q4_0 from 5, with 8 columns of b always.
+        let p = plan(t(DType::Q8_0, [256, 5, 1, 1]), t(DType::F32, [256, 2, 3, 1]), t(DType::F32, [5, 2, 3, 1]));
+        assert_eq!((p.path, p.scratch_bytes), (Path::MatVecMma, 3 * 8 * MMA_B_BYTES));
+        let p = plan(t(DType::Q4_0, [256, 5, 1, 1]), t(DType::F32, [256, 4, 1, 1]), t(DType::F32, [5, 4, 1, 1]));
+        assert_eq!(p.path, Path::MatVec { quantize_b: true });
+        let p = plan(t(DType::Q4_0, [256, 5, 1, 1]), t(DType::F32, [256, 5, 1, 1]), t(DType::F32, [5, 5, 1, 1]));
+        assert_eq!((p.path, p.scratch_bytes), (Path::MatVecMma, 8 * MMA_B_BYTES));
+        let p = plan(t(DType::Q8_0, [256, 5, 1, 1]), t(DType::F32, [256, 1, 1, 1]), t(DType::F32, [5, 1, 1, 1]));
+        assert_eq!(p.path, Path::MatVec { quantize_b: true });
+        // ... where K is a multiple of 256 and the rows start on 16-byte boundaries.
+        let p = plan(t(DType::Q8_0, [288, 5, 1, 1]), t(DType::F32, [288, 8, 1, 1]), t(DType::F32, [5, 8, 1, 1]));
+        assert_eq!(p.path, Path::MatVec { quantize_b: true });
+        let (mut a, _) = t(DType::Q8_0, [256, 5, 1, 1]);
+        a.data += 2;
+        let p = plan((a, DType::Q8_0), t(DType::F32, [256, 8, 1, 1]), t(DType::F32, [5, 8, 1, 1]));
+        assert_eq!(p.path, Path::MatVec { quantize_b: true });
         let p = plan(t(DType::F16, [256, 5, 1, 1]), t(DType::F32, [256, 3, 2, 1]), t(DType::F32, [5, 3, 2, 1]));
         assert_eq!((p.path, p.scratch_bytes), (Path::MatVec { quantize_b: false }, 0));
         // Float weights whose rows do not start on 16-byte boundaries go to cuBLAS.

@@ -328,6 +328,15 @@ pub(crate) fn mul_mat_vec(a: DType, ncols: usize) -> Option<&'static str> {
     names.get(ncols.checked_sub(1)?).copied()
 }
 
+/// The tensor-core matrix-vector kernel of weights `a` (several columns, up to 8).
+pub(crate) fn mul_mat_vec_mma(a: DType) -> Option<&'static str> {
+    Some(match a {
+        Q8_0 => "mul_mat_vec_mma_q8_0",
+        Q4_0 => "mul_mat_vec_mma_q4_0",
+        _ => return None,
+    })
+}
+
 /// The one-column matrix-vector kernel of weights `a` that computes a gate and an up
 /// projection of one activation at once and stores silu(gate) * up (SwiGLU).
 pub(crate) fn mul_mat_vec_glu(a: DType) -> Option<&'static str> {
@@ -370,8 +379,7 @@ pub(crate) fn mul_mat_vec_proj(a: DType) -> Option<&'static str> {
     })
 }
 
-/// K-quant weights of type `a` dequantized into packed f16 for MUL_MAT's GEMM (the 32-value
-/// block types go through the CPY kernels).
+/// Quantized weights of type `a` dequantized into packed f16 for MUL_MAT's GEMM.
 pub(crate) fn dequantize_f16(a: DType) -> Option<&'static str> {
     Some(match a {
         Q2_K => "dequantize_f16_q2_K",
@@ -379,12 +387,24 @@ pub(crate) fn dequantize_f16(a: DType) -> Option<&'static str> {
         Q4_K => "dequantize_f16_q4_K",
         Q5_K => "dequantize_f16_q5_K",
         Q6_K => "dequantize_f16_q6_K",
+        Q8_0 => "dequantize_f16_q8_0",
+        Q4_0 => "dequantize_f16_q4_0",
+        Q4_1 => "dequantize_f16_q4_1",
+        Q5_0 => "dequantize_f16_q5_0",
+        Q5_1 => "dequantize_f16_q5_1",
         _ => return None,
     })
 }
 
+/// f32 rows (16-byte aligned, a multiple of 8 values) packed as f16 or bf16 for MUL_MAT's GEMM.
+pub(crate) const PACK_F32_F16: &str = "pack_f32_f16";
+pub(crate) const PACK_F32_BF16: &str = "pack_f32_bf16";
+
 /// Quantizes the columns of a matrix-vector product's b for quantized weights.
 pub(crate) const QUANTIZE_Q8_1: &str = "quantize_q8_1";
+
+/// Quantizes the columns of b for the tensor-core matrix-vector kernels.
+pub(crate) const QUANTIZE_Q8_1_MMA: &str = "quantize_q8_1_mma";
 
 /// ADD, SUB, MUL, DIV of packed, 16-byte aligned f32 operands.
 pub(crate) const BINARY_F32_PACKED: &str = "binary_f32_packed";
@@ -407,7 +427,19 @@ mod tests {
         let known: BTreeSet<&str> = MODULES.iter().flat_map(|m| m.kernels.iter().copied()).collect();
         let mut chosen = BTreeSet::new();
         for a in DType::ALL {
-            for f in [unary, argmax, norm, diag_mask_inf, rope, get_rows, set_rows, concat, pool_2d, dequantize_f16] {
+            for f in [
+                unary,
+                argmax,
+                norm,
+                diag_mask_inf,
+                rope,
+                get_rows,
+                set_rows,
+                concat,
+                pool_2d,
+                dequantize_f16,
+                mul_mat_vec_mma,
+            ] {
                 chosen.extend(f(a));
             }
             for ncols in 0..=9 {
@@ -431,6 +463,9 @@ mod tests {
         }
         chosen.insert(MUL_MAT_PTRS);
         chosen.insert(QUANTIZE_Q8_1);
+        chosen.insert(QUANTIZE_Q8_1_MMA);
+        chosen.insert(PACK_F32_F16);
+        chosen.insert(PACK_F32_BF16);
         chosen.insert(FILL_F32);
         chosen.insert(BINARY_F32_PACKED);
         chosen.insert(UNARY_F32_PACKED);

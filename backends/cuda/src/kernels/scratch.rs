@@ -36,9 +36,19 @@ pub struct Scratch {
     /// both only run in this stream's order.
     blas_lt: Option<LtHandle>,
     /// While a run of nodes is queued ([`Scratch::start_run`]): the matrix-vector operand
-    /// whose Q8_1 copy lies at the start of the memory, if any, so that the products of one
-    /// activation (a layer's query, key and value) quantize it once.
-    quantized: Option<Option<TensorArg>>,
+    /// whose Q8_1 copy lies at the start of the memory, if any, and its layout, so that the
+    /// products of one activation (a layer's query, key and value) quantize it once.
+    quantized: Option<Option<(TensorArg, Q8Layout)>>,
+}
+
+/// How a matrix-vector operand's Q8_1 copy is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Q8Layout {
+    /// `Q8_1` blocks column by column (mul_mat_vec.cuh).
+    Blocks,
+    /// The 8 columns' blocks interleaved as the tensor-core kernels read them (`MmaB` in
+    /// mul_mat_vec_mma.cu).
+    Fragments,
 }
 
 /// A cuBLASLt handle, destroyed when dropped.
@@ -115,21 +125,23 @@ impl Scratch {
     /// Reports that queued work writes `dst`: a quantized copy of memory it overlaps is stale.
     pub fn written(&mut self, dst: (TensorArg, DType)) {
         if let Some(held) = &mut self.quantized {
-            if held.is_some_and(|b| TensorArg::overlap((b, DType::F32), dst)) {
+            if held.is_some_and(|(b, _)| TensorArg::overlap((b, DType::F32), dst)) {
                 *held = None;
             }
         }
     }
 
-    /// The address of `b`'s quantized copy, where one was queued earlier in this run.
-    pub(crate) fn quantized(&self, b: &TensorArg) -> Option<u64> {
-        (self.quantized.flatten().as_ref() == Some(b)).then_some(self.address)
+    /// The address of `b`'s quantized copy in `layout`, where one was queued earlier in this
+    /// run.
+    pub(crate) fn quantized(&self, b: &TensorArg, layout: Q8Layout) -> Option<u64> {
+        (self.quantized.flatten() == Some((*b, layout))).then_some(self.address)
     }
 
-    /// Records that the start of the memory now holds `b` quantized (kept only inside a run).
-    pub(crate) fn set_quantized(&mut self, b: TensorArg) {
+    /// Records that the start of the memory now holds `b` quantized in `layout` (kept only
+    /// inside a run).
+    pub(crate) fn set_quantized(&mut self, b: TensorArg, layout: Q8Layout) {
         if let Some(held) = &mut self.quantized {
-            *held = Some(b);
+            *held = Some((b, layout));
         }
     }
 
