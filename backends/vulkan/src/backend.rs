@@ -315,10 +315,14 @@ impl Backend for VulkanBackend {
         if p.dispatches == 0 {
             return Ok(());
         }
-        // A command buffer is resubmitted only once its previous submission finished.
-        let previous = p.last_submit;
-        self.wait_for(previous)?;
-        p.collect();
+        // A profiled command buffer is resubmitted only once its previous submission
+        // finished (its timestamps are read first); the others are recorded for
+        // simultaneous use.
+        if p.waits_for_previous_run() {
+            let previous = p.last_submit;
+            self.wait_for(previous)?;
+            p.collect();
+        }
         let cmd = p.cmd;
         p.last_submit = self.submit(Some(cmd), &[])?;
         Ok(())
