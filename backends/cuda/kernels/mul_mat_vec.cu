@@ -35,15 +35,12 @@ extern "C" __global__ void quantize_q8_1(const __grid_constant__ TensorArg b, Q8
         long long i3, i2;
         divmod64(mat, b.ne[2], i3, i2);
         const float x = *(const float *)(row_ptr(b, j, i2, i3) + (block * QK + lane) * b.nb[0]);
-        const float amax = warp_max(fabsf(x));
-        const float d = amax / 127.0f;
-        const int q = amax == 0.0f ? 0 : __float2int_rn(x / d);
-        const int sum = (int)warp_sum((float)q); // |sum| <= 32 * 127: exact in f32
+        const Q8_1Lane v = quantize_q8_1_lane(x);
         Q8_1 *dst = out + (mat * b.ne[1] + j) * nblocks + block;
-        ((signed char *)dst->qs)[lane] = (signed char)q;
+        ((signed char *)dst->qs)[lane] = (signed char)v.q;
         if (lane == 0) {
-            dst->d = d;
-            dst->s = d * (float)sum;
+            dst->d = v.d;
+            dst->s = v.s;
         }
     }
 }

@@ -229,6 +229,21 @@ struct MmvProjectionStore {
     }
 };
 
+// One value of a block of 32, a lane of the warp each, quantized as Q8_1: the lane's quant q
+// (x / d rounded, d = max|x| / 127), and the block's d and s = d * sum(q).
+struct Q8_1Lane {
+    int q;
+    float d, s;
+};
+
+__device__ __forceinline__ Q8_1Lane quantize_q8_1_lane(float x) {
+    const float amax = warp_max(fabsf(x));
+    const float d = amax / 127.0f;
+    const int q = amax == 0.0f ? 0 : __float2int_rn(x / d);
+    const int sum = (int)warp_sum((float)q); // |sum| <= 32 * 127: exact in f32
+    return {q, d, d * (float)sum};
+}
+
 // A 32-bit word of quants at a 2-byte aligned address (the blocks of q8_0, q4_0 and q6_K are 34,
 // 18 and 210 bytes long).
 __device__ __forceinline__ int load_i32_a2(const char *p) {

@@ -53,16 +53,13 @@ extern "C" __global__ void quantize_q8_1_mma(const __grid_constant__ TensorArg b
         long long i3, i2;
         divmod64(mat, b.ne[2], i3, i2);
         const float x = j < b.ne[1] ? *(const float *)(row_ptr(b, j, i2, i3) + (block * QK + lane) * b.nb[0]) : 0.0f;
-        const float amax = warp_max(fabsf(x));
-        const float d = amax / 127.0f;
-        const int q = amax == 0.0f ? 0 : __float2int_rn(x / d);
-        const int sum = (int)warp_sum((float)q); // |sum| <= 32 * 127: exact in f32
+        const Q8_1Lane v = quantize_q8_1_lane(x);
         MmaB *dst = out + mat * nblocks + block;
         const int word = lane / 4;
-        ((signed char *)dst->qs[j][word % 4])[4 * (word / 4) + lane % 4] = (signed char)q;
+        ((signed char *)dst->qs[j][word % 4])[4 * (word / 4) + lane % 4] = (signed char)v.q;
         if (lane == 0) {
-            dst->ds[j / 2][j % 2] = d;
-            dst->ds[j / 2][2 + j % 2] = d * (float)sum;
+            dst->ds[j / 2][j % 2] = v.d;
+            dst->ds[j / 2][2 + j % 2] = v.s;
         }
     }
 }
