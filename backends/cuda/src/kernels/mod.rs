@@ -39,12 +39,13 @@
 //!   values, a block per row beyond, sums in f32;
 //! - MUL_MAT: up to 8 columns by matrix-vector kernels that read the weights once for all
 //!   columns (float weights times f32 activations in place; quantized weights with dp4a against
-//!   activations quantized once to 8 bits, once per run for all products of one activation),
+//!   activations quantized once to 8 bits, once per run for all products of one activation;
+//!   several columns of q8_0/q4_0 on int8 tensor cores),
 //!   optionally adding a fused ADD's operand as they store, or computing a gate and an up
 //!   projection and storing silu(gate) * up, or computing up to three products of one column
 //!   and storing each through its own ROPE and SET_ROWS (`projections.rs`); more columns by cuBLAS (`cublasGemmEx` and its
 //!   batched forms, f32 accumulation) for f32 weights (true f32), f16 and bf16 weights
-//!   (activations converted to the weight type), and q8_0/q4_0 weights (dequantized to f16 in
+//!   (activations converted to the weight type), and quantized weights (dequantized to f16 in
 //!   scratch).
 
 mod arg;
