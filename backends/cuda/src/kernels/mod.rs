@@ -8,8 +8,9 @@
 //! reference kernels (`tessera-reference`): the same broadcasting, strides, masks, rope modes,
 //! im2col and pooling parameters, and bit-identical conversions and quantization.
 //!
-//! What [`supports`] accepts (float = f32, f16 or bf16; any strides unless said otherwise;
-//! quantized operands always have packed rows, as the graph requires):
+//! What [`supports`] accepts (float = f32, f16 or bf16; quantized = q8_0, q4_0, q4_1, q5_0,
+//! q5_1 and the K-quants q2_K to q6_K; any strides unless said otherwise; quantized operands
+//! always have packed rows, as the graph requires):
 //!
 //! | op | types |
 //! |---|---|
@@ -19,9 +20,11 @@
 //! | ARGMAX | float matrix into i32 |
 //! | SOFT_MAX | float, no mask or an f32 or f16 mask, dst = source's type |
 //! | ROPE | float with i32 positions, normal and neox |
-//! | MUL_MAT | a f32, f16, bf16, q8_0 or q4_0 (packed rows), b f32, dst f32 (packed columns) |
-//! | GET_ROWS | f32, f16, bf16, q8_0, q4_0 into f32; i32 into i32 |
-//! | CPY, CONT | between f32, f16, bf16, q8_0 and q4_0 (each way, same or other shape); i32 to i32 |
+//! | MUL_MAT | a float or quantized (packed rows), b f32, dst f32 (packed columns) |
+//! | GET_ROWS | float or quantized into f32; i32 into i32 |
+//! | SET_ROWS | f32 rows into float rows, i32 row numbers |
+//! | FLASH_ATTN | q f32, k and v float (the same type), heads of up to 128 values, no mask or an f32 or f16 mask, dst f32 |
+//! | CPY, CONT | between the float types and q8_0, q4_0, q4_1, q5_0, q5_1 (each way, same or other shape); q8_0 and q4_0 into q8_0 or q4_0; the K-quants into the float types; i32 to i32 |
 //! | CONCAT | f32, f16, bf16 or i32, all three the same |
 //! | IM2COL | float input (kernel: shape only) into f32 or f16, 1-D and 2-D |
 //! | POOL_2D | float into f32, max and avg |
