@@ -14,8 +14,9 @@
 //!   packed;
 //! - otherwise a GEMM of type f32 (f32 weights), bf16 (bf16 weights) or f16 (f16 and quantized
 //!   weights) with f32 output: an operand that is not of that type or whose columns are not
-//!   packed (`nb[0]`) is first converted into packed scratch (quantized weights by a dequantizing
-//!   kernel of mul_mat.cu, everything else by the CPY kernels); then one GEMM
+//!   packed (`nb[0]`) is first converted into packed scratch (quantized weights, and f32 `b`
+//!   with rows on 16-byte boundaries, by the packing kernels of mul_mat.cu, 16 bytes a thread;
+//!   everything else by the CPY kernels); then one GEMM
 //!   (a single matrix, or every matrix of `b` and `dst` folded into the columns of one product
 //!   when `a` is a single matrix), one strided-batched GEMM (uniform batch strides, no
 //!   broadcast), or a pointer-array batched GEMM whose pointers a kernel computes in scratch.
