@@ -367,6 +367,49 @@ fn a_swiglu_feed_forward_fused_gives_the_bits_of_its_nodes() {
     }
 }
 
+/// Products of several columns after a fused RMS norm, captured into a program: the norm
+/// leaves its result quantized in the matrix-vector kernels' block layout, and the q8_0 and q4_0
+/// tensor-core kernels (5 columns) need b in their fragment layout, so they quantize it again
+/// rather than read the norm's copy. The bits are those of the nodes one by one, and the values
+/// close to the products of the weights as stored.
+#[test]
+fn tensor_core_products_after_a_fused_norm_quantize_their_own_operand() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    for wt in [DType::Q8_0, DType::Q4_0] {
+        let (k, m, n) = (768, 200, 5);
+        let mut g = Graph::new();
+        let w = g.new_tensor(wt, &[k, m]).unwrap();
+        let x0 = g.new_tensor(DType::F32, &[k, n]).unwrap();
+        let wn = g.new_tensor(DType::F32, &[k]).unwrap();
+        let x = g.rms_norm(x0, 1e-5).unwrap();
+        let x = g.mul(x, wn).unwrap();
+        let out = g.mul_mat(w, x).unwrap();
+        g.set_output(out).unwrap();
+        g.build_forward(out).unwrap();
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        let values =
+            |n: usize, i: usize| -> Vec<f32> { (0..n).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect() };
+        for (i, leaf) in [w, x0, wn].into_iter().enumerate() {
+            g.set_f32(leaf, &values(g.tensor(leaf).unwrap().nelements(), i)).unwrap();
+        }
+        let (wv, x0v, wnv) = (g.get_f32(w).unwrap(), values(k * n, 1), values(k, 2));
+        let mut expected = Vec::with_capacity(m * n);
+        for col in x0v.chunks(k) {
+            let rms = (col.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / k as f64 + 1e-5).sqrt();
+            let xv: Vec<f64> = col.iter().zip(&wnv).map(|(&v, &w)| f64::from(v) / rms * f64::from(w)).collect();
+            for row in wv.chunks(k) {
+                expected.push(row.iter().zip(&xv).map(|(&a, b)| f64::from(a) * b).sum::<f64>());
+            }
+        }
+        let scale = expected.iter().fold(1.0f64, |s, v| s.max(v.abs()));
+        let (one_by_one, fused) = one_by_one_and_captured(gpu, &g, out);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&fused), bits(&one_by_one), "{wt}: fused and one by one differ");
+        let worst = fused.iter().zip(&expected).map(|(&a, b)| (f64::from(a) - b).abs() / scale).fold(0.0, f64::max);
+        assert!(worst < 2e-2, "{wt}: off the expected products by {worst} of their largest");
+    }
+}
+
 /// An attention block's projections of one decoded token after an RMS norm, captured into a
 /// program: the key product with its ROPE and the SET_ROWS into an f16 key cache, the value
 /// product with its SET_ROWS, and the query product with its ROPE run as one kernel. The query

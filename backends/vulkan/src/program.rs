@@ -93,7 +93,7 @@ impl Recorded {
         // same commands may still be pending: the barriers at both ends order them on the
         // device, so the host need not wait for each run (a round trip of about 60 us per
         // run on an H100).
-        let usage = if rec.stamps.is_some() {
+        let usage = if rec.waits_for_previous_run() {
             vk::CommandBufferUsageFlags::empty()
         } else {
             vk::CommandBufferUsageFlags::SIMULTANEOUS_USE
