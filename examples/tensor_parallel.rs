@@ -16,8 +16,8 @@
 //!
 //! Two or more GPUs need NCCL: `libnccl.so` on `LD_LIBRARY_PATH` (the nvidia-nccl pip wheel
 //! has only `libnccl.so.2`: link `libnccl.so` to it). `TESSERA_CUDA_SPLIT_CHUNKS` sets the
-//! number of column chunks the transfers are pipelined over (default one per 512 columns, at
-//! most 8). With one GPU the program runs the split over that one device (no NCCL), says why
+//! column chunks the transfers are pipelined over: a count of even chunks (`8`) or relative
+//! widths (`1,3,8,3,1`, the default from 2560 columns). With one GPU the program runs the split over that one device (no NCCL), says why
 //! it cannot compare, and exits 0; with none, it says so and exits 0.
 
 #[macro_use]

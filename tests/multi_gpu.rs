@@ -5,7 +5,7 @@
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use tessera::allocator::alloc_tensors;
 use tessera::cpu::CpuBackend;
@@ -122,9 +122,12 @@ fn two_gpus_run_a_pipelined_layer_split_with_peer_copies() {
     }
 }
 
-/// MiniLM's weights, or `None` after printing why the test skips.
-fn minilm() -> Option<&'static Path> {
-    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/weights/all-MiniLM-L6-v2/model.safetensors"));
+/// MiniLM's weights (`TESSERA_MINILM_MODEL`, a safetensors or GGUF file, else the file
+/// scripts/fetch_minilm.sh fetches), or `None` after printing why the test skips.
+fn minilm() -> Option<PathBuf> {
+    let path = std::env::var_os("TESSERA_MINILM_MODEL").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/weights/all-MiniLM-L6-v2/model.safetensors"))
+    });
     if !path.exists() {
         eprintln!("skipped: no MiniLM weights at {} (scripts/fetch_minilm.sh)", path.display());
         return None;

@@ -165,12 +165,17 @@ impl CudaBackend {
         let mut i = 0;
         while i < ids.len() {
             if split::mul_mat::is_split_mul_mat(graph, ids[i]) {
-                self.launch_split_mul_mat(graph, ids[i])?;
-                self.written(graph, &ids[i..=i])?;
+                // Its weight is no memory of this GPU's alone: only the result is reported.
+                let dst = self.launch_split_mul_mat(graph, ids[i])?;
+                self.scratch.written(dst);
                 i += 1;
                 continue;
             }
-            if let Some(f) = consumers.and_then(|c| fusion::find(graph, &ids[i..], c)) {
+            // A fusion takes every operand from this GPU's memory: none may read a split weight.
+            let fused = consumers.and_then(|c| fusion::find(graph, &ids[i..], c)).filter(|f| {
+                !ids[i..(i + f.len()).min(ids.len())].iter().any(|&id| split::mul_mat::reads_split(graph, id))
+            });
+            if let Some(f) = fused {
                 let ctx = self.device.context();
                 let start = self.profile.is_some().then(|| Profile::start(ctx, &self.stream)).transpose()?;
                 // Reported before the kernel is queued: a fused norm leaves its result quantized
@@ -210,8 +215,8 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Queues a MUL_MAT whose weight is split across GPUs ([`split::mul_mat`]).
-    fn launch_split_mul_mat(&mut self, graph: &Graph, id: TensorId) -> Result<()> {
+    /// Queues a MUL_MAT whose weight is split across GPUs ([`split::mul_mat`]); its result.
+    fn launch_split_mul_mat(&mut self, graph: &Graph, id: TensorId) -> Result<Operand> {
         if !self.device.supports_op(graph, id) {
             return Err(Error::Unsupported {
                 backend: self.name().into(),
@@ -221,7 +226,8 @@ impl CudaBackend {
         }
         let node = graph.node_view(id)?;
         let (b, dst) = (self.arg(node.src(1)?)?, self.arg(&node.dst)?);
-        split::mul_mat::run(self.device, &self.stream, &self.kernels, &mut self.scratch, node.src(0)?, b, dst)
+        split::mul_mat::run(self.device, &self.stream, &self.kernels, &mut self.scratch, node.src(0)?, b, dst)?;
+        Ok((dst, node.dst.dtype))
     }
 
     /// Queues fusion `f` as one kernel; `false` (nothing queued) when its kernel does not take
