@@ -258,8 +258,8 @@ fn product_sms(device: &'static CudaDevice) -> Result<usize> {
     Ok(usize::try_from(sms).unwrap_or(0).saturating_sub(nccl_sms()).max(1))
 }
 
-/// `n` columns cut into consecutive ranges of the relative `widths` (ranges may be empty
-/// where `n` is smaller than the number of chunks).
+/// `n` columns cut into consecutive ranges of the relative `widths`; where `n` is too small
+/// for some of them, their empty ranges are left out.
 fn chunks(n: usize, widths: &[usize]) -> Vec<Range<usize>> {
     let total: usize = widths.iter().sum::<usize>().max(1);
     let mut start = 0;
