@@ -44,11 +44,31 @@ pub fn workspace_root() -> PathBuf {
 
 const PROFILE: &str = "plugin-test";
 
+/// This machine's target triple (`rustc -vV`). The nested builds name it with `--target`, so
+/// that a variant's `-C target-cpu` reaches the crates it builds but not their build
+/// scripts, which run here: an x86-64-v4 build script stops with SIGILL on a processor
+/// without AVX-512.
+fn host_triple() -> &'static str {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+        let out = Command::new(rustc).arg("-vV").output().expect("running rustc -vV");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let host = text.lines().find_map(|l| l.strip_prefix("host: ")).expect("rustc -vV names the host");
+        host.trim().to_string()
+    })
+}
+
+/// Where a nested build into `target_dir` puts its files.
+fn output_dir(target_dir: &Path) -> PathBuf {
+    target_dir.join(host_triple()).join(PROFILE)
+}
+
 fn cargo_build(target_cpu: &str, target_dir: &Path, args: &[&str]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(workspace_root())
-        .args(["build", "--offline", "--quiet", "--profile", PROFILE, "--target-dir"])
+        .args(["build", "--offline", "--quiet", "--profile", PROFILE, "--target", host_triple(), "--target-dir"])
         .arg(target_dir)
         .args(args)
         .env("RUSTFLAGS", format!("-C target-cpu={target_cpu}"))
@@ -88,12 +108,12 @@ pub fn built() -> &'static Built {
                     &dir,
                     &["-p", "tessera-cpu-plugin", "-p", "tessera-bad-plugin", "--lib", "--example", "no_entry"],
                 );
-                let out = dir.join(PROFILE);
+                let out = output_dir(&dir);
                 bad = Some((dll(&out, "tessera_bad_plugin"), dll(&out.join("examples"), "no_entry")));
             } else {
                 cargo_build(target_cpu, &dir, &["-p", "tessera-cpu-plugin"]);
             }
-            cpu.push((variant.to_string(), dll(&dir.join(PROFILE), "tessera_cpu_plugin")));
+            cpu.push((variant.to_string(), dll(&output_dir(&dir), "tessera_cpu_plugin")));
         }
         let (bad, no_entry) = bad.expect("the baseline build ran");
         eprintln!("plugins built in {:.1} s", start.elapsed().as_secs_f64());
@@ -109,7 +129,7 @@ pub fn built_example(name: &str) -> PathBuf {
     let (variant, target_cpu) = CPU_VARIANTS[0];
     let dir = workspace_root().join("target").join("plugin-variants").join(variant);
     cargo_build(target_cpu, &dir, &["-p", "tessera", "--example", name]);
-    let exe = dir.join(PROFILE).join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let exe = output_dir(&dir).join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(exe.is_file(), "{} was not built", exe.display());
     exe
 }

@@ -12,6 +12,12 @@
 //! A variant runs the kernels of the instruction sets it was built (and scored) for, not the
 //! best the processor has: the AVX2 build runs AVX2 kernels on an AVX-512 processor too, and
 //! its `KERNELS` feature says so.
+//!
+//! On x86-64 the score asks the processor itself ([`x86_cpu`]): `is_x86_feature_detected!`
+//! answers `true` without asking for a feature the build was compiled for.
+
+#[cfg(target_arch = "x86_64")]
+mod x86_cpu;
 
 tessera_plugin_abi::export_backend!(
     reg: {
@@ -30,7 +36,7 @@ struct Feature {
     /// Whether this build was compiled to use it.
     compiled: bool,
     /// Whether this processor has it.
-    present: fn() -> bool,
+    present: bool,
 }
 
 /// Whether `TESSERA_CPU_DISABLE_<name>` hides a feature that is present.
@@ -43,7 +49,7 @@ fn disabled(name: &str) -> bool {
 fn score_of(features: &[Feature]) -> u32 {
     let mut score = 1;
     for f in features.iter().filter(|f| f.compiled) {
-        if !(f.present)() || disabled(f.name) {
+        if !f.present || disabled(f.name) {
             return 0;
         }
         score += f.bit;
@@ -53,14 +59,14 @@ fn score_of(features: &[Feature]) -> u32 {
 
 #[cfg(target_arch = "x86_64")]
 fn features() -> [Feature; 7] {
-    use std::arch::is_x86_feature_detected as has;
+    let cpu = x86_cpu::Cpu::detect();
     [
-        Feature { name: "FMA", bit: 1, compiled: cfg!(target_feature = "fma"), present: || has!("fma") },
-        Feature { name: "F16C", bit: 2, compiled: cfg!(target_feature = "f16c"), present: || has!("f16c") },
-        Feature { name: "SSE42", bit: 4, compiled: cfg!(target_feature = "sse4.2"), present: || has!("sse4.2") },
-        Feature { name: "BMI2", bit: 8, compiled: cfg!(target_feature = "bmi2"), present: || has!("bmi2") },
-        Feature { name: "AVX", bit: 16, compiled: cfg!(target_feature = "avx"), present: || has!("avx") },
-        Feature { name: "AVX2", bit: 32, compiled: cfg!(target_feature = "avx2"), present: || has!("avx2") },
+        Feature { name: "FMA", bit: 1, compiled: cfg!(target_feature = "fma"), present: cpu.fma },
+        Feature { name: "F16C", bit: 2, compiled: cfg!(target_feature = "f16c"), present: cpu.f16c },
+        Feature { name: "SSE42", bit: 4, compiled: cfg!(target_feature = "sse4.2"), present: cpu.sse42 },
+        Feature { name: "BMI2", bit: 8, compiled: cfg!(target_feature = "bmi2"), present: cpu.bmi2 },
+        Feature { name: "AVX", bit: 16, compiled: cfg!(target_feature = "avx"), present: cpu.avx },
+        Feature { name: "AVX2", bit: 32, compiled: cfg!(target_feature = "avx2"), present: cpu.avx2 },
         Feature {
             name: "AVX512",
             bit: 128,
@@ -71,7 +77,7 @@ fn features() -> [Feature; 7] {
                 target_feature = "avx512dq",
                 target_feature = "avx512bw"
             )),
-            present: || has!("avx512f") && has!("avx512cd") && has!("avx512vl") && has!("avx512dq") && has!("avx512bw"),
+            present: cpu.avx512,
         },
     ]
 }
@@ -80,9 +86,9 @@ fn features() -> [Feature; 7] {
 fn features() -> [Feature; 3] {
     use std::arch::is_aarch64_feature_detected as has;
     [
-        Feature { name: "DOTPROD", bit: 2, compiled: cfg!(target_feature = "dotprod"), present: || has!("dotprod") },
-        Feature { name: "FP16", bit: 4, compiled: cfg!(target_feature = "fp16"), present: || has!("fp16") },
-        Feature { name: "I8MM", bit: 16, compiled: cfg!(target_feature = "i8mm"), present: || has!("i8mm") },
+        Feature { name: "DOTPROD", bit: 2, compiled: cfg!(target_feature = "dotprod"), present: has!("dotprod") },
+        Feature { name: "FP16", bit: 4, compiled: cfg!(target_feature = "fp16"), present: has!("fp16") },
+        Feature { name: "I8MM", bit: 16, compiled: cfg!(target_feature = "i8mm"), present: has!("i8mm") },
     ]
 }
 
@@ -102,12 +108,10 @@ mod tests {
 
     #[test]
     fn a_missing_feature_scores_zero_and_present_ones_add_their_bits() {
-        let yes = || true;
-        let no = || false;
         let f = |bit, compiled, present| Feature { name: "TEST_ONLY", bit, compiled, present };
         assert_eq!(score_of(&[]), 1);
-        assert_eq!(score_of(&[f(1, true, yes), f(32, true, yes), f(128, false, no)]), 34);
-        assert_eq!(score_of(&[f(1, true, yes), f(128, true, no)]), 0);
+        assert_eq!(score_of(&[f(1, true, true), f(32, true, true), f(128, false, false)]), 34);
+        assert_eq!(score_of(&[f(1, true, true), f(128, true, false)]), 0);
         // This very build runs here, so it scores at least 1.
         assert!(score() >= 1);
     }
