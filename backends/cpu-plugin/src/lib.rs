@@ -13,9 +13,12 @@
 //! best the processor has: the AVX2 build runs AVX2 kernels on an AVX-512 processor too, and
 //! its `KERNELS` feature says so.
 //!
-//! On x86-64 the score asks the processor itself ([`x86_cpu`]): `is_x86_feature_detected!`
-//! answers `true` without asking for a feature the build was compiled for.
+//! The score asks the processor itself (x86-64: CPUID, [`x86_cpu`]; AArch64 Linux: the
+//! auxiliary vector, `arm_hwcap`): the standard library's feature macros answer `true`
+//! without asking for a feature the build was compiled for.
 
+#[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+mod arm_hwcap;
 #[cfg(target_arch = "x86_64")]
 mod x86_cpu;
 
@@ -82,7 +85,19 @@ fn features() -> [Feature; 7] {
     ]
 }
 
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+fn features() -> [Feature; 3] {
+    let cpu = arm_hwcap::Cpu::detect();
+    [
+        Feature { name: "DOTPROD", bit: 2, compiled: cfg!(target_feature = "dotprod"), present: cpu.dotprod },
+        Feature { name: "FP16", bit: 4, compiled: cfg!(target_feature = "fp16"), present: cpu.fp16 },
+        Feature { name: "I8MM", bit: 16, compiled: cfg!(target_feature = "i8mm"), present: cpu.i8mm },
+    ]
+}
+
+/// Elsewhere on AArch64 the standard library's answers, which are `true` for every feature
+/// the build enables: a variant is trusted to run where it was built for.
+#[cfg(all(target_arch = "aarch64", not(target_os = "linux")))]
 fn features() -> [Feature; 3] {
     use std::arch::is_aarch64_feature_detected as has;
     [
