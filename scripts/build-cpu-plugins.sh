@@ -5,12 +5,16 @@
 #   scripts/build-cpu-plugins.sh [DEST]        (default: target/plugins)
 #
 # Cargo cannot build one crate with several target-cpu settings at once, so each variant is
-# a separate build with its own RUSTFLAGS into its own target directory. At run time each
-# plugin scores itself by the processor features it finds; the loader picks the best one.
+# a separate build with its own RUSTFLAGS into its own target directory. The builds name the
+# host with --target, so that RUSTFLAGS reach the plugin's crates but not the build scripts,
+# which run here (an x86-64-v4 build script would stop with SIGILL without AVX-512). At run
+# time each plugin scores itself by the processor features it finds; the loader picks the
+# best one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest="${1:-target/plugins}"
 mkdir -p "$dest"
+host=$(rustc -vV | sed -n 's/^host: //p')
 
 case "$(uname -m)" in
   x86_64|amd64)
@@ -29,7 +33,8 @@ for v in "${variants[@]}"; do
   name="${v%%|*}"
   flags="${v#*|}"
   echo "building the CPU plugin for $name ($flags)"
-  RUSTFLAGS="$flags" cargo build --release -p tessera-cpu-plugin --target-dir "target/plugin-variants/release-$name"
-  cp "target/plugin-variants/release-$name/release/libtessera_cpu_plugin.$ext" "$dest/libtessera-cpu-$name.$ext"
+  RUSTFLAGS="$flags" cargo build --release -p tessera-cpu-plugin --target "$host" \
+    --target-dir "target/plugin-variants/release-$name"
+  cp "target/plugin-variants/release-$name/$host/release/libtessera_cpu_plugin.$ext" "$dest/libtessera-cpu-$name.$ext"
 done
 ls -l "$dest"
