@@ -135,8 +135,8 @@ fn run_bf16(kernels: &Kernels, gemv: GemvBf16, team: &mut Team, memory: &mut Wor
 /// Q8_0 and Q4_0 weights: the activations are quantized to 8-bit blocks first.
 pub fn run_quant(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &MatMul) -> Result<()> {
     let gemv = if mm.a_type == DType::Q4_0 { kernels.gemv.q4_0 } else { kernels.gemv.q8_0 };
+    let bias = kernels.gemv.bias(mm.a_type);
     let nblocks = mm.k / QK;
-    let bias = kernels.weight_bias(mm.a_type);
     let quantize = |x: *const f32, at: *mut u8| {
         // SAFETY: as `run_int8` guarantees: `x` holds the column, `at` its quantized bytes.
         unsafe {

@@ -392,6 +392,9 @@ fn quantized_matrix_vector_products_match_the_reference() {
         case(Q4_0, 5, 2, 32).batched([1, 2], [2, 1]),
         case(Q4_0, 3, 2, 64).layouts(A::PaddedRows, B::PaddedCols),
         case(Q4_0, 5, 3, 32).batched([2, 1], [1, 1]).layouts(A::Permuted, B::Permuted),
+        // Rows in eights (kernels that take 8 rows at a time) and a remainder.
+        case(Q4_0, 24, GEMV_MAX_N, 96).layouts(A::PaddedRows, B::Dense),
+        case(Q4_0, 19, 3, 160).batched([1, 2], [2, 1]),
     ]);
 }
 

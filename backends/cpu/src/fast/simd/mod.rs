@@ -17,7 +17,8 @@
 //!   [`GemvKernels::arrange`] may then reorder them within the column for its kernels.
 //!
 //! The correction of a block is `-bias * sum(q)`: kernels that take weights as unsigned bytes
-//! (`w + bias`, for `vpdpbusd`) start each block's integer sum from it.
+//! (`w + bias`, for `vpdpbusd`, or Q4_0's stored nibbles) start each block's integer sum from
+//! it ([`GemvKernels::bias`]).
 //!
 //! K-quant weights (Q4_K, Q5_K, Q6_K) take their own int8 layouts, because their values carry
 //! a scale and a min per 16 or 32 values (value = `scale * q - min`, `q` unsigned):
@@ -322,10 +323,26 @@ pub struct GemvKernels {
     pub bf16_columns: Bf16Columns,
     pub q8_0: QGemv,
     pub q4_0: QGemv,
+    /// The bias `q8_0` and `q4_0` take their weights with: the activation columns they read
+    /// carry the correction `-bias * sum(q)` of each block ([`QvColumn::c`]); 0 for kernels
+    /// that take signed weights and ignore it.
+    pub q8_0_bias: i32,
+    pub q4_0_bias: i32,
     /// Applied to every activation column after quantizing, before `q8_0`/`q4_0` read it.
     pub arrange: ArrangeColumn,
     /// K-quant weights on int8 dot products, where the set has them (others dequantize).
     pub kquant: Option<KQuantGemv>,
+}
+
+impl GemvKernels {
+    /// The bias of `q8_0` (Q8_0 weights) or `q4_0` (any other type).
+    pub fn bias(&self, dtype: DType) -> i32 {
+        if dtype == DType::Q4_0 {
+            self.q4_0_bias
+        } else {
+            self.q8_0_bias
+        }
+    }
 }
 
 /// How the matrix-vector driver lays out the bf16-rounded activations of a product.

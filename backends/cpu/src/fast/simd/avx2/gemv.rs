@@ -1,5 +1,7 @@
 //! AVX2 matrix-vector kernels: each weight row is loaded once (converted to f32, or its
-//! signed bytes) and multiplied with up to four columns at a time.
+//! signed bytes) and multiplied with up to four columns at a time; Q4_0 rows are taken 8 at a
+//! time, as their stored nibbles. Each kernel prefetches the rows after its own, which the
+//! hardware prefetchers did not do for it.
 
 use core::arch::x86_64::*;
 
@@ -179,6 +181,8 @@ unsafe fn quant_n<const N: usize, const Q4: bool>(
             ($b:expr, $h:expr) => {
                 // SAFETY: block `$b` of the row and of each activation column.
                 unsafe {
+                    // The next row, as `q4_0_rows8` fetches its next rows.
+                    _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(rows.stride + $b * bs).cast());
                     let (w, da) = weights::<Q4>(row.add($b * bs));
                     let w_abs = _mm256_abs_epi8(w);
                     for (a, col) in acc.iter_mut().zip(&cols) {
@@ -205,6 +209,85 @@ unsafe fn quant_n<const N: usize, const Q4: bool>(
     }
 }
 
+/// The bias [`q4_0`] takes Q4_0 weights with: their nibbles `q + 8` are multiplied as they are
+/// stored, and each activation block's correction `-8 * sum(y)` restores the sign.
+pub const Q4_0_BIAS: i32 = 8;
+
+/// Q4_0 weights, 8 rows at a time by `N` columns: each of the 8 rows' blocks is loaded as it
+/// is stored, and the four 4-byte groups of all 8 rows are transposed so that one register
+/// holds one group of every row (lane `r` = row `r`). Then a group's nibbles meet the
+/// activations' matching 4 values broadcast to every lane, and a block ends with one value
+/// per row in its lane: no horizontal sums, and the 8 scales are applied as one vector.
+/// Row by row the same product took about 1.8 times as long (4096 x 14336 weights, one
+/// column, on an AVX2 core), bound by the instructions that unpack and scale each block.
+///
+/// # Safety
+/// As [`crate::fast::simd::QGemv`] with `n = N` and 8 rows; columns carry the corrections of
+/// [`Q4_0_BIAS`]; AVX2, FMA, F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_rows8<const N: usize>(nblocks: usize, rows: &Rows, x: *const u8, ldx: usize, y: *mut f32, ldy: usize) {
+    const BLOCK: usize = 18;
+    let cols: [QvColumn; N] = core::array::from_fn(|j| QvColumn::at(x.wrapping_add(j * ldx), nblocks));
+    let row = |r: usize| rows.ptr.wrapping_add(r * rows.stride);
+    let low = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..nblocks {
+        let at = |r: usize| row(r).wrapping_add(b * BLOCK);
+        // The 8 rows are 8 streams that the prefetchers did not follow well (decoding read
+        // weights at about half the memory's rate); the next 8 rows are one region, fetched
+        // a block's share at a time while these are multiplied. Rows whose stride exceeds
+        // their blocks are fetched in part; a prefetch past the matrix is harmless.
+        let next = row(8).wrapping_add(b * 8 * BLOCK);
+        for line in 0..(8 * BLOCK).div_ceil(64) {
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * line).cast());
+        }
+        // SAFETY: block `b` of rows 0..8: a 2-byte scale, then 16 bytes of nibbles.
+        let (groups, scales) = unsafe {
+            let pair = |r: usize| _mm256_loadu2_m128i(at(r + 4).add(2).cast(), at(r).add(2).cast());
+            let (a0, a1, a2, a3) = (pair(0), pair(1), pair(2), pair(3));
+            let (t0, t1) = (_mm256_unpacklo_epi32(a0, a1), _mm256_unpackhi_epi32(a0, a1));
+            let (t2, t3) = (_mm256_unpacklo_epi32(a2, a3), _mm256_unpackhi_epi32(a2, a3));
+            // Group `g` of rows 0..4 in the low half, of rows 4..8 in the high half.
+            let g = [
+                _mm256_unpacklo_epi64(t0, t2),
+                _mm256_unpackhi_epi64(t0, t2),
+                _mm256_unpacklo_epi64(t1, t3),
+                _mm256_unpackhi_epi64(t1, t3),
+            ];
+            let d = |r: usize| i16::from_le_bytes(bytes(at(r)));
+            let halves = _mm_setr_epi16(d(0), d(1), d(2), d(3), d(4), d(5), d(6), d(7));
+            (g, _mm256_cvtph_ps(halves))
+        };
+        // Byte `i` of a block holds value `i` in its low nibble and value `16 + i` in its high
+        // one: group `g` (values `4g..4g + 4`) and group `g + 4`.
+        let w: [__m256i; 8] = core::array::from_fn(|i| {
+            let g = groups[i % 4];
+            _mm256_and_si256(if i < 4 { g } else { _mm256_srli_epi16::<4>(g) }, low)
+        });
+        for (a, col) in acc.iter_mut().zip(&cols) {
+            // SAFETY: block `b` of the column: 32 values, their scale and correction.
+            unsafe {
+                let q = col.q.add(QK * b);
+                // Pair sums of at most 2 * 15 * 128 over 8 groups stay inside i16.
+                let mut s = _mm256_setzero_si256();
+                for (i, &wi) in w.iter().enumerate() {
+                    let yv = _mm256_set1_epi32(i32::from_le_bytes(bytes(q.add(4 * i))));
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(wi, yv));
+                }
+                let correction = _mm256_set1_epi32(i32::from_le_bytes(bytes(col.c.add(4 * b))));
+                let s = _mm256_add_epi32(_mm256_madd_epi16(s, ones), correction);
+                let scale = _mm256_mul_ps(scales, _mm256_set1_ps(get_f32(col.d.add(4 * b))));
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, *a);
+            }
+        }
+    }
+    for (j, &a) in acc.iter().enumerate() {
+        // SAFETY: outputs 0..8 of column `j`.
+        unsafe { _mm256_storeu_ps(y.add(j * ldy), a) };
+    }
+}
+
 /// # Safety
 /// As [`crate::fast::simd::QGemv`]; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -217,16 +300,31 @@ unsafe fn quant<const Q4: bool>(
     y: *mut f32,
     ldy: usize,
 ) {
+    // Q4_0 rows in eights, the rest one by one.
+    let eights = if Q4 { rows.count / 8 * 8 } else { 0 };
     let mut j = 0;
     while j < n {
-        // SAFETY: columns `j..j + 4` (or fewer) exist.
+        // SAFETY: columns `j..j + 4` (or fewer) exist; rows `0..eights` in eights, then
+        // rows `eights..` with their outputs.
         unsafe {
             let (x, y) = (x.add(j * ldx), y.add(j * ldy));
+            let rest = Rows { ptr: rows.ptr.add(eights * rows.stride), count: rows.count - eights, ..*rows };
+            for r in (0..eights).step_by(8) {
+                let eight = Rows { ptr: rows.ptr.add(r * rows.stride), count: 8, ..*rows };
+                let y = y.add(r);
+                match n - j {
+                    1 => q4_0_rows8::<1>(nblocks, &eight, x, ldx, y, ldy),
+                    2 => q4_0_rows8::<2>(nblocks, &eight, x, ldx, y, ldy),
+                    3 => q4_0_rows8::<3>(nblocks, &eight, x, ldx, y, ldy),
+                    _ => q4_0_rows8::<4>(nblocks, &eight, x, ldx, y, ldy),
+                }
+            }
+            let y = y.add(eights);
             match n - j {
-                1 => quant_n::<1, Q4>(nblocks, rows, x, ldx, y, ldy),
-                2 => quant_n::<2, Q4>(nblocks, rows, x, ldx, y, ldy),
-                3 => quant_n::<3, Q4>(nblocks, rows, x, ldx, y, ldy),
-                _ => quant_n::<4, Q4>(nblocks, rows, x, ldx, y, ldy),
+                1 => quant_n::<1, Q4>(nblocks, &rest, x, ldx, y, ldy),
+                2 => quant_n::<2, Q4>(nblocks, &rest, x, ldx, y, ldy),
+                3 => quant_n::<3, Q4>(nblocks, &rest, x, ldx, y, ldy),
+                _ => quant_n::<4, Q4>(nblocks, &rest, x, ldx, y, ldy),
             }
         }
         j += 4;

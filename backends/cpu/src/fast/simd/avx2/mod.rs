@@ -19,6 +19,8 @@ pub const GEMV: GemvKernels = GemvKernels {
     bf16_columns: super::Bf16Columns::Separate,
     q8_0: gemv::q8_0,
     q4_0: gemv::q4_0,
+    q8_0_bias: 0,
+    q4_0_bias: gemv::Q4_0_BIAS,
     arrange: super::as_quantized,
     kquant: Some(KQuantGemv { gemv: kgemv::gemv, quantize: kgemv::quantize }),
 };

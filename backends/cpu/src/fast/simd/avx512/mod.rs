@@ -42,6 +42,8 @@ pub static KERNELS_VNNI: Kernels = Kernels {
     gemv: GemvKernels {
         q8_0: gemv::q8_0,
         q4_0: gemv::q4_0,
+        q8_0_bias: 128,
+        q4_0_bias: 8,
         arrange: gemv::arrange,
         kquant: Some(KQuantGemv { gemv: kgemv::gemv, quantize: kgemv::quantize }),
         ..KERNELS.gemv
@@ -157,7 +159,7 @@ mod tests {
                 unsafe {
                     for j in 0..n {
                         let out = QvColumn::out(q.as_mut_ptr().add(j * nb * QV_BLOCK_BYTES), nb);
-                        (table.quantize)(x[5 + j * k..].as_ptr(), nb, table.weight_bias(dtype), &out);
+                        (table.quantize)(x[5 + j * k..].as_ptr(), nb, table.gemv.bias(dtype), &out);
                         (table.gemv.arrange)(q.as_mut_ptr().add(j * nb * QV_BLOCK_BYTES), nb);
                     }
                     let f = if dtype == DType::Q8_0 { table.gemv.q8_0 } else { table.gemv.q4_0 };

@@ -38,6 +38,8 @@ pub const TABLE: Kernels = Kernels {
         bf16_columns: super::Bf16Columns::Separate,
         q8_0: gemv::quant,
         q4_0: gemv::quant,
+        q8_0_bias: 0,
+        q4_0_bias: 0,
         arrange: super::as_quantized,
         kquant: None,
     },
