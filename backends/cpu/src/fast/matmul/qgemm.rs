@@ -74,7 +74,10 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
         _ => Format::Blocks { bias: kernels.weight_bias(mm.a_type) },
     };
     let micro_kernel: QGemmTile = match format {
-        Format::Blocks { .. } => kernels.qgemm.tile,
+        Format::Blocks { .. } => match kernels.qgemm.q4_0_tile {
+            Some(tile) if mm.a_type == DType::Q4_0 => tile,
+            _ => kernels.qgemm.tile,
+        },
         Format::KQuant(k) if mm.a_type == DType::Q6_K => k.tile_halves,
         Format::KQuant(k) => k.tile,
     };
@@ -93,6 +96,7 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
     let col_blocks = panels.div_ceil(panels_per_item);
     let items = batches * row_blocks * col_blocks;
     let dense = mm.activations_dense();
+    let unsigned = kernels.packs_unsigned(mm.a_type);
 
     let a_bytes = mc / mr * kb_max * a_block;
     // Private: packed weights, an edge tile, and one gathered activation column.
@@ -140,9 +144,7 @@ pub fn run(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, mm: &Mat
                     // for K-quants: `KB` is a multiple of 8); panel `ir` fits.
                     unsafe {
                         match format {
-                            Format::Blocks { .. } => {
-                                (kernels.qgemm.pack_a)(&rows, b0, kb, mr, kernels.unsigned_weights, dst)
-                            }
+                            Format::Blocks { .. } => (kernels.qgemm.pack_a)(&rows, b0, kb, mr, unsigned, dst),
                             Format::KQuant(k) => (k.pack_a)(&rows, b0, kb, mr, dst),
                         }
                     }

@@ -288,6 +288,9 @@ pub struct QGemmKernels {
     pub nr: usize,
     pub tile: QGemmTile,
     pub pack_a: PackAQ,
+    /// A tile for Q4_0 panels packed as their stored nibbles (unsigned, bias 8), where the set
+    /// has one; `tile` takes every other panel.
+    pub q4_0_tile: Option<QGemmTile>,
 }
 
 /// The int8 GEMM of K-quant weights. The tiles take K-quant panels; `tile_halves` applies a
@@ -387,9 +390,14 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    /// The bias added to weights of `dtype` by the unsigned int8 kernels (0 when signed).
+    /// Whether the int8 GEMM packs weights of `dtype` as unsigned bytes.
+    pub fn packs_unsigned(&self, dtype: DType) -> bool {
+        self.unsigned_weights || (dtype == DType::Q4_0 && self.qgemm.q4_0_tile.is_some())
+    }
+
+    /// The bias added to weights of `dtype` by the unsigned int8 GEMM kernels (0 when signed).
     pub fn weight_bias(&self, dtype: DType) -> i32 {
-        match (self.unsigned_weights, dtype) {
+        match (self.packs_unsigned(dtype), dtype) {
             (true, DType::Q8_0) => 128,
             (true, DType::Q4_0) => 8,
             _ => 0,

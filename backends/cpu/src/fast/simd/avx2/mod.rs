@@ -9,7 +9,13 @@ mod quantize;
 use super::{GemmKernels, GemvKernels, KQuantGemv, Kernels, QGemmKernels};
 
 /// The int8 GEMM kernels (signed weights), also used by the AVX-512 table without VNNI.
-pub const QGEMM: QGemmKernels = QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: qgemm::pack_a };
+pub const QGEMM: QGemmKernels = QGemmKernels {
+    mr: qgemm::MR,
+    nr: qgemm::NR,
+    tile: qgemm::tile,
+    pack_a: qgemm::pack_a,
+    q4_0_tile: Some(qgemm::tile_nibbles),
+};
 /// The matrix-vector kernels (int8 ones for signed weights).
 pub const GEMV: GemvKernels = GemvKernels {
     f32: gemv::f32,

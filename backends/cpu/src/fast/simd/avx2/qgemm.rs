@@ -60,14 +60,61 @@ pub unsafe fn tile(nblocks: usize, a: *const u8, b: *const u8, c: *mut f32, ldc:
     }
 }
 
-/// [`crate::fast::simd::PackAQ`] for 8-row panels of signed weights: 8 x 8 (Q8_0) or 8 x 4
-/// (Q4_0 nibbles) dword transposes in registers.
+/// [`crate::fast::simd::QGemmTile`] for an 8 x 4 tile of Q4_0 panels packed as their stored
+/// nibbles (`w + 8`, 0..=15): unsigned bytes that `vpmaddubsw` takes as they are, so neither
+/// the weights' signs nor 32-bit sums are needed per group; the pair sums (at most
+/// `2 * 15 * 128` a group) stay in 16 bits over a block's 8 groups, and the activations'
+/// corrections `-8 * sum(y)` restore the signs. About half the instructions of [`tile`].
+///
+/// # Safety
+/// As [`crate::fast::simd::QGemmTile`]; AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn tile_nibbles(nblocks: usize, a: *const u8, b: *const u8, c: *mut f32, ldc: usize, accumulate: bool) {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); NR];
+    for blk in 0..nblocks {
+        // SAFETY: block `blk < nblocks` of both panels.
+        let (ab, bb) = unsafe { (a.add(blk * qa_block_bytes(MR)), b.add(blk * qb_block_bytes(NR))) };
+        let mut sums = [_mm256_setzero_si256(); NR];
+        for g in 0..QK / 4 {
+            // SAFETY: group `g` of the weight block: 32 bytes.
+            let w = unsafe { _mm256_loadu_si256(ab.add(g * 4 * MR).cast()) };
+            for (j, s) in sums.iter_mut().enumerate() {
+                // SAFETY: values `4g..4g + 4` of column `j` inside the activation block.
+                let y = _mm256_set1_epi32(i32::from_le_bytes(unsafe { bytes(bb.add(j * QK + 4 * g)) }));
+                *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(w, y));
+            }
+        }
+        // SAFETY: the 8 row scales follow the weight block's values.
+        let da = unsafe { _mm256_loadu_ps(ab.add(QK * MR).cast()) };
+        for (j, (accj, s)) in acc.iter_mut().zip(&sums).enumerate() {
+            // SAFETY: column `j`'s scale and correction inside the activation block.
+            let (db, correction) = unsafe {
+                let at = bb.add(NR * QK + 4 * j);
+                (get_f32(at), i32::from_le_bytes(bytes(at.add(4 * NR))))
+            };
+            let s = _mm256_add_epi32(_mm256_madd_epi16(*s, ones), _mm256_set1_epi32(correction));
+            *accj = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(da, _mm256_set1_ps(db)), *accj);
+        }
+    }
+    for (j, &v) in acc.iter().enumerate() {
+        // SAFETY: the 8 values of column `j` of the tile.
+        unsafe {
+            let p = c.add(j * ldc);
+            let v = if accumulate { _mm256_add_ps(_mm256_loadu_ps(p), v) } else { v };
+            _mm256_storeu_ps(p, v);
+        }
+    }
+}
+
+/// [`crate::fast::simd::PackAQ`] for 8-row panels of signed weights, or of Q4_0's stored
+/// nibbles: 8 x 8 (Q8_0) or 8 x 4 (Q4_0 nibbles) dword transposes in registers.
 ///
 /// # Safety
 /// As [`crate::fast::simd::PackAQ`]; AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 pub unsafe fn pack_a(rows: &Rows, b0: usize, nblocks: usize, mr: usize, unsigned: bool, dst: *mut u8) {
-    if mr != MR || rows.count != MR || unsigned {
+    if mr != MR || rows.count != MR || (unsigned && rows.dtype != DType::Q4_0) {
         // SAFETY: forwarded.
         return unsafe { crate::fast::simd::scalar::pack::pack_a_q(rows, b0, nblocks, mr, unsigned, dst) };
     }
@@ -98,7 +145,8 @@ pub unsafe fn pack_a(rows: &Rows, b0: usize, nblocks: usize, mr: usize, unsigned
                 _mm256_unpacklo_epi64(t1, t3),
                 _mm256_unpackhi_epi64(t1, t3),
             ];
-            let (low, minus8) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(-8));
+            // Unsigned panels keep the stored nibbles `w + 8`.
+            let (low, minus8) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(if unsigned { 0 } else { -8 }));
             for (i, &di) in d.iter().enumerate() {
                 g[i] = _mm256_add_epi8(_mm256_and_si256(di, low), minus8);
                 g[i + 4] = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16::<4>(di), low), minus8);

@@ -38,7 +38,7 @@ pub static KERNELS: Kernels = Kernels {
 /// Everything on AVX-512, int8 dot products with `vpdpbusd`.
 pub static KERNELS_VNNI: Kernels = Kernels {
     name: "avx512-vnni",
-    qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: qgemm::pack_a },
+    qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: qgemm::pack_a, q4_0_tile: None },
     gemv: GemvKernels {
         q8_0: gemv::q8_0,
         q4_0: gemv::q4_0,

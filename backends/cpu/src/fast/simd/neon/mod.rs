@@ -26,7 +26,13 @@ pub static KERNELS: Kernels = Kernels {
 /// Everything on NEON, int8 dot products with `sdot`.
 pub static KERNELS_DOT: Kernels = Kernels {
     name: "neon-dotprod",
-    qgemm: QGemmKernels { mr: qgemm::MR, nr: qgemm::NR, tile: qgemm::tile, pack_a: scalar::pack::pack_a_q },
+    qgemm: QGemmKernels {
+        mr: qgemm::MR,
+        nr: qgemm::NR,
+        tile: qgemm::tile,
+        pack_a: scalar::pack::pack_a_q,
+        q4_0_tile: None,
+    },
     gemv: GemvKernels {
         q8_0: gemv::q8_0,
         q4_0: gemv::q4_0,

@@ -29,7 +29,7 @@ pub const TABLE: Kernels = Kernels {
     name: "scalar",
     gemm: GEMM,
     gemm_bf16: GEMM,
-    qgemm: QGemmKernels { mr: QMR, nr: QNR, tile: qgemm::tile::<QMR, QNR>, pack_a: pack::pack_a_q },
+    qgemm: QGemmKernels { mr: QMR, nr: QNR, tile: qgemm::tile::<QMR, QNR>, pack_a: pack::pack_a_q, q4_0_tile: None },
     gemv: GemvKernels {
         f32: gemv::f32,
         f16: gemv::f16,
