@@ -8,7 +8,8 @@ mod quantize;
 
 use super::{GemmKernels, GemvKernels, KQuantGemv, Kernels, QGemmKernels};
 
-/// The int8 GEMM kernels (signed weights), also used by the AVX-512 table without VNNI.
+/// The int8 GEMM kernels (signed weights; Q4_0 as its stored nibbles), also used by the
+/// AVX-512 table without VNNI.
 pub const QGEMM: QGemmKernels = QGemmKernels {
     mr: qgemm::MR,
     nr: qgemm::NR,
@@ -16,7 +17,7 @@ pub const QGEMM: QGemmKernels = QGemmKernels {
     pack_a: qgemm::pack_a,
     q4_0_tile: Some(qgemm::tile_nibbles),
 };
-/// The matrix-vector kernels (int8 ones for signed weights).
+/// The matrix-vector kernels (int8 ones for signed weights; Q4_0 as its stored nibbles).
 pub const GEMV: GemvKernels = GemvKernels {
     f32: gemv::f32,
     f16: gemv::f16,
