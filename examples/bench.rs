@@ -85,10 +85,12 @@ fn bytes(ne: [usize; 4]) -> f64 {
 }
 
 /// MUL_MAT: square products, a 4096 x 14336 weight matrix against 1 to 8 columns (batched
-/// decoding) and 512, and a BERT layer's products over many tokens.
+/// decoding) and 512, the one-column products of a 1B Llama's decoding (hidden 2048,
+/// feed-forward 5632, vocabulary 32000), and a BERT layer's products over many tokens.
 fn mul_mat() -> Vec<Case> {
     let mut shapes: Vec<(usize, usize, usize)> = [1024, 2048, 4096].iter().map(|&s| (s, s, s)).collect();
     shapes.extend([1, 2, 3, 4, 5, 6, 7, 8, 512].iter().map(|&n| (4096, n, 14336)));
+    shapes.extend([(2048, 1, 2048), (5632, 1, 2048), (2048, 1, 5632), (32000, 1, 2048)]);
     // The products of a MiniLM layer (hidden 384, feed-forward 1536) over 1024 x 128 tokens.
     shapes.extend([(384, 131072, 384), (1536, 131072, 384), (384, 131072, 1536)]);
     let mut cases = Vec::new();

@@ -483,7 +483,11 @@ fn mul_mat(v: &mut Vec<Case>) {
         PermB,
         /// `a` is a `[k, d2, m, d3]` leaf with dims 1 and 2 swapped (rows stay contiguous).
         PermA,
+        /// `a` and `b` are the first `k` values of rows `PAD` values longer.
+        Padded,
     }
+    /// How much longer the rows of the `Padded` layout's leafs are.
+    const PAD: usize = 3;
     for ta in [F32, F16, BF16, Q8_0, Q4_0].into_iter().chain(LEGACY_QUANTS).chain(K_QUANTS) {
         let sizes: &[(usize, usize, usize)] = if K_QUANTS.contains(&ta) {
             &[(7, 1, 256), (17, 9, 512), (5, 3, 256), (33, 1, 768), (16, 16, 256), (67, 33, 512)]
@@ -507,6 +511,10 @@ fn mul_mat(v: &mut Vec<Case>) {
             list.push((67, 1, 1024, [1, 1], [1, 1], Layout::Plain));
             list.push((33, 7, 256, [2, 1], [2, 2], Layout::Plain));
             list.push((19, 4, 256, [2, 1], [2, 2], Layout::PermA));
+            // Rows on 16-byte boundaries (1024 values long) whose last vector is partly past k:
+            // the float matrix-vector kernels' last values, one column and several.
+            list.push((67, 1, 1024 - PAD, [1, 1], [1, 1], Layout::Padded));
+            list.push((9, 3, 1024 - PAD, [2, 1], [1, 2], Layout::Padded));
         }
         if ta.is_quantized() {
             // K a multiple of 256 with rows on 16-byte boundaries and 5 to 8 columns: the GPUs'
@@ -544,6 +552,7 @@ fn mul_mat(v: &mut Vec<Case>) {
                 Layout::TransB => ",trans_b",
                 Layout::PermB => ",perm_b=[0,2,1,3]",
                 Layout::PermA => ",perm_a=[0,2,1,3]",
+                Layout::Padded => ",rows_of_k+3",
             };
             let name = format!(
                 "MUL_MAT(type_a={ta},type_b=f32,m={m},n={n},k={k},bs={},nr={}{extra})",
@@ -551,6 +560,14 @@ fn mul_mat(v: &mut Vec<Case>) {
                 fmt_ne(&nr)
             );
             let case = Case::new("MUL_MAT", name, move |g| {
+                if layout == Layout::Padded {
+                    let a = g.leaf(ta, [k + PAD, m, bs[0], bs[1]])?;
+                    let b = g.leaf(F32, [k + PAD, n, e[0], e[1]])?;
+                    let (na, nb) = (g.tensor(a)?.nb(), g.tensor(b)?.nb());
+                    let a = g.view(a, [k, m, bs[0], bs[1]], [na[1], na[2], na[3]], 0)?;
+                    let b = g.view(b, [k, n, e[0], e[1]], [nb[1], nb[2], nb[3]], 0)?;
+                    return g.mul_mat(a, b);
+                }
                 let a_perm = (layout == Layout::PermA).then_some(SWAP12);
                 let a = g.input(ta, [k, m, bs[0], bs[1]], a_perm, Init::DEFAULT)?;
                 let b_perm = match layout {

@@ -23,6 +23,16 @@ template <int NCOLS> __device__ __forceinline__ long long mmv_row0() {
     return (long long)blockIdx.x * MmvRows<NCOLS>::value;
 }
 
+// i / n for 0 <= i, 0 < n: at no cost where n is 1 (no broadcast), in 32 bits where both fit.
+__device__ __forceinline__ long long mmv_div(long long i, long long n) {
+    if (n == 1) {
+        return i;
+    }
+    long long q, r;
+    divmod64(i, n, q, r);
+    return q;
+}
+
 // The weight rows of a block: ROWS rows from row0 of `a`, then with GROUPS = 2 the same rows
 // of `a2`, of matrix (i2 / r2, i3 / r3). Rows past the end repeat the last one; their sums are
 // never stored.
@@ -30,9 +40,10 @@ template <int ROWS, int GROUPS>
 __device__ __forceinline__ void mmv_rows(const char *(&arow)[GROUPS * ROWS], const TensorArg &a, const TensorArg &a2,
                                          long long row0, long long i2, long long i3, long long r2, long long r3) {
     const long long m = a.ne[1];
+    const long long a2i = mmv_div(i2, r2), a3i = mmv_div(i3, r3);
 #pragma unroll
     for (int r = 0; r < GROUPS * ROWS; r++) {
-        arow[r] = row_ptr(r < ROWS ? a : a2, min(row0 + r % ROWS, m - 1), i2 / r2, i3 / r3);
+        arow[r] = row_ptr(r < ROWS ? a : a2, min(row0 + r % ROWS, m - 1), a2i, a3i);
     }
 }
 
@@ -41,7 +52,8 @@ __device__ __forceinline__ void mmv_rows(const char *(&arow)[GROUPS * ROWS], con
 // block reads them would be read from memory twice (a 117 MB matrix read 151 MB).
 #define MMV_PREFETCH_BUDGET (40ll << 20)
 
-// Prefetches into L2 the weight rows of the block's first matrix (row_bytes each, or the first
+// For the quantized kernels (float weights gained nothing from it, mul_mat_vec.cu):
+// prefetches into L2 the weight rows of the block's first matrix (row_bytes each, or the first
 // part of each row that keeps the launch's prefetch within MMV_PREFETCH_BUDGET), rows from row0,
 // then waits for the previous kernel (`await_prior_kernel`). With programmatic launch the block
 // starts while that kernel still runs, so the weights' memory latency overlaps it. Only the
@@ -58,7 +70,8 @@ __device__ __forceinline__ void mmv_prefetch_then_wait(const TensorArg &a, const
         const char *arow[GROUPS * ROWS];
         mmv_rows<ROWS, GROUPS>(arow, a, a2, row0, i2, i3, r2, r3);
         const long long rows = a.ne[1] * GROUPS * min(nmat, (long long)gridDim.y);
-        const long long bytes = min(row_bytes, MMV_PREFETCH_BUDGET / max(rows, 1ll));
+        // A bound, not an exact share: f32 division spares the prologue a 64-bit one.
+        const long long bytes = min(row_bytes, (long long)((float)MMV_PREFETCH_BUDGET / (float)max(rows, 1ll)));
 #pragma unroll
         for (int r = 0; r < GROUPS * ROWS; r++) {
             for (long long at = 128 * (long long)threadIdx.x; at < bytes; at += 128 * (long long)blockDim.x) {

@@ -153,7 +153,7 @@ __device__ void mul_mat_vec_mma(const TensorArg &a, const MmaB *bq, const Tensor
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
         divmod64(mat, dst.ne[2], i3, i2);
-        const char *rows = row_ptr(a, row0, i2 / r2, i3 / r3);
+        const char *rows = row_ptr(a, row0, mmv_div(i2, r2), mmv_div(i3, r3));
         const MmaB *y = bq + mat * nblocks;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         // The run after the one in shared memory is loaded into registers meanwhile, all of a

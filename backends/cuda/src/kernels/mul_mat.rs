@@ -210,7 +210,9 @@ pub(crate) fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
                 ..none(Path::MatVec { quantize_b: true })
             };
         }
-        if rows_16_byte_aligned(&a, at.block_bytes() as i64) && rows_16_byte_aligned(&b, 4) {
+        // The one-column float kernel counts a row's 16-byte vectors in 32 bits.
+        let vectors_fit = k.saturating_mul(at.block_bytes() as i64) / 16 < 1 << 30;
+        if rows_16_byte_aligned(&a, at.block_bytes() as i64) && rows_16_byte_aligned(&b, 4) && vectors_fit {
             return none(Path::MatVec { quantize_b: false });
         }
     }
