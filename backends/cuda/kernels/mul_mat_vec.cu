@@ -382,7 +382,8 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
 
 // Blocks per SM that one column's kernels keep resident: 8 (64 registers a thread), so that the
 // 1024 blocks of a 4096-row product are one wave on an H100's 132 SMs. At 78 registers (f16) or
-// 66 (q4_0) 6 or 7 fitted: a 4096 x 14336 product took 53.6 and 16.9 us, now 45.4 and 14.5.
+// 66 (q4_0) 6 or 7 fitted: a 4096 x 14336 product took 53.6 and 16.9 us, then 45.4 and 14.5
+// (H100).
 template <int NCOLS> struct MmvMinBlocks {
     static constexpr int value = NCOLS == 1 ? 8 : 1;
 };
