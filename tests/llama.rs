@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use tessera::runtime::placement::Placement;
 use tessera::{DType, Device};
-use tessera_models::llama::Logits;
+use tessera_models::llama::{Attention, Logits, CHUNKED_FROM};
 use tessera_models::llama_module::gpu_layers_spec;
 use tessera_models::random_llama::{self, TINY};
 use tessera_models::sampler::{Sampler, Sampling};
@@ -93,6 +93,24 @@ fn logits_match_the_float64_reference_at_every_position() {
     let worst = got.chunks(vocab).zip(r.logits.chunks(vocab)).map(|(a, b)| nmse(a, b)).fold(0.0, f64::max);
     println!("worst NMSE over the 64 positions: {worst:.3e}");
     assert!(worst <= 1e-7, "worst NMSE {worst:.3e} (regenerate the reference if the random model changed)");
+}
+
+#[test]
+fn a_prompt_in_runs_of_queries_sees_every_key_it_may() {
+    // A cache of exactly the prompt's 64 positions: the attention window is the prompt, so
+    // each run of queries reads the keys up to its last query and not one more.
+    let r = reference();
+    let vocab = TINY.vocab;
+    let devices: Vec<&'static dyn Device> = vec![&tessera::cpu::CPU_DEVICE];
+    let placement = Placement::resolve("cpu", "", &LLAMA_MODULES, &devices).unwrap();
+    let options =
+        GeneratorOptions { cache_type: DType::F32, context: 64, all_logits: true, ..GeneratorOptions::default() };
+    let mut g = Generator::load(model(), placement, options).unwrap();
+    assert_eq!(g.attention(), [Attention::CausalProducts; 2]);
+    assert!(prompt().len() >= CHUNKED_FROM, "the prompt is split into runs");
+    let got = g.eval(&prompt(), Logits::All).unwrap();
+    let worst = got.chunks(vocab).zip(r.logits.chunks(vocab)).map(|(a, b)| nmse(a, b)).fold(0.0, f64::max);
+    assert!(worst <= 1e-7, "worst NMSE {worst:.3e}");
 }
 
 #[test]

@@ -223,11 +223,11 @@ impl Generator {
                 let device = placement.compute_of(blocks, Some(l)).device;
                 match options.flash_attn {
                     Some(true) => Attention::Flash,
-                    Some(false) => Attention::Products,
                     None if !device.is_host_cpu() && flash_attn_runs_on(device, &config, cache_shape) => {
                         Attention::FlashDecoding
                     }
-                    None => Attention::Products,
+                    _ if device.is_host_cpu() => Attention::CausalProducts,
+                    _ => Attention::Products,
                 }
             })
             .collect();
@@ -392,7 +392,7 @@ impl Generator {
 
     /// Which blocks compute attention as one FLASH_ATTN node (in decoding at least).
     pub fn flash_attn(&self) -> Vec<bool> {
-        self.attention.iter().map(|&a| a != Attention::Products).collect()
+        self.attention.iter().map(|&a| matches!(a, Attention::Flash | Attention::FlashDecoding)).collect()
     }
 
     /// How each block computes attention.
