@@ -435,6 +435,18 @@ fn soft_max(v: &mut Vec<Case>) {
         scale: 1.0,
         perm: Some(SWAP01),
     });
+    // A mask whose rows are the first 128 values of rows of 130 (f16: 260 bytes apart, off the
+    // 8-byte boundaries the GPUs' packed-row kernels read as vectors).
+    for mt in [F32, F16] {
+        let name = format!("SOFT_MAX(type=f32,ne=[128,6,2,1],mask={mt},ne_m=[128,6,1,1],rows_of_130,scale=0.5)");
+        v.push(Case::new("SOFT_MAX", name, move |g| {
+            let a = g.input(F32, [128, 6, 2, 1], None, Init::DEFAULT)?;
+            let wide = g.leaf(mt, [130, 6, 1, 1])?;
+            let nb = g.tensor(wide)?.nb();
+            let m = g.view(wide, [128, 6, 1, 1], [nb[1], nb[2], nb[3]], 0)?;
+            g.soft_max(a, Some(m), 0.5)
+        }));
+    }
     for Sm { t, ne, mask, scale, perm } in list {
         let mask_name = match mask {
             None => String::new(),
@@ -544,6 +556,7 @@ fn mul_mat(v: &mut Vec<Case>) {
             // partial last one, and a repeated over b's dims 2 and 3.
             list.push((67, 33, 256, [1, 1], [1, 1], Layout::Plain));
             list.push((150, 130, 264, [2, 1], [1, 2], Layout::Plain));
+            list.push((520, 300, 136, [1, 1], [1, 1], Layout::Plain));
         }
         for (m, n, k, bs, nr, layout) in list {
             let e = [bs[0] * nr[0], bs[1] * nr[1]];

@@ -4,7 +4,8 @@
 // (T = i[4], a power of two from 32 to 256 chosen from the row length), reducing within its
 // row's invocations through shared memory, or (the `_sg` variants, on devices with subgroup
 // arithmetic) within each subgroup first, then across the row's subgroups. Parameters and
-// results as soft_max.comp and norm.comp; the destination may be the source.
+// results as soft_max.comp and norm.comp, but SOFT_MAX takes only masks whose rows it can read
+// as vectors (see below); the destination may be the source.
 //
 // variant: soft_max SOFT_MAX=1 SUBGROUP=0
 // variant: norm SOFT_MAX=0 SUBGROUP=0
@@ -21,6 +22,7 @@
 layout(local_size_x = 256) in;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4Ref { vec4 v; };
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer U2Ref { uvec2 v; };
 
 #define VECS 8
 
@@ -126,53 +128,54 @@ void main() {
     }
 
 #if SOFT_MAX
+    // The mask, if any, is read as vectors: f32 rows on 16-byte boundaries or f16 rows on
+    // 8-byte ones (the backend sends other masks to soft_max.comp). A scalar path for other
+    // masks, unrolled over the row's values beside these, made this shader half as fast on
+    // an H200 even where it never ran.
     Tensor mask = pc.args.src[1];
     bool masked = pc.args.i[0] == 1;
+    bool mask_f16 = mask.type == T_F16;
     float scale = pc.args.f[0];
     uint i1 = row % src.ne[1];
     uint i2 = (row / src.ne[1]) % src.ne[2];
     uint i3 = row / (src.ne[1] * src.ne[2]);
     uint64_t mask_row = masked ? row_at(mask, i1 % mask.ne[1], i2 % mask.ne[2], i3 % mask.ne[3]) : 0ul;
-    // Packed f32 mask rows on 16-byte boundaries are read as vectors.
-    bool mask_vec = masked && mask.type == T_F32 && mask.nb[0] == 4 && mask_row % 16 == 0;
     float m = NEG_INF;
     [[unroll]] for (uint j = 0; j < VECS; j++) {
         uint i = lane + j * T;
         if (live && i < n4) {
             v[j] *= scale;
-            if (mask_vec) {
-                v[j] += V4Ref(mask_row + uint64_t(i) * 16).v;
-            } else if (masked) {
-                [[unroll]] for (uint e = 0; e < 4; e++) {
-                    v[j][e] += load_plain(mask.type, mask_row + uint64_t(4 * i + e) * mask.nb[0]);
+            if (masked) {
+                if (mask_f16) {
+                    uvec2 h = U2Ref(mask_row + uint64_t(i) * 8).v;
+                    v[j] += vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
+                } else {
+                    v[j] += V4Ref(mask_row + uint64_t(i) * 16).v;
                 }
             }
             m = vmax(v[j], m);
         }
     }
     m = row_max(m);
-    // With no finite or +inf value the row is all -inf (zeros) unless it holds a NaN.
+    // With no finite or +inf value the row is all -inf (zeros) unless it holds a NaN: exp of
+    // the values themselves is then 0 or NaN, and the factor below 0 or NaN.
     bool none = m == NEG_INF;
+    float shift = none ? 0.0 : m;
     float s = 0.0;
     [[unroll]] for (uint j = 0; j < VECS; j++) {
         uint i = lane + j * T;
         if (live && i < n4) {
-            [[unroll]] for (uint e = 0; e < 4; e++) {
-                float x = v[j][e];
-                float y = none ? (isnan(x) ? NAN : 0.0) : exp(x - m);
-                v[j][e] = y;
-                s += y;
-            }
+            v[j] = exp(v[j] - shift);
+            s += v[j].x + v[j].y + v[j].z + v[j].w;
         }
     }
     s = row_sum(s);
+    // One reciprocal a row: a division per value cost 4% more time on an H200.
     float inv = none ? (isnan(s) ? NAN : 0.0) : 1.0 / s;
     [[unroll]] for (uint j = 0; j < VECS; j++) {
         uint i = lane + j * T;
         if (live && i < n4) {
-            // exp(x - m) / s as the general shader computes it, value by value.
-            vec4 y = none ? vec4(inv) : v[j] / s;
-            V4Ref(dst.data + uint64_t(row) * dst.nb[1] + uint64_t(i) * 16).v = y;
+            V4Ref(dst.data + uint64_t(row) * dst.nb[1] + uint64_t(i) * 16).v = v[j] * inv;
         }
     }
 #else
