@@ -177,8 +177,8 @@ fn causal_products(
     let AttentionShape { hd, heads, kv_heads, n, kv_len, context, es } = s;
     let kv_dim = hd * kv_heads;
     let run = n.div_ceil(QUERY_CHUNKS);
-    let mut ctx: Option<TensorId> = None;
-    for q0 in (0..n).step_by(run) {
+    // The attention of queries q0 .. q0 + run (fewer at the end): [hd, heads, rows].
+    let part = |g: &mut Graph, q0: usize| -> Result<TensorId> {
         let q1 = (q0 + run).min(n);
         let (rows, seen) = (q1 - q0, kv_len - (n - q1));
         let qc =
@@ -193,13 +193,14 @@ fn causal_products(
         let probs = g.soft_max(scores, Some(maskc), scale)?;
         let part = g.mul_mat(values, probs)?; // [hd, rows, heads]
         let part = g.permute(part, [0, 2, 1, 3])?;
-        let part = g.cont(part)?; // [hd, heads, rows]
-        ctx = Some(match ctx {
-            Some(before) => g.concat(before, part, 2)?,
-            None => part,
-        });
+        Ok(g.cont(part)?)
+    };
+    let mut ctx = part(g, 0)?;
+    for q0 in (run..n).step_by(run) {
+        let next = part(g, q0)?;
+        ctx = g.concat(ctx, next, 2)?;
     }
-    ctx.ok_or(Error::ContextFull { tokens: n, context })
+    Ok(ctx)
 }
 
 /// How a block computes attention.
