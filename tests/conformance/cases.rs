@@ -527,6 +527,10 @@ fn mul_mat(v: &mut Vec<Case>) {
             // the float matrix-vector kernels' last values, one column and several.
             list.push((67, 1, 1024 - PAD, [1, 1], [1, 1], Layout::Padded));
             list.push((9, 3, 1024 - PAD, [2, 1], [1, 2], Layout::Padded));
+            // K a multiple of 128 with 4 to 8 columns: the GPUs' tensor-core matrix-vector
+            // products of 16-bit weights, with a partial last group of rows.
+            list.push((67, 8, 384, [1, 1], [1, 1], Layout::Plain));
+            list.push((67, 4, 384, [1, 1], [1, 1], Layout::Plain));
         }
         if ta.is_quantized() {
             // K a multiple of 256 with rows on 16-byte boundaries and 5 to 8 columns: the GPUs'

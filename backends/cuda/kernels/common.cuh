@@ -48,9 +48,11 @@ __device__ __forceinline__ void await_prior_kernel() {
 #endif
 }
 
-// SILU as the reference computes it, in f32 (the unary kernel and the fused SwiGLU products).
+// SILU, x / (1 + exp(-x)) as the reference computes it in f32 but with a fast division (the
+// unary kernel and the fused SwiGLU products): the IEEE division held SILU at 2.3 TB/s on an
+// H200, where GELU ran at 3.6. It is within 2 ulp, and 0 (not a denormal) below about -87.
 __device__ __forceinline__ float silu_f32(float x) {
-    return x / (1.0f + expf(-x));
+    return __fdividef(x, 1.0f + expf(-x));
 }
 
 // Activations quantized for the matrix-vector products (mul_mat_vec.cu), and by the norms that

@@ -1,8 +1,11 @@
-// Matrix-vector products of q8_0 and q4_0 weights with several columns (up to 8; mul_mat.rs
-// says from how many) on int8 tensor cores: the 32 values of a weight block times the same 32
-// values of b are one `mma.sync m16n8k32` for 16 weight rows and 8 columns, where the 4-way dot
-// products (dp4a) of mul_mat_vec.cu take 32 instructions a warp for the same work. The integer
-// sums are exact, as dp4a's; each is scaled and added in f32 as there.
+// Matrix-vector products of q8_0, q4_0, f16 and bf16 weights with several columns (up to 8;
+// mul_mat.rs says from how many) on tensor cores. For q8_0 and q4_0, the 32 values of a weight
+// block times the same 32 values of b are one int8 `mma.sync m16n8k32` for 16 weight rows and 8
+// columns, where the 4-way dot products (dp4a) of mul_mat_vec.cu take 32 instructions a warp for
+// the same work. The integer sums are exact, as dp4a's; each is scaled and added in f32 as there.
+// For f16 and bf16, 16 values of k are one `m16n8k16` of b rounded to the weights' type (as the
+// GEMM path rounds it), accumulated in f32: mul_mat_vec.cu's float kernel reads each column's
+// values once per row and thread, 8 times the weights' bytes at 8 columns.
 //
 // dst[i, j, i2, i3] = sum_k a[k, i, i2 / r2, i3 / r3] * b[k, j, i2, i3], with a: [K, M, a2, a3]
 // (packed rows starting on 16-byte boundaries, K a multiple of 256), b: [K, N, b2, b3] F32,
@@ -136,6 +139,33 @@ __device__ __forceinline__ void load_run(uint4 (&v)[LANE_PIECES], const char *ro
     }
 }
 
+// The block's sums (each warp's 16 x 8 accumulator, as the C fragment lays it out) added over
+// the warps, plus `add` where its address is not 0, stored into the first dst.ne[1] columns.
+__device__ __forceinline__ void mma_store(float (&sums)[MMA_WARPS][MMA_ROWS][8], const float (&acc)[4],
+                                          const TensorArg &dst, const TensorArg &add, long long row0, long long m,
+                                          long long i2, long long i3) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        sums[warp][g + 8 * (i / 2)][2 * t + i % 2] = acc[i];
+    }
+    __syncthreads();
+    if (threadIdx.x < MMA_ROWS * 8) {
+        const int r = threadIdx.x / 8, c = threadIdx.x % 8;
+        if (c < dst.ne[1] && row0 + r < m) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < MMA_WARPS; w++) {
+                sum += sums[w][r][c];
+            }
+            if (add.data != 0) {
+                sum += *(const float *)(row_ptr(add, c, i2, i3) + (row0 + r) * add.nb[0]);
+            }
+            *(float *)(row_ptr(dst, c, i2, i3) + (row0 + r) * dst.nb[0]) = sum;
+        }
+    }
+}
+
 template <typename Q>
 __device__ void mul_mat_vec_mma(const TensorArg &a, const MmaB *bq, const TensorArg &dst, const TensorArg &add,
                                 long long r2, long long r3) {
@@ -145,7 +175,7 @@ __device__ void mul_mat_vec_mma(const TensorArg &a, const MmaB *bq, const Tensor
     __shared__ uint4 runs[MMA_WARPS][MMA_ROWS * PIECES];
     __shared__ float sums[MMA_WARPS][MMA_ROWS][8];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    const long long m = a.ne[1], ncols = dst.ne[1], nblocks = a.ne[0] / QK;
+    const long long m = a.ne[1], nblocks = a.ne[0] / QK;
     const long long nmat = dst.ne[2] * dst.ne[3];
     const long long row0 = (long long)blockIdx.x * MMA_ROWS;
     const unsigned char *run = (const unsigned char *)runs[warp];
@@ -187,25 +217,7 @@ __device__ void mul_mat_vec_mma(const TensorArg &a, const MmaB *bq, const Tensor
             }
             __syncwarp(); // the run's copy is read before the next overwrites it
         }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            sums[warp][g + 8 * (i / 2)][2 * t + i % 2] = acc[i];
-        }
-        __syncthreads();
-        if (threadIdx.x < MMA_ROWS * 8) {
-            const int r = threadIdx.x / 8, c = threadIdx.x % 8;
-            if (c < ncols && row0 + r < m) {
-                float sum = 0.0f;
-#pragma unroll
-                for (int w = 0; w < MMA_WARPS; w++) {
-                    sum += sums[w][r][c];
-                }
-                if (add.data != 0) {
-                    sum += *(const float *)(row_ptr(add, c, i2, i3) + (row0 + r) * add.nb[0]);
-                }
-                *(float *)(row_ptr(dst, c, i2, i3) + (row0 + r) * dst.nb[0]) = sum;
-            }
-        }
+        mma_store(sums, acc, dst, add, row0, m, i2, i3);
         __syncthreads(); // `sums` is free for the next matrix
     }
 }
@@ -219,3 +231,131 @@ __device__ void mul_mat_vec_mma(const TensorArg &a, const MmaB *bq, const Tensor
 
 MUL_MAT_VEC_MMA_KERNEL(mul_mat_vec_mma_q8_0, MmaQ8_0)
 MUL_MAT_VEC_MMA_KERNEL(mul_mat_vec_mma_q4_0, MmaQ4_0)
+
+// ---------------------------------------------------------------------------------------------
+// f16 and bf16 weights.
+
+// Values of k a warp copies from each of its 16 rows at a time (256 bytes a row).
+#define MMA_16BIT_RUN 128
+
+// c (16 x 8, f32) += a (16 x 16, rows) * b (16 x 8, columns), of f16 or bf16 values.
+template <bool BF16>
+__device__ __forceinline__ void mma_16bit(const unsigned int (&a)[4], unsigned int b0, unsigned int b1,
+                                          float (&c)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if (BF16) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+#endif
+}
+
+// b converted to the B fragments of each step of 16 values of k, all 8 columns: lane (g, t) of
+// step s holds values 16s + 2t, 2t + 1 (first word) and 16s + 2t + 8, 2t + 9 (second) of column
+// g, the lower k in the low half, zeros past b's last column. K is a multiple of 16. Grid: x
+// over steps (a warp each), y strided over matrices.
+template <bool BF16>
+__device__ void convert_b_mma(const TensorArg &b, uint2 *out) {
+    await_prior_kernel();
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const long long nsteps = b.ne[0] / 16;
+    const long long step = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (step >= nsteps) {
+        return;
+    }
+    const long long nmat = b.ne[2] * b.ne[3];
+    for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
+        long long i3, i2;
+        divmod64(mat, b.ne[2], i3, i2);
+        unsigned int w[2] = {0u, 0u};
+        if (g < b.ne[1]) {
+            const char *col = row_ptr(b, g, i2, i3);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const long long k = step * 16 + 2 * t + 8 * h;
+                const float x0 = *(const float *)(col + k * b.nb[0]);
+                const float x1 = *(const float *)(col + (k + 1) * b.nb[0]);
+                const unsigned int lo = BF16 ? f32_to_bf16_bits(x0) : f32_to_f16_bits(x0);
+                const unsigned int hi = BF16 ? f32_to_bf16_bits(x1) : f32_to_f16_bits(x1);
+                w[h] = lo | (hi << 16);
+            }
+        }
+        out[(mat * nsteps + step) * 32 + lane] = make_uint2(w[0], w[1]);
+    }
+}
+
+// As mul_mat_vec_mma for 16-bit weights, K a multiple of MMA_16BIT_RUN: each warp copies runs
+// of 16 rows x 128 values into shared memory, rows 272 bytes apart (4 banks, so that the
+// fragment reads below are free of bank conflicts), and takes each 16 values of the run as one
+// m16n8k16 with b's fragments read straight from memory.
+template <bool BF16>
+__device__ void mul_mat_vec_mma_16bit(const TensorArg &a, const uint2 *bf, const TensorArg &dst, const TensorArg &add,
+                                      long long r2, long long r3) {
+    constexpr int PIECES = MMA_16BIT_RUN * 2 / 16, STRIDE = PIECES + 1, STEPS = MMA_16BIT_RUN / 16;
+    constexpr int LANE_PIECES = MMA_ROWS * PIECES / 32;
+    __shared__ uint4 runs[MMA_WARPS][MMA_ROWS * STRIDE];
+    __shared__ float sums[MMA_WARPS][MMA_ROWS][8];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const long long m = a.ne[1], nsteps = a.ne[0] / 16, nruns = a.ne[0] / MMA_16BIT_RUN;
+    const long long nmat = dst.ne[2] * dst.ne[3];
+    const long long row0 = (long long)blockIdx.x * MMA_ROWS;
+    const unsigned char *run_lo = (const unsigned char *)runs[warp] + g * STRIDE * 16 + 4 * t;
+    const unsigned char *run_hi = run_lo + 8 * STRIDE * 16;
+    await_prior_kernel();
+    for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
+        long long i3, i2;
+        divmod64(mat, dst.ne[2], i3, i2);
+        const char *rows = row_ptr(a, row0, mmv_div(i2, r2), mmv_div(i3, r3));
+        const uint2 *y = bf + mat * nsteps * 32 + lane;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        uint4 next[LANE_PIECES];
+        long long run = warp;
+        load_run<PIECES, LANE_PIECES>(next, rows, a.nb[1], m - 1 - row0, run * MMA_16BIT_RUN * 2, run < nruns);
+        for (; run < nruns; run += MMA_WARPS) {
+#pragma unroll
+            for (int k = 0; k < LANE_PIECES; k++) {
+                const int i = lane + 32 * k;
+                runs[warp][(i / PIECES) * STRIDE + i % PIECES] = next[k];
+            }
+            __syncwarp();
+            const long long after = run + MMA_WARPS;
+            load_run<PIECES, LANE_PIECES>(next, rows, a.nb[1], m - 1 - row0, after * MMA_16BIT_RUN * 2, after < nruns);
+#pragma unroll
+            for (int j = 0; j < STEPS; j++) {
+                const unsigned int f[4] = {*(const unsigned int *)(run_lo + 32 * j), *(const unsigned int *)(run_hi + 32 * j),
+                                           *(const unsigned int *)(run_lo + 32 * j + 16),
+                                           *(const unsigned int *)(run_hi + 32 * j + 16)};
+                const uint2 b = y[(run * STEPS + j) * 32];
+                mma_16bit<BF16>(f, b.x, b.y, acc);
+            }
+            __syncwarp(); // the run's copy is read before the next overwrites it
+        }
+        mma_store(sums, acc, dst, add, row0, m, i2, i3);
+        __syncthreads(); // `sums` is free for the next matrix
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) convert_b_mma_f16(const __grid_constant__ TensorArg b, uint2 *out) {
+    convert_b_mma<false>(b, out);
+}
+
+extern "C" __global__ void __launch_bounds__(256) convert_b_mma_bf16(const __grid_constant__ TensorArg b, uint2 *out) {
+    convert_b_mma<true>(b, out);
+}
+
+#define MUL_MAT_VEC_MMA_16BIT_KERNEL(name, BF16)                                                                 \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)                                                 \
+        name(const __grid_constant__ TensorArg a, const uint2 *bf, const __grid_constant__ TensorArg dst,        \
+             const __grid_constant__ TensorArg add, long long r2, long long r3) {                                 \
+        mul_mat_vec_mma_16bit<BF16>(a, bf, dst, add, r2, r3);                                                    \
+    }
+
+MUL_MAT_VEC_MMA_16BIT_KERNEL(mul_mat_vec_mma_f16, false)
+MUL_MAT_VEC_MMA_16BIT_KERNEL(mul_mat_vec_mma_bf16, true)

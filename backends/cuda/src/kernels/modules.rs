@@ -334,7 +334,15 @@ pub(crate) const MODULES: &[Module] = &[
     Module {
         name: "mul_mat_vec_mma",
         fatbin: fatbin!("mul_mat_vec_mma"),
-        kernels: &["quantize_q8_1_mma", "mul_mat_vec_mma_q8_0", "mul_mat_vec_mma_q4_0"],
+        kernels: &[
+            "quantize_q8_1_mma",
+            "mul_mat_vec_mma_q8_0",
+            "mul_mat_vec_mma_q4_0",
+            "convert_b_mma_f16",
+            "convert_b_mma_bf16",
+            "mul_mat_vec_mma_f16",
+            "mul_mat_vec_mma_bf16",
+        ],
     },
     Module { name: "pool", fatbin: fatbin!("pool"), kernels: &["pool_2d_f32", "pool_2d_f16", "pool_2d_bf16"] },
     Module { name: "rope", fatbin: fatbin!("rope"), kernels: &["rope_f32", "rope_f16", "rope_bf16"] },

@@ -333,6 +333,8 @@ pub(crate) fn mul_mat_vec_mma(a: DType) -> Option<&'static str> {
     Some(match a {
         Q8_0 => "mul_mat_vec_mma_q8_0",
         Q4_0 => "mul_mat_vec_mma_q4_0",
+        F16 => "mul_mat_vec_mma_f16",
+        BF16 => "mul_mat_vec_mma_bf16",
         _ => return None,
     })
 }
@@ -405,6 +407,8 @@ pub(crate) const QUANTIZE_Q8_1: &str = "quantize_q8_1";
 
 /// Quantizes the columns of b for the tensor-core matrix-vector kernels.
 pub(crate) const QUANTIZE_Q8_1_MMA: &str = "quantize_q8_1_mma";
+pub(crate) const CONVERT_B_MMA_F16: &str = "convert_b_mma_f16";
+pub(crate) const CONVERT_B_MMA_BF16: &str = "convert_b_mma_bf16";
 
 /// ADD, SUB, MUL, DIV of packed, 16-byte aligned f32 operands.
 pub(crate) const BINARY_F32_PACKED: &str = "binary_f32_packed";
@@ -464,6 +468,8 @@ mod tests {
         chosen.insert(MUL_MAT_PTRS);
         chosen.insert(QUANTIZE_Q8_1);
         chosen.insert(QUANTIZE_Q8_1_MMA);
+        chosen.insert(CONVERT_B_MMA_F16);
+        chosen.insert(CONVERT_B_MMA_BF16);
         chosen.insert(PACK_F32_F16);
         chosen.insert(PACK_F32_BF16);
         chosen.insert(FILL_F32);

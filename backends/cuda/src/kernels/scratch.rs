@@ -41,7 +41,7 @@ pub struct Scratch {
     quantized: Option<Option<(TensorArg, Q8Layout)>>,
 }
 
-/// How a matrix-vector operand's Q8_1 copy is laid out.
+/// How a matrix-vector operand's converted copy is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Q8Layout {
     /// `Q8_1` blocks column by column (mul_mat_vec.cuh).
@@ -49,6 +49,9 @@ pub(crate) enum Q8Layout {
     /// The 8 columns' blocks interleaved as the tensor-core kernels read them (`MmaB` in
     /// mul_mat_vec_mma.cu).
     Fragments,
+    /// The 8 columns rounded to f16 (or bf16) in the B fragments of the 16-bit tensor-core
+    /// kernels (`convert_b_mma` in mul_mat_vec_mma.cu).
+    Fragments16 { bf16: bool },
 }
 
 /// A cuBLASLt handle, destroyed when dropped.
