@@ -408,8 +408,9 @@ mod tests {
     use super::*;
 
     /// The kernels a `.cu` source defines: lines `FAMILY_KERNEL(name, ...)` and
-    /// `extern "C" __global__ void name(` (the convention of common.cuh), outside macro
-    /// definitions (whose lines end in a backslash).
+    /// `extern "C" __global__ void name(` (the convention of common.cuh, with launch bounds
+    /// `__launch_bounds__(...)` before the name or not), outside macro definitions (whose
+    /// lines end in a backslash).
     fn kernels_in_source(source: &str) -> BTreeSet<String> {
         let mut names = BTreeSet::new();
         for line in source.lines() {
@@ -418,6 +419,10 @@ mod tests {
             }
             let line = line.trim_start();
             if let Some(rest) = line.strip_prefix("extern \"C\" __global__ void ") {
+                let rest = match rest.strip_prefix("__launch_bounds__(") {
+                    Some(bounds) => bounds.split_once(')').map_or(bounds, |(_, after)| after.trim_start()),
+                    None => rest,
+                };
                 if let Some((name, _)) = rest.split_once('(') {
                     names.insert(name.trim().to_string());
                 }
