@@ -78,6 +78,11 @@ fn nmse(got: &[f32], want: &[f32]) -> f64 {
     err / norm
 }
 
+/// The worst NMSE over the positions of two runs of logits, `vocab` values a position.
+fn worst_nmse(got: &[f32], want: &[f32], vocab: usize) -> f64 {
+    got.chunks(vocab).zip(want.chunks(vocab)).map(|(a, b)| nmse(a, b)).fold(0.0, f64::max)
+}
+
 fn greedy(g: &mut Generator) -> Vec<u32> {
     let mut sampler = Sampler::new(Sampling::GREEDY).unwrap();
     g.generate(&prompt(), 32, &mut sampler, &mut |_| true).unwrap()
@@ -90,7 +95,7 @@ fn logits_match_the_float64_reference_at_every_position() {
     let vocab = TINY.vocab;
     let got = g.eval(&prompt(), Logits::All).unwrap();
     assert_eq!(got.len(), r.logits.len(), "logits for every prompt position");
-    let worst = got.chunks(vocab).zip(r.logits.chunks(vocab)).map(|(a, b)| nmse(a, b)).fold(0.0, f64::max);
+    let worst = worst_nmse(got, &r.logits, vocab);
     println!("worst NMSE over the 64 positions: {worst:.3e}");
     assert!(worst <= 1e-7, "worst NMSE {worst:.3e} (regenerate the reference if the random model changed)");
 }
@@ -109,7 +114,7 @@ fn a_prompt_in_runs_of_queries_sees_every_key_it_may() {
     assert_eq!(g.attention(), [Attention::CausalProducts; 2]);
     assert!(prompt().len() >= CHUNKED_FROM, "the prompt is split into runs");
     let got = g.eval(&prompt(), Logits::All).unwrap();
-    let worst = got.chunks(vocab).zip(r.logits.chunks(vocab)).map(|(a, b)| nmse(a, b)).fold(0.0, f64::max);
+    let worst = worst_nmse(got, &r.logits, vocab);
     assert!(worst <= 1e-7, "worst NMSE {worst:.3e}");
 }
 
@@ -123,7 +128,7 @@ fn flash_attention_gives_the_reference_logits_and_greedy_tokens() {
         let mut g = load_with("cpu", options);
         assert_eq!(g.flash_attn(), [flash; 2]);
         let got = g.eval(&prompt(), Logits::All).unwrap();
-        let worst = got.chunks(vocab).zip(r.logits.chunks(vocab)).map(|(a, b)| nmse(a, b)).fold(0.0, f64::max);
+        let worst = worst_nmse(got, &r.logits, vocab);
         println!("FLASH_ATTN {flash}: worst NMSE over the 64 positions: {worst:.3e}");
         assert!(worst <= 1e-7, "FLASH_ATTN {flash}: worst NMSE {worst:.3e}");
         assert_eq!(greedy(&mut g), r.greedy, "FLASH_ATTN {flash}");

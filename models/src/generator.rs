@@ -392,7 +392,7 @@ impl Generator {
 
     /// Which blocks compute attention as one FLASH_ATTN node (in decoding at least).
     pub fn flash_attn(&self) -> Vec<bool> {
-        self.attention.iter().map(|&a| matches!(a, Attention::Flash | Attention::FlashDecoding)).collect()
+        self.attention.iter().map(|a| a.fused()).collect()
     }
 
     /// How each block computes attention.

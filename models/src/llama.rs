@@ -222,6 +222,14 @@ pub enum Attention {
     Flash,
 }
 
+impl Attention {
+    /// Whether the block computes attention as one FLASH_ATTN node (in decoding at least), its
+    /// cache holding the values as rows.
+    pub fn fused(self) -> bool {
+        matches!(self, Attention::Flash | Attention::FlashDecoding)
+    }
+}
+
 /// The weight types `weight_type` gives by file name; `has_output` says whether the file has
 /// its own `output.weight` (else the head reads the token embedding, as llama.cpp does).
 /// Each block computes attention as its entry in `attention` says (products where missing).
@@ -249,8 +257,7 @@ pub fn build(
     let token_ids = g.new_tensor(DType::I32, &[n])?;
     let positions = g.new_tensor(DType::I32, &[n])?;
     // Whether the block's cache holds the values as rows (the layout FLASH_ATTN reads).
-    let flash_at =
-        |layer: usize| attention.get(layer).is_some_and(|&a| matches!(a, Attention::Flash | Attention::FlashDecoding));
+    let flash_at = |layer: usize| attention.get(layer).is_some_and(|a| a.fused());
     let value_rows = if (0..c.layers).all(flash_at) { None } else { Some(g.new_tensor(DType::I32, &[kv_dim * n])?) };
     let mask = g.new_tensor(DType::F32, &[kv_len, n])?;
     let inputs = [
