@@ -91,8 +91,10 @@ fn mul_mat() -> Vec<Case> {
     let mut shapes: Vec<(usize, usize, usize)> = [1024, 2048, 4096].iter().map(|&s| (s, s, s)).collect();
     shapes.extend([1, 2, 3, 4, 5, 6, 7, 8, 512].iter().map(|&n| (4096, n, 14336)));
     shapes.extend([(2048, 1, 2048), (5632, 1, 2048), (2048, 1, 5632), (32000, 1, 2048)]);
-    // The products of a MiniLM layer (hidden 384, feed-forward 1536) over 1024 x 128 tokens.
+    // The products of a MiniLM layer (hidden 384, feed-forward 1536) over 1024 x 128 tokens,
+    // and over 16 and 64 x 128.
     shapes.extend([(384, 131072, 384), (1536, 131072, 384), (384, 131072, 1536)]);
+    shapes.extend([(384, 2048, 384), (1536, 2048, 384), (384, 8192, 384), (1536, 8192, 384)]);
     let mut cases = Vec::new();
     for (m, n, k) in shapes {
         // Every weight type (I32 is no weight type).

@@ -96,6 +96,31 @@ fn f32_embeddings_match_the_reference() {
     assert!(worst >= 0.999999, "worst cosine {worst}");
 }
 
+/// MiniLM with every module on the first CUDA GPU embeds as the CPU does in f32 (worst cosine
+/// at least 0.999999): 1024 sequences (the reference sentences over and over), whose products
+/// are large enough to take three TF32 passes each.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs the MiniLM weights: scripts/fetch_minilm.sh"]
+fn f32_embeddings_on_a_cuda_gpu_match_the_cpu() {
+    use tessera::BackendReg;
+    let model = model();
+    let Some(gpu) = tessera::cuda::CUDA_REG.device(0) else {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    };
+    let tokens: Vec<Vec<u32>> = reference().tokens.iter().cycle().take(1024).cloned().collect();
+    let on_cpu = load(&model, "", "", &cpu()).embed_tokens(&tokens).unwrap();
+    let on_gpu = load(&model, "cuda0", "", &[gpu, &tessera::cpu::CPU_DEVICE]).embed_tokens(&tokens).unwrap();
+    let worst = on_gpu
+        .iter()
+        .zip(&on_cpu)
+        .map(|(g, c)| cosine(g, &c.iter().map(|&v| f64::from(v)).collect::<Vec<_>>()))
+        .fold(1.0, f64::min);
+    println!("minilm f32 on {}: worst cosine {worst:.9} to the CPU over {} sequences", gpu.name(), tokens.len());
+    assert!(worst >= 0.999999, "worst cosine {worst}");
+}
+
 #[test]
 #[ignore = "needs the MiniLM weights: scripts/fetch_minilm.sh"]
 fn the_tokenizer_next_to_the_model_gives_the_reference_tokens() {

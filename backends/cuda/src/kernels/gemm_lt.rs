@@ -27,7 +27,7 @@ pub(crate) struct BiasGemm {
     pub b: (u64, i64),
     pub c: (u64, i64),
     pub bias: u64,
-    /// TF32 tensor cores for f32 operands (`TESSERA_CUDA_TF32=1`).
+    /// TF32 tensor cores for f32 operands (the `tf32` mode, and split products' parts).
     pub tf32: bool,
 }
 

@@ -47,7 +47,7 @@
 //!   optionally adding a fused ADD's operand as they store, or computing a gate and an up
 //!   projection and storing silu(gate) * up, or computing up to three products of one column
 //!   and storing each through its own ROPE and SET_ROWS (`projections.rs`); more columns by cuBLAS (`cublasGemmEx` and its
-//!   batched forms, f32 accumulation) for f32 weights (true f32), f16 and bf16 weights
+//!   batched forms, f32 accumulation) for f32 weights (large ones split into TF32 parts and remainders, `mul_mat.rs`), f16 and bf16 weights
 //!   (activations converted to the weight type), and quantized weights (dequantized to f16 in
 //!   scratch).
 

@@ -181,6 +181,7 @@ pub(crate) const MODULES: &[Module] = &[
             "dequantize_f16_q6_K",
             "pack_f32_f16",
             "pack_f32_bf16",
+            "split_tf32",
             "dequantize_f16_q8_0",
             "dequantize_f16_q4_0",
             "dequantize_f16_q4_1",

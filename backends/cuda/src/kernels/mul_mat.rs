@@ -20,6 +20,9 @@
 //!   (a single matrix, or every matrix of `b` and `dst` folded into the columns of one product
 //!   when `a` is a single matrix), one strided-batched GEMM (uniform batch strides, no
 //!   broadcast), or a pointer-array batched GEMM whose pointers a kernel computes in scratch.
+//!   f32 products of [`SPLIT_MIN_MACS`] and more that are one GEMM are split: both operands
+//!   written into scratch as three runs of K values a row (TF32 parts and f32 remainders) and
+//!   multiplied as one TF32 GEMM over 3K, as accurate as f32 and faster ([`F32Products`]).
 
 use std::ffi::{c_int, c_longlong, c_void};
 use std::sync::Arc;
@@ -31,7 +34,7 @@ use tessera_core::{DType, Op, Result};
 use super::arg::TensorArg;
 use super::gemm_lt::{matmul_bias, BiasGemm};
 use super::launch::{copy, div_ceil, elementwise_config, launch_kernel, rows_16_byte_aligned};
-use super::scratch::{tf32, Q8Layout};
+use super::scratch::{f32_products, F32Products, Q8Layout, SPLIT_MIN_MACS};
 use super::validate::{validate, Node};
 use super::{backend_error, names, Kernels, Operand, Scratch};
 
@@ -96,8 +99,10 @@ pub(crate) enum Path {
     /// 8, K a multiple of 256; f16 and bf16 with 4 to 8, K a multiple of 128; rows on 16-byte
     /// boundaries); `b` first quantized (or rounded to the weights' type) into scratch.
     MatVecMma,
-    /// cuBLAS in `gemm` type, after converting `a` and/or `b` into scratch.
-    Gemm { gemm: DType, convert_a: bool, convert_b: bool, batch: Batch },
+    /// cuBLAS in `gemm` type, after converting `a` and/or `b` into scratch; `split`: f32
+    /// operands split into TF32 parts and remainders in scratch, three runs of K values a row,
+    /// multiplied as one TF32 GEMM over 3K ([`F32Products::Split`]).
+    Gemm { gemm: DType, convert_a: bool, convert_b: bool, batch: Batch, split: bool },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,6 +189,11 @@ fn align(n: usize) -> usize {
 
 /// The plan for a validated MUL_MAT of `a` and `b` into `dst`.
 pub(crate) fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
+    plan_for(a, b, dst, f32_products())
+}
+
+/// [`plan`] with f32 products made as `mode` says.
+fn plan_for(a: Operand, b: Operand, dst: Operand, mode: F32Products) -> Plan {
     let ((a, at), (b, _), (dst, _)) = (a, b, dst);
     let [k, m, a2, a3] = a.ne;
     let [_, n, b2, b3] = b.ne;
@@ -237,13 +247,26 @@ pub(crate) fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
         _ => DType::F16,
     };
     let es = gemm.block_bytes() as i64;
-    let convert_a = at != gemm || leading_dim(&a, es, k).is_none();
-    let convert_b = gemm != DType::F32 || leading_dim(&b, es, k).is_none();
-    // The operands as cuBLAS will see them (addresses do not matter here).
-    let ga = if convert_a { packed(gemm, a.ne).unwrap_or(a) } else { a };
-    let gb = if convert_b { packed(gemm, b.ne).unwrap_or(b) } else { b };
-
     let nmat = b2 * b3;
+    // Split products are single GEMMs (one matrix, or b's matrices folded into its columns).
+    let one_gemm = nmat == 1 || (a2 == 1 && a3 == 1 && fold_stride(&dst, 4, m, 1).is_some());
+    let split = gemm == DType::F32
+        && one_gemm
+        && match mode {
+            F32Products::Split => true,
+            F32Products::Auto => m.saturating_mul(n).saturating_mul(nmat).saturating_mul(k) >= SPLIT_MIN_MACS,
+            F32Products::Exact | F32Products::Tf32 => false,
+        };
+    let convert_a = split || at != gemm || leading_dim(&a, es, k).is_none();
+    let convert_b = split || gemm != DType::F32 || leading_dim(&b, es, k).is_none();
+    // The operands as cuBLAS will see them (addresses do not matter here); split ones hold
+    // three runs of K values a row.
+    let runs = if split { 3 } else { 1 };
+    let converted =
+        |t: &TensorArg| packed(gemm, [t.ne[0].saturating_mul(runs), t.ne[1], t.ne[2], t.ne[3]]).unwrap_or(*t);
+    let ga = if convert_a { converted(&a) } else { a };
+    let gb = if convert_b { converted(&b) } else { b };
+
     let batch = if nmat == 1 {
         Batch::Single
     } else if let (1, 1, Some(ldb), Some(ldc)) = (a2, a3, fold_stride(&gb, es, k, 1), fold_stride(&dst, 4, m, 1)) {
@@ -256,12 +279,12 @@ pub(crate) fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
         Batch::Pointers
     };
 
-    let a_bytes = if convert_a { align(bytes_of(&a, gemm)) } else { 0 };
-    let b_bytes = if convert_b { align(bytes_of(&b, gemm)) } else { 0 };
+    let a_bytes = if convert_a { align(bytes_of(&ga, gemm)) } else { 0 };
+    let b_bytes = if convert_b { align(bytes_of(&gb, gemm)) } else { 0 };
     let ptr_bytes =
         if batch == Batch::Pointers { usize::try_from(nmat).unwrap_or(usize::MAX).saturating_mul(24) } else { 0 };
     Plan {
-        path: Path::Gemm { gemm, convert_a, convert_b, batch },
+        path: Path::Gemm { gemm, convert_a, convert_b, batch, split },
         a_offset: 0,
         b_offset: a_bytes,
         ptr_offset: a_bytes.saturating_add(b_bytes),
@@ -292,7 +315,7 @@ pub(crate) fn launch(
 ) -> Result<()> {
     let p = plan(a, b, dst);
     let ((a, at), (b, _), (d, _)) = (a, b, dst);
-    let [k, m, a2, a3] = a.ne;
+    let [_, m, a2, a3] = a.ne;
     let [_, n, b2, b3] = b.ne;
     let (r2, r3) = (b2 / a2, b3 / a3);
     match p.path {
@@ -314,14 +337,16 @@ pub(crate) fn launch(
             d,
             Epilogue::Add(&TensorArg::NONE),
         ),
-        Path::Gemm { gemm, batch, .. } => {
+        Path::Gemm { gemm, batch, split, .. } => {
             let (ga, gb, base) = gemm_operands(kernels, stream, scratch, &p, (a, at), b)?;
             let es = gemm.block_bytes() as i64;
+            // Split operands hold three runs of K values a row.
+            let k = ga.ne[0];
             let lda = leading_dim(&ga, es, k).ok_or_else(|| backend_error("a is not a cuBLAS matrix"))?;
             let ldb = leading_dim(&gb, es, k).ok_or_else(|| backend_error("b is not a cuBLAS matrix"))?;
             let ldc = leading_dim(&d, 4, m).ok_or_else(|| backend_error("dst is not a cuBLAS matrix"))?;
             let handle = scratch.blas()?;
-            let gemm_args = Gemm { handle, m: int(m)?, k: int(k)?, ty: cuda_type(gemm) };
+            let gemm_args = Gemm::new(handle, int(m)?, int(k)?, cuda_type(gemm), split);
             match batch {
                 Batch::Single => gemm_args.single(ga.data, int(lda)?, gb.data, int(ldb)?, d.data, int(ldc)?, int(n)?),
                 Batch::Folded { ldb, ldc } => {
@@ -538,10 +563,31 @@ fn gemm_operands(
     (a, at): Operand,
     b: TensorArg,
 ) -> Result<(TensorArg, TensorArg, u64)> {
-    let Path::Gemm { gemm, convert_a, convert_b, .. } = p.path else {
+    let Path::Gemm { gemm, convert_a, convert_b, split, .. } = p.path else {
         return Err(backend_error("not a GEMM plan"));
     };
     let base = if p.scratch_bytes > 0 { scratch.reserve(p.scratch_bytes)? } else { 0 };
+    if split {
+        let runs = |t: &TensorArg| [3 * t.ne[0], t.ne[1], t.ne[2], t.ne[3]];
+        let ga = TensorArg::contiguous(base + p.a_offset as u64, gemm, runs(&a))?;
+        let gb = TensorArg::contiguous(base + p.b_offset as u64, gemm, runs(&b))?;
+        // a's remainders in the first run, b's in the second: a_lo b_hi + a_hi b_lo + a_hi b_hi,
+        // the small terms first (see split_tf32).
+        for (from, to, lo_run) in [(&a, &ga, 0i32), (&b, &gb, 1)] {
+            let cfg = cudarc::driver::LaunchConfig {
+                grid_dim: (
+                    div_ceil(from.ne[0], 256).clamp(1, i64::from(u32::MAX)) as u32,
+                    from.nrows().clamp(1, 65535) as u32,
+                    1,
+                ),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // split_tf32(TensorArg a, float *out, int lo_run)
+            launch_kernel!(kernels, stream, names::SPLIT_TF32, cfg, from, &to.data, &lo_run)?;
+        }
+        return Ok((ga, gb, base));
+    }
     let ga = if convert_a {
         let t = TensorArg::contiguous(base + p.a_offset as u64, gemm, a.ne)?;
         match names::dequantize_f16(at).filter(|_| gemm == DType::F16) {
@@ -610,8 +656,8 @@ pub(crate) fn launch_with_bias(
         mat_vec(kernels, stream, scratch, quantize_b, p.scratch_bytes, a, b.0, dst.0, Epilogue::Add(&add))?;
         return Ok(true);
     }
-    let Path::Gemm { gemm, batch, .. } = p.path else { return Ok(false) };
-    let (m, k) = (a.0.ne[1], a.0.ne[0]);
+    let Path::Gemm { gemm, batch, split, .. } = p.path else { return Ok(false) };
+    let m = a.0.ne[1];
     let bias_fits = bias.1 == DType::F32 && bias.0.ne == [m, 1, 1, 1] && bias.0.data % 16 == 0;
     let cols = match batch {
         Batch::Single => Some((b.0.ne[1], None)),
@@ -620,6 +666,8 @@ pub(crate) fn launch_with_bias(
     };
     let (Some((n, folded)), true) = (cols, bias_fits) else { return Ok(false) };
     let (ga, gb, _) = gemm_operands(kernels, stream, scratch, &p, a, b.0)?;
+    // Split operands hold three runs of K values a row.
+    let k = ga.ne[0];
     let es = gemm.block_bytes() as i64;
     let d = dst.0;
     let (lda, ldb, ldc) = match folded {
@@ -644,7 +692,7 @@ pub(crate) fn launch_with_bias(
         b: (gb.data, ldb),
         c: (d.data, ldc),
         bias: bias.0.data,
-        tf32: tf32(),
+        tf32: split || f32_products() == F32Products::Tf32,
     };
     let (handle, workspace) = scratch.blas_lt()?;
     // SAFETY: the operands are validated device matrices of `stream`'s context (converted ones
@@ -670,21 +718,35 @@ pub(crate) fn gemm_packed(
     let ctx = scratch.stream().context().clone();
     ctx.bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
     let handle = scratch.blas()?;
-    let gemm = Gemm { handle, m: int(m)?, k: int(k)?, ty: cuda_type(ty) };
+    let gemm = Gemm::new(handle, int(m)?, int(k)?, cuda_type(ty), false);
     gemm.single(a.0, int(a.1)?, b.0, int(b.1)?, c.0, int(c.1)?, int(n)?)
 }
 
-/// One cuBLAS product `C (m x n) = A^T (m x k) B (k x n)` with A and B of type `ty`, C f32.
+/// One cuBLAS product `C (m x n) = A^T (m x k) B (k x n)` with A and B of type `ty`, C f32,
+/// in `compute`.
 struct Gemm {
     handle: cublas_sys::cublasHandle_t,
     m: c_int,
     k: c_int,
     ty: cudaDataType,
+    compute: cublasComputeType_t,
+}
+
+impl Gemm {
+    /// A product in f32 compute (tensor cores for 16-bit operands), or TF32 for `split`
+    /// operands.
+    fn new(handle: cublas_sys::cublasHandle_t, m: c_int, k: c_int, ty: cudaDataType, split: bool) -> Gemm {
+        let compute = if split {
+            cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+        } else {
+            cublasComputeType_t::CUBLAS_COMPUTE_32F
+        };
+        Gemm { handle, m, k, ty, compute }
+    }
 }
 
 const ALPHA: f32 = 1.0;
 const BETA: f32 = 0.0;
-const COMPUTE: cublasComputeType_t = cublasComputeType_t::CUBLAS_COMPUTE_32F;
 
 fn cublas_error(e: cudarc::cublas::result::CublasError) -> tessera_core::Error {
     backend_error(&format!("cuBLAS GEMM failed: {e}"))
@@ -716,7 +778,7 @@ impl Gemm {
                 c as *mut c_void,
                 cudaDataType::CUDA_R_32F,
                 ldc,
-                COMPUTE,
+                self.compute,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
@@ -757,7 +819,7 @@ impl Gemm {
                 c.1,
                 c.2 as c_longlong,
                 count,
-                COMPUTE,
+                self.compute,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
@@ -791,7 +853,7 @@ impl Gemm {
                 cudaDataType::CUDA_R_32F,
                 ldc,
                 count,
-                COMPUTE,
+                self.compute,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
@@ -803,6 +865,11 @@ impl Gemm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The plan in the default f32 mode, whatever the environment says.
+    fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
+        plan_for(a, b, dst, F32Products::Auto)
+    }
 
     fn t(dtype: DType, ne: [i64; 4]) -> Operand {
         (TensorArg::contiguous(0, dtype, ne).unwrap(), dtype)
@@ -858,7 +925,10 @@ mod tests {
         let p = plan(t(DType::F32, [256, 5, 1, 1]), b, t(DType::F32, [5, 3, 1, 1]));
         assert!(matches!(p.path, Path::Gemm { convert_b: true, .. }), "{p:?}");
         let p = plan(t(DType::Q8_0, [256, 5, 1, 1]), t(DType::F32, [256, 9, 1, 1]), t(DType::F32, [5, 9, 1, 1]));
-        assert_eq!(p.path, Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single });
+        assert_eq!(
+            p.path,
+            Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single, split: false }
+        );
         assert_eq!(p.b_offset, 2560);
         assert_eq!(p.scratch_bytes, p.b_offset + align(256 * 9 * 2));
     }
@@ -869,7 +939,10 @@ mod tests {
             let p = plan(t(at, [512, 5, 1, 1]), t(DType::F32, [512, 8, 1, 1]), t(DType::F32, [5, 8, 1, 1]));
             assert_eq!((p.path, p.scratch_bytes), (Path::MatVec { quantize_b: true }, 16 * 8 * Q8_1_BYTES), "{at}");
             let p = plan(t(at, [512, 5, 1, 1]), t(DType::F32, [512, 9, 1, 1]), t(DType::F32, [5, 9, 1, 1]));
-            assert_eq!(p.path, Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single });
+            assert_eq!(
+                p.path,
+                Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single, split: false }
+            );
         }
         // q4_K and q5_K rows off 16-byte boundaries (a view 2 bytes in) go to the GEMM; the
         // other blocks are read 2 bytes at a time anyway.
@@ -886,12 +959,18 @@ mod tests {
     #[test]
     fn f32_weights_use_their_operands_in_place() {
         let p = plan(t(DType::F32, [33, 17, 1, 1]), t(DType::F32, [33, 9, 1, 1]), t(DType::F32, [17, 9, 1, 1]));
-        assert_eq!(p.path, Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Single });
+        assert_eq!(
+            p.path,
+            Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Single, split: false }
+        );
         assert_eq!(p.scratch_bytes, 0);
         // A transposed b is packed first.
         let b = permuted(DType::F32, [33, 5, 1, 1], [1, 0, 2, 3]);
         let p = plan(t(DType::F32, [33, 7, 1, 1]), b, t(DType::F32, [7, 5, 1, 1]));
-        assert_eq!(p.path, Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: true, batch: Batch::Single });
+        assert_eq!(
+            p.path,
+            Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: true, batch: Batch::Single, split: false }
+        );
     }
 
     #[test]
@@ -904,7 +983,8 @@ mod tests {
                 gemm: DType::F16,
                 convert_a: false,
                 convert_b: true,
-                batch: Batch::Folded { ldb: 64, ldc: 7 }
+                batch: Batch::Folded { ldb: 64, ldc: 7 },
+                split: false
             }
         );
         // As many weight matrices as activations: strided.
@@ -915,23 +995,59 @@ mod tests {
                 gemm: DType::F32,
                 convert_a: false,
                 convert_b: false,
-                batch: Batch::Strided { stride_a: 64 * 7, stride_b: 64 * 9, stride_c: 63 }
+                batch: Batch::Strided { stride_a: 64 * 7, stride_b: 64 * 9, stride_c: 63 },
+                split: false
             }
         );
         // Broadcast weights over several matrices: pointer arrays after the converted b.
         let p = plan(t(DType::BF16, [64, 9, 2, 1]), t(DType::F32, [64, 9, 4, 2]), t(DType::F32, [9, 9, 4, 2]));
-        assert_eq!(p.path, Path::Gemm { gemm: DType::BF16, convert_a: false, convert_b: true, batch: Batch::Pointers });
+        assert_eq!(
+            p.path,
+            Path::Gemm { gemm: DType::BF16, convert_a: false, convert_b: true, batch: Batch::Pointers, split: false }
+        );
         assert_eq!(p.ptr_offset, align(64 * 9 * 8 * 2));
         assert_eq!(p.scratch_bytes, p.ptr_offset + 8 * 3 * 8);
         // Weights permuted over dims 1 and 2 (rows still packed) batch with pointers too.
         let a = permuted(DType::F32, [64, 7, 2, 1], [0, 2, 1, 3]);
         let p = plan(a, t(DType::F32, [64, 9, 4, 1]), t(DType::F32, [7, 9, 4, 1]));
-        assert_eq!(p.path, Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Pointers });
+        assert_eq!(
+            p.path,
+            Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Pointers, split: false }
+        );
     }
 
     #[test]
     fn empty_products_are_zeros() {
         let p = plan(t(DType::F32, [0, 7, 1, 1]), t(DType::F32, [0, 5, 1, 1]), t(DType::F32, [7, 5, 1, 1]));
         assert_eq!(p.path, Path::Fill);
+    }
+
+    #[test]
+    fn large_f32_products_split_into_tf32_passes() {
+        let gemm = |batch, split| Path::Gemm { gemm: DType::F32, convert_a: split, convert_b: split, batch, split };
+        let (w, x, y) =
+            (t(DType::F32, [384, 384, 1, 1]), t(DType::F32, [384, 2048, 1, 1]), t(DType::F32, [384, 2048, 1, 1]));
+        // 384 x 2048 x 384 multiply-adds (2^28.2): split, both operands three times in scratch.
+        let p = plan(w, x, y);
+        assert_eq!(p.path, gemm(Batch::Single, true));
+        let (a_bytes, b_bytes) = (align(3 * 384 * 384 * 4), align(3 * 384 * 2048 * 4));
+        assert_eq!((p.b_offset, p.scratch_bytes), (a_bytes, a_bytes + b_bytes));
+        // Folded matrices count together; half as many columns stay exact.
+        let p = plan(w, t(DType::F32, [384, 512, 4, 1]), t(DType::F32, [384, 512, 4, 1]));
+        assert_eq!(p.path, gemm(Batch::Folded { ldb: 3 * 384, ldc: 384 }, true));
+        let p = plan(w, t(DType::F32, [384, 1024, 1, 1]), t(DType::F32, [384, 1024, 1, 1]));
+        assert_eq!((p.path, p.scratch_bytes), (gemm(Batch::Single, false), 0));
+        // The modes: split always, exact and tf32 never.
+        let small = (t(DType::F32, [64, 7, 1, 1]), t(DType::F32, [64, 9, 1, 1]), t(DType::F32, [7, 9, 1, 1]));
+        assert_eq!(plan_for(small.0, small.1, small.2, F32Products::Split).path, gemm(Batch::Single, true));
+        for mode in [F32Products::Exact, F32Products::Tf32] {
+            assert_eq!(plan_for(w, x, y, mode).path, gemm(Batch::Single, false));
+        }
+        // Batched products (a matrix of a per matrix of b) and 16-bit weights are never split.
+        let (a3, b3) = (t(DType::F32, [64, 7, 9, 1]), t(DType::F32, [64, 9, 9, 1]));
+        let p = plan_for(a3, b3, t(DType::F32, [7, 9, 9, 1]), F32Products::Split);
+        assert!(matches!(p.path, Path::Gemm { split: false, batch: Batch::Strided { .. }, .. }), "{p:?}");
+        let p = plan_for(t(DType::F16, [384, 384, 1, 1]), x, y, F32Products::Split);
+        assert!(matches!(p.path, Path::Gemm { gemm: DType::F16, split: false, .. }), "{p:?}");
     }
 }

@@ -401,6 +401,8 @@ pub(crate) fn dequantize_f16(a: DType) -> Option<&'static str> {
 /// f32 rows (16-byte aligned, a multiple of 8 values) packed as f16 or bf16 for MUL_MAT's GEMM.
 pub(crate) const PACK_F32_F16: &str = "pack_f32_f16";
 pub(crate) const PACK_F32_BF16: &str = "pack_f32_bf16";
+/// Splits an f32 operand of a split product into TF32 parts and remainders.
+pub(crate) const SPLIT_TF32: &str = "split_tf32";
 
 /// Quantizes the columns of a matrix-vector product's b for quantized weights.
 pub(crate) const QUANTIZE_Q8_1: &str = "quantize_q8_1";
@@ -472,6 +474,7 @@ mod tests {
         chosen.insert(CONVERT_B_MMA_BF16);
         chosen.insert(PACK_F32_F16);
         chosen.insert(PACK_F32_BF16);
+        chosen.insert(SPLIT_TF32);
         chosen.insert(FILL_F32);
         chosen.insert(BINARY_F32_PACKED);
         chosen.insert(UNARY_F32_PACKED);

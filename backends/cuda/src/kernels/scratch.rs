@@ -70,15 +70,46 @@ unsafe impl Send for LtHandle {}
 // SAFETY: as above: no use through a shared reference.
 unsafe impl Sync for LtHandle {}
 
-/// cuBLAS's math mode: true f32 products by default; `TESSERA_CUDA_TF32=1` lets f32 products
-/// use TF32 tensor cores (about 6x faster on an H100, with 10-bit mantissas in the products).
-pub(crate) fn tf32() -> bool {
-    static TF32: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *TF32.get_or_init(|| std::env::var("TESSERA_CUDA_TF32").is_ok_and(|v| v.trim() == "1"))
+/// How MUL_MAT multiplies f32 matrices through cuBLAS (`TESSERA_CUDA_F32`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum F32Products {
+    /// `auto` (the default): [`F32Products::Split`] for products large enough to gain from it
+    /// ([`SPLIT_MIN_MACS`]), [`F32Products::Exact`] below.
+    Auto,
+    /// `exact`: f32 arithmetic on the CUDA cores.
+    Exact,
+    /// `split`: every operand split into a TF32 part and its f32 remainder, and the product
+    /// summed from three TF32 tensor-core passes (remainder x part twice, part x part): about
+    /// 21 bits of each operand take part, against 24 in f32 and 11 in one TF32 pass, so the
+    /// results stay within a few f32 roundings of the exact ones.
+    Split,
+    /// `tf32` (or `TESSERA_CUDA_TF32=1`): one TF32 pass, 10-bit mantissas in the products.
+    Tf32,
 }
 
+/// Multiply-adds from which `auto` splits a product: below, the two splitting kernels and
+/// three passes cost more than the CUDA cores take.
+pub(crate) const SPLIT_MIN_MACS: i64 = 1 << 28;
+
+/// The f32 product mode, read once from the environment (an unknown value is `auto`).
+pub(crate) fn f32_products() -> F32Products {
+    static MODE: std::sync::OnceLock<F32Products> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| {
+        if std::env::var("TESSERA_CUDA_TF32").is_ok_and(|v| v.trim() == "1") {
+            return F32Products::Tf32;
+        }
+        match std::env::var("TESSERA_CUDA_F32").as_deref().map(str::trim) {
+            Ok("exact") => F32Products::Exact,
+            Ok("split") => F32Products::Split,
+            Ok("tf32") => F32Products::Tf32,
+            _ => F32Products::Auto,
+        }
+    })
+}
+
+/// cuBLAS's math mode: f32 products as their compute type says, except in the `tf32` mode.
 fn math_mode() -> cublas_sys::cublasMath_t {
-    if tf32() {
+    if f32_products() == F32Products::Tf32 {
         cublas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
     } else {
         cublas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH
@@ -188,8 +219,7 @@ impl Scratch {
         Ok(())
     }
 
-    /// The cuBLAS handle, bound to this stream, in its math mode (true f32 unless
-    /// `TESSERA_CUDA_TF32=1`).
+    /// The cuBLAS handle, bound to this stream, in its math mode ([`math_mode`]).
     pub(crate) fn blas(&mut self) -> Result<cublas_sys::cublasHandle_t> {
         if self.blas.is_none() {
             // SAFETY: only tries to open the cuBLAS library; dynamic loading would panic later
