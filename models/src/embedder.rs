@@ -106,11 +106,21 @@ struct ModelWeight {
     ne: [usize; 4],
 }
 
-/// The weights the graph of `config` declares, with the types the file holds them in: an error
+/// The type of each weight (by checkpoint name) in the graph: the file's, except that vectors
+/// (biases, layer norms) stored in 16 bits are widened to f32 when placed, as converted files
+/// hold them: the graph adds them in f32, and backends fuse those additions only in f32.
+fn graph_type(file: &ModelFile, names: TensorNames) -> impl Fn(&str) -> DType + '_ {
+    move |name: &str| match file.tensor(&names.file_name(name)).map(|t| t.dtype) {
+        Some(DType::F16 | DType::BF16) if !bert::is_quantizable(name) => DType::F32,
+        stored => stored.unwrap_or(DType::F32),
+    }
+}
+
+/// The weights the graph of `config` declares, with their types ([`graph_type`]): an error
 /// if the file lacks one, holds it in another shape, or in a type its op cannot take.
 fn weight_specs(file: &ModelFile, names: TensorNames, config: &BertConfig) -> Result<Vec<ModelWeight>> {
     let mut probe = Graph::new();
-    let dtype_of = |name: &str| file.tensor(&names.file_name(name)).map_or(DType::F32, |t| t.dtype);
+    let dtype_of = graph_type(file, names);
     let shapes = bert::build(&mut probe, config, &dtype_of, Layout::packed(&[1]))?;
     let mut specs = Vec::with_capacity(shapes.weights.len());
     for (name, module, id) in &shapes.weights {
@@ -508,7 +518,7 @@ impl Embedder {
     fn graph(&mut self, lens: &[usize]) -> Result<(Graph, BertGraph)> {
         let mut g = Graph::new();
         let (file, names) = (&self.file, self.names);
-        let dtype_of = |name: &str| file.tensor(&names.file_name(name)).map_or(DType::F32, |t| t.dtype);
+        let dtype_of = graph_type(file, names);
         let model = bert::build(&mut g, &self.config, &dtype_of, Layout::for_lengths(lens))?;
         for (name, _, id) in &model.weights {
             let name = names.file_name(name);
@@ -845,6 +855,33 @@ mod tests {
             assert!(worst >= bound, "{dtype}: worst cosine {worst} < {bound}");
         }
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A checkpoint saved in f16 or bf16 (vectors too) keeps its matrices in 16 bits and has
+    /// its biases and layer norms widened to f32, then embeds close to the float64 model.
+    #[test]
+    fn half_precision_checkpoints_embed_with_their_vectors_in_f32() {
+        for (dtype, bound) in [(DType::F16, 0.9999), (DType::BF16, 0.999)] {
+            let dir = test_model::temp_dir(&format!("checkpoint-{dtype}"));
+            let path = test_model::write_safetensors_in(&dir, &TINY, dtype);
+            std::fs::write(dir.join("config.json"), test_model::config_json(&TINY)).unwrap();
+            let file = ModelFile::open(&path).unwrap();
+            let specs = weight_specs(&file, TensorNames::of_file(&file), &TINY).unwrap();
+            for w in &specs {
+                let want = if bert::is_quantizable(&w.name) { dtype } else { DType::F32 };
+                assert_eq!(w.dtype, want, "{}", w.name);
+            }
+            assert!(specs.iter().any(|w| w.dtype == dtype) && specs.iter().any(|w| w.dtype == DType::F32));
+            let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
+            let got = e.embed_tokens(&SEQUENCES).unwrap();
+            let worst = SEQUENCES
+                .iter()
+                .zip(&got)
+                .map(|(ids, g)| cosine(g, &test_model::reference_embedding(&TINY, ids)))
+                .fold(1.0, f64::min);
+            assert!(worst >= bound, "{dtype}: worst cosine {worst} < {bound}");
+            std::fs::remove_dir_all(&dir).ok();
+        }
     }
 
     #[test]

@@ -125,15 +125,26 @@ pub fn edit_gguf(bytes: &[u8], edit: impl FnOnce(&mut Vec<(String, MetaValue)>))
 
 /// Writes the model as `model.safetensors` in `dir` (f32, checkpoint layout); returns its path.
 pub fn write_safetensors(dir: &Path, c: &BertConfig) -> PathBuf {
+    write_safetensors_in(dir, c, DType::F32)
+}
+
+/// [`write_safetensors`] with every tensor stored as `dtype` (F32, F16 or BF16), as checkpoints
+/// saved in half precision store even their biases and layer norms.
+pub fn write_safetensors_in(dir: &Path, c: &BertConfig, dtype: DType) -> PathBuf {
     let weights = weights(c);
     let bytes: Vec<Vec<u8>> =
-        weights.iter().map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
+        weights.iter().map(|(_, _, v)| tessera_core::convert::to_bytes(dtype, v).unwrap()).collect();
+    let stored = match dtype {
+        DType::F16 => safetensors::Dtype::F16,
+        DType::BF16 => safetensors::Dtype::BF16,
+        _ => safetensors::Dtype::F32,
+    };
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = weights
         .iter()
         .zip(&bytes)
         .map(|((name, ne, _), data)| {
             let shape = if ne[1] > 1 { vec![ne[1], ne[0]] } else { vec![ne[0]] };
-            (name.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, data).unwrap())
+            (name.clone(), safetensors::tensor::TensorView::new(stored, shape, data).unwrap())
         })
         .collect();
     let path = dir.join("model.safetensors");

@@ -239,22 +239,36 @@ pub struct WeightSpec<'a> {
     pub ne: [usize; 4],
 }
 
+/// Whether a weight stored as `stored` may be placed as `wanted`: as it is, or f16 and bf16
+/// widened to f32 (a model's vectors, which its graph adds in f32).
+fn placeable(stored: DType, wanted: DType) -> bool {
+    stored == wanted || (wanted == DType::F32 && matches!(stored, DType::F16 | DType::BF16))
+}
+
+/// `bytes` of 16-bit floats of type `stored` (F16 or BF16) as f32 bytes.
+fn widened_to_f32(stored: DType, bytes: &[u8]) -> Vec<u8> {
+    let mut values = vec![0f32; bytes.len() / 2];
+    tessera_core::convert::row_to_f32(stored, bytes, &mut values);
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
 /// Places `weights` of `file` on `device`: in place when the device can use the mapped file
 /// (`Device::buffer_from_host_ptr`), else uploaded into its buffers (split at its largest
-/// allocation). `progress(done, total)`
-/// is called as bytes are placed.
+/// allocation). A weight wanted as f32 and stored as f16 or bf16 is widened and uploaded (also
+/// beside a mapped file). `progress(done, total)` is called as bytes are placed.
 pub fn place_weights(
     file: &ModelFile,
     weights: &[WeightSpec<'_>],
     device: &'static dyn Device,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<WeightStore> {
+    // Each weight's tensor in the file and whether it is widened.
     let mut found = Vec::with_capacity(weights.len());
     for w in weights {
         let t = file.tensor(w.name).ok_or_else(|| {
             file_error(file.path(), format!("has no tensor '{}' ({} {})", w.name, w.dtype, Shape(w.ne)))
         })?;
-        if t.dtype != w.dtype || t.ne != w.ne {
+        if !placeable(t.dtype, w.dtype) || t.ne != w.ne {
             return Err(file_error(
                 file.path(),
                 format!(
@@ -267,39 +281,47 @@ pub fn place_weights(
                 ),
             ));
         }
-        found.push(t);
+        found.push((t, t.dtype != w.dtype));
     }
-    let total: usize = found.iter().map(|t| t.nbytes).sum();
+    // Bytes as placed: widened tensors take twice their stored bytes.
+    let placed = |(t, widen): &(&FileTensor, bool)| if *widen { 2 * t.nbytes } else { t.nbytes };
+    let total: usize = found.iter().map(placed).sum();
     let mut data = BTreeMap::new();
+    let mut done = 0;
     if let Some(buffer) = file.device_buffer(device) {
-        for t in &found {
+        for (t, _) in found.iter().filter(|(_, widen)| !widen) {
             data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset: t.offset });
+            done += t.nbytes;
         }
-        progress(total, total);
-        return Ok(WeightStore { data, uploaded: Vec::new(), bytes: total });
+        progress(done, total);
+        found.retain(|(_, widen)| *widen);
     }
     // Upload, packing tensors into buffers no larger than the device allows.
     let bt = device.buffer_type();
     let align = bt.alignment().max(1);
     let pad = |n: usize| n.div_ceil(align) * align;
     let mut uploaded = Vec::new();
-    let mut done = 0;
     let mut i = 0;
     while i < found.len() {
         let mut size = 0;
         let mut j = i;
-        while j < found.len() && (j == i || size + pad(found[j].nbytes) <= bt.max_size()) {
-            size += pad(found[j].nbytes);
+        while j < found.len() && (j == i || size + pad(placed(&found[j])) <= bt.max_size()) {
+            size += pad(placed(&found[j]));
             j += 1;
         }
         let buffer = bt.alloc_buffer(size)?;
         buffer.set_usage(BufferUsage::Weights);
         let mut offset = 0;
-        for t in &found[i..j] {
-            buffer.set_bytes(offset, file.data(t)?)?;
+        for (t, widen) in &found[i..j] {
+            let bytes = file.data(t)?;
+            if *widen {
+                buffer.set_bytes(offset, &widened_to_f32(t.dtype, bytes))?;
+            } else {
+                buffer.set_bytes(offset, bytes)?;
+            }
             data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset });
-            offset += pad(t.nbytes);
-            done += t.nbytes;
+            offset += pad(placed(&(t, *widen)));
+            done += placed(&(t, *widen));
             progress(done, total);
         }
         uploaded.push(buffer);
@@ -329,6 +351,39 @@ mod tests {
         let path = dir.join(name);
         std::fs::write(&path, bytes).unwrap();
         path
+    }
+
+    /// F32 `a` = [1, 2] mapped in place, F16 `h` and BF16 `b` = [1.5, -2] widened to f32
+    /// beside it (also on a device that reads the mapping), and a type that only widening
+    /// would change refused with both types named.
+    #[test]
+    fn vectors_stored_in_16_bits_are_placed_widened_to_f32() {
+        let header = br#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"h":{"dtype":"F16","shape":[2],"data_offsets":[8,12]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[12,16]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(&[0, 0, 128, 63, 0, 0, 0, 64]);
+        for bits in [0x3e00u16, 0xc000, 0x3fc0, 0xc000] {
+            bytes.extend_from_slice(&bits.to_le_bytes());
+        }
+        let file = ModelFile::open(write("widen.safetensors", &bytes)).unwrap();
+        let device: &'static dyn Device = &tessera_cpu::CPU_DEVICE;
+        let spec = |name, dtype| WeightSpec { name, dtype, ne: [2, 1, 1, 1] };
+        let specs = [spec("a", DType::F32), spec("h", DType::F32), spec("b", DType::F32)];
+        let store = place_weights(&file, &specs, device, &mut |_, _| {}).unwrap();
+        assert_eq!(store.bytes, 24);
+        for (name, want) in [("a", [1.0f32, 2.0]), ("h", [1.5, -2.0]), ("b", [1.5, -2.0])] {
+            let at = store.get(name).unwrap();
+            let mut got = [0u8; 8];
+            at.buffer.get_bytes(at.offset, &mut got).unwrap();
+            let got =
+                [f32::from_le_bytes(got[..4].try_into().unwrap()), f32::from_le_bytes(got[4..].try_into().unwrap())];
+            assert_eq!(got, want, "{name}");
+        }
+        let err = place_weights(&file, &[spec("a", DType::F16)], device, &mut |_, _| {}).err().unwrap();
+        assert!(
+            err.to_string().contains("tensor 'a' is f32 [2, 1, 1, 1] but the model expects f16 [2, 1, 1, 1]"),
+            "{err}"
+        );
     }
 
     #[test]
