@@ -77,6 +77,7 @@ const OPS: &[(&str, OpCases)] = &[
     ("ROPE", rope),
     ("GET_ROWS", get_rows),
     ("CPY", cpy),
+    ("FLASH_ATTN", flash_attn),
 ];
 
 /// f32 bytes of `ne`.
@@ -113,6 +114,34 @@ fn mul_mat() -> Vec<Case> {
         }
     }
     cases
+}
+
+/// FLASH_ATTN over a MiniLM batch of 1024 x 128 tokens (12 heads of 32, a key mask per
+/// sequence) and 16 x 128, with queries, keys and values laid out as the BERT graph's views of
+/// its projections ([head_dim, tokens, heads, sequences] over [hidden, tokens, sequences]).
+fn flash_attn() -> Vec<Case> {
+    [(1024usize, 128usize), (16, 128)]
+        .into_iter()
+        .map(|(seqs, tokens)| {
+            let (hd, heads) = (32usize, 12usize);
+            Case {
+                op: "FLASH_ATTN",
+                params: format!("hsk=32,nh=12,kv={tokens},nb={seqs},mask=1"),
+                build: Box::new(move |g| {
+                    let head_view = |g: &mut Graph| -> tessera::Result<TensorId> {
+                        let x = g.new_tensor(DType::F32, &[hd * heads, tokens, seqs])?;
+                        let x = g.reshape(x, &[hd, heads, tokens, seqs])?;
+                        g.permute(x, [0, 2, 1, 3])
+                    };
+                    let (q, k, v) = (head_view(g)?, head_view(g)?, head_view(g)?);
+                    let mask = g.new_tensor(DType::F32, &[tokens, 1, 1, seqs])?;
+                    g.flash_attn(q, k, v, Some(mask), 1.0 / (hd as f32).sqrt())
+                }),
+                work: Work::Flops(4.0 * (hd * tokens * tokens * heads * seqs) as f64),
+                spread: 1.0,
+            }
+        })
+        .collect()
 }
 
 /// `a op b` with `b: ne` repeated `nr` times over `a`; ggml counts three times the result.
