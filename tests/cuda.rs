@@ -512,14 +512,18 @@ fn a_product_with_its_bias_fused_matches_the_nodes() {
     }
 }
 
-/// f32 products large enough for three TF32 passes (the default for them) stay as accurate as
-/// f32 arithmetic: against float64 sums, no result is off by more than 2e-6 of the sum of
-/// its terms' magnitudes (one TF32 pass is off by about 1e-4), with and without a fused bias,
-/// for one matrix and for matrices folded into one product.
+/// f32 products large enough to be split into TF32 parts and remainders (the default for
+/// them) stay near f32 accuracy: against float64 sums, no result is off by more than 2e-6 of
+/// the sum of its terms' magnitudes (one TF32 pass is off by about 1e-4, the CUDA cores by
+/// 3e-7), with and without a fused bias, for one matrix, for matrices folded into one product,
+/// and for more columns than one chunk of the split holds (262144 of 384 values: two chunks;
+/// there every 61st column and those around the chunks' boundary are checked).
 #[test]
 fn large_f32_products_keep_f32_accuracy() {
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
     let (m, k) = (384usize, 384usize);
+    // The split's chunks: as few as hold 1 GiB of split copy each, of equal widths.
+    let most = (1 << 30) / (12 * k);
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut uniform = move || {
         seed ^= seed << 13;
@@ -527,7 +531,7 @@ fn large_f32_products_keep_f32_accuracy() {
         seed ^= seed << 17;
         (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     };
-    for (n, batch, with_bias) in [(2048usize, 1usize, false), (512, 4, true)] {
+    for (n, batch, with_bias) in [(2048usize, 1usize, false), (512, 4, true), (65536, 4, true)] {
         let mut g = Graph::new();
         let w = g.new_tensor(DType::F32, &[k, m]).unwrap();
         let x = g.new_tensor(DType::F32, &[k, n, batch]).unwrap();
@@ -544,8 +548,15 @@ fn large_f32_products_keep_f32_accuracy() {
         g.set_f32(x, &xv).unwrap();
         g.set_f32(b, &bv).unwrap();
         let (one_by_one, captured) = one_by_one_and_captured(gpu, &g, out);
+        let cols = n * batch;
+        let boundary = cols.div_ceil(cols.div_ceil(most));
+        let checked: Vec<usize> = if cols > most {
+            (0..cols).step_by(61).chain(boundary - 2..boundary + 2).collect()
+        } else {
+            (0..cols).collect()
+        };
         let mut worst = 0.0f64;
-        for col in 0..n * batch {
+        for col in checked {
             for row in 0..m {
                 let (mut exact, mut magnitude) = (if with_bias { f64::from(bv[row]) } else { 0.0 }, 0.0f64);
                 for i in 0..k {

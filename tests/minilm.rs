@@ -97,8 +97,8 @@ fn f32_embeddings_match_the_reference() {
 }
 
 /// MiniLM with every module on the first CUDA GPU embeds as the CPU does in f32 (worst cosine
-/// at least 0.999999): 1024 sequences (the reference sentences over and over), whose products
-/// are large enough to take three TF32 passes each.
+/// at least 0.999999): 1024 sequences (the reference sentences over and over), whose dense
+/// products are large enough to be split into TF32 parts and remainders.
 #[cfg(feature = "cuda")]
 #[test]
 #[ignore = "needs the MiniLM weights: scripts/fetch_minilm.sh"]

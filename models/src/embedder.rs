@@ -96,8 +96,8 @@ pub(crate) fn backend_targets(placement: &Placement) -> Vec<Target> {
     placement.targets(&named)
 }
 
-/// One weight the graph declares: its module and layer, name in the file, type (as the file
-/// holds it) and shape.
+/// One weight the graph declares: its module and layer, name in the file, type (as the graph
+/// takes it, [`graph_type`]) and shape.
 struct ModelWeight {
     module: Module,
     layer: Option<usize>,
@@ -106,9 +106,10 @@ struct ModelWeight {
     ne: [usize; 4],
 }
 
-/// The type of each weight (by checkpoint name) in the graph: the file's, except that vectors
-/// (biases, layer norms) stored in 16 bits are widened to f32 when placed, as converted files
-/// hold them: the graph adds them in f32, and backends fuse those additions only in f32.
+/// The type of each weight (by checkpoint name) in the graph: the file's, except that the
+/// weights the graph adds rather than multiplies (biases, layer norms, the token-type table;
+/// `bert::is_quantizable` is false for them) stored in 16 bits are widened to f32 when placed,
+/// as converted files hold them: backends fuse those additions only in f32.
 fn graph_type(file: &ModelFile, names: TensorNames) -> impl Fn(&str) -> DType + '_ {
     move |name: &str| match file.tensor(&names.file_name(name)).map(|t| t.dtype) {
         Some(DType::F16 | DType::BF16) if !bert::is_quantizable(name) => DType::F32,
@@ -133,10 +134,16 @@ fn weight_specs(file: &ModelFile, names: TensorNames, config: &BertConfig) -> Re
             found => {
                 let path = file.path().display().to_string();
                 let message = match found {
+                    // The type the file may hold it in (a widened weight: its own).
                     Some(f) => format!(
-                        "tensor '{name}' is {} {} but the model expects {dtype} {}",
+                        "tensor '{name}' is {} {} but the model expects {} {}",
                         f.dtype,
                         Shape(f.ne),
+                        if dtype == DType::F32 && matches!(f.dtype, DType::F16 | DType::BF16) {
+                            f.dtype
+                        } else {
+                            dtype
+                        },
                         Shape(ne)
                     ),
                     None => format!("has no tensor '{name}' ({dtype} {})", Shape(ne)),
@@ -858,7 +865,8 @@ mod tests {
     }
 
     /// A checkpoint saved in f16 or bf16 (vectors too) keeps its matrices in 16 bits and has
-    /// its biases and layer norms widened to f32, then embeds close to the float64 model.
+    /// its biases, layer norms and token-type table widened to f32, then embeds close to the
+    /// float64 model.
     #[test]
     fn half_precision_checkpoints_embed_with_their_vectors_in_f32() {
         for (dtype, bound) in [(DType::F16, 0.9999), (DType::BF16, 0.999)] {

@@ -371,6 +371,9 @@ mod tests {
         let specs = [spec("a", DType::F32), spec("h", DType::F32), spec("b", DType::F32)];
         let store = place_weights(&file, &specs, device, &mut |_, _| {}).unwrap();
         assert_eq!(store.bytes, 24);
+        // `a` stays in the mapping; one buffer holds the two widened tensors.
+        assert_eq!(store.uploaded.len(), 1);
+        assert!(!std::sync::Arc::ptr_eq(&store.get("a").unwrap().buffer, &store.uploaded[0]));
         for (name, want) in [("a", [1.0f32, 2.0]), ("h", [1.5, -2.0]), ("b", [1.5, -2.0])] {
             let at = store.get(name).unwrap();
             let mut got = [0u8; 8];

@@ -56,25 +56,23 @@ template <typename S, bool BF> __device__ void pack16(const TensorArg &a, const 
     }
 }
 
-// The f32 operands of a split product, one TF32 GEMM over 3K values: each value x of `a` (any
-// strides) as its TF32 part hi (x rounded to a 10-bit mantissa, which a TF32 product takes
+// The f32 operands of a split product (split_gemm.rs), one TF32 GEMM over 3K values: each
+// value x of rows row0 .. row0 + rows of `a` (any strides; rows counted over dimensions 1 to 3
+// in order) as its TF32 part hi (x rounded to a 10-bit mantissa, which a TF32 product takes
 // exactly; truncated where rounding would overflow) and its remainder lo = x - hi (exact in
-// f32). Row r of the packed `out` holds three runs of a row's K values: hi, except the run
-// `lo_run`, which holds lo. With lo_run 0 for a and 1 for b the GEMM sums a_lo b_hi + a_hi b_lo
-// + a_hi b_hi in that order: tensor cores add with truncation, so the small terms go first,
-// while the sums are small (with the parts' run first, a test product's worst error was 4x
-// larger). Infinities and NaN go whole into hi (lo = 0). Grid: x over a row's values (256 a
-// block), y strided over the rows.
-extern "C" __global__ void split_tf32(const __grid_constant__ TensorArg a, float *out, int lo_run) {
+// f32). Row row0 + r goes to row r of the packed `out`: three runs of K values, hi except in
+// the run `lo_run`, which holds lo. Infinities and NaN go whole into hi (lo = 0). Grid: x over
+// a row's values (256 a block), y strided over the rows.
+extern "C" __global__ void split_tf32(const __grid_constant__ TensorArg a, float *out, int lo_run, long long row0,
+                                      long long rows) {
     await_prior_kernel();
     const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x, k = a.ne[0];
     if (e >= k) {
         return;
     }
-    const long long nrows = nrows_of(a);
-    for (long long row = blockIdx.y; row < nrows; row += gridDim.y) {
+    for (long long r = blockIdx.y; r < rows; r += gridDim.y) {
         long long i1, i2, i3;
-        unravel_row(row, a.ne[1], a.ne[2], i1, i2, i3);
+        unravel_row(row0 + r, a.ne[1], a.ne[2], i1, i2, i3);
         const float x = *(const float *)(row_ptr(a, i1, i2, i3) + e * a.nb[0]);
         float h = x, l = 0.0f;
         if (isfinite(x)) {
@@ -85,10 +83,10 @@ extern "C" __global__ void split_tf32(const __grid_constant__ TensorArg a, float
             }
             l = x - h;
         }
-        float *runs = out + row * 3 * k + e;
+        float *runs = out + r * 3 * k + e;
 #pragma unroll
-        for (int r = 0; r < 3; r++) {
-            runs[r * k] = r == lo_run ? l : h;
+        for (int run = 0; run < 3; run++) {
+            runs[run * k] = run == lo_run ? l : h;
         }
     }
 }

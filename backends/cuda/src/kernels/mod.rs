@@ -59,6 +59,7 @@ mod mul_mat;
 mod names;
 mod projections;
 mod scratch;
+mod split_gemm;
 mod validate;
 
 use std::collections::HashMap;

@@ -20,9 +20,8 @@
 //!   (a single matrix, or every matrix of `b` and `dst` folded into the columns of one product
 //!   when `a` is a single matrix), one strided-batched GEMM (uniform batch strides, no
 //!   broadcast), or a pointer-array batched GEMM whose pointers a kernel computes in scratch.
-//!   f32 products of [`SPLIT_MIN_MACS`] and more that are one GEMM are split: both operands
-//!   written into scratch as three runs of K values a row (TF32 parts and f32 remainders) and
-//!   multiplied as one TF32 GEMM over 3K, as accurate as f32 and faster ([`F32Products`]).
+//!   Large f32 products that are one GEMM run split into TF32 parts and remainders, near f32
+//!   accuracy and faster ([`split_gemm`](super::split_gemm), [`F32Products`]).
 
 use std::ffi::{c_int, c_longlong, c_void};
 use std::sync::Arc;
@@ -34,7 +33,8 @@ use tessera_core::{DType, Op, Result};
 use super::arg::TensorArg;
 use super::gemm_lt::{matmul_bias, BiasGemm};
 use super::launch::{copy, div_ceil, elementwise_config, launch_kernel, rows_16_byte_aligned};
-use super::scratch::{f32_products, F32Products, Q8Layout, SPLIT_MIN_MACS};
+use super::scratch::{f32_products, F32Products, Q8Layout};
+use super::split_gemm::{self, SplitProduct};
 use super::validate::{validate, Node};
 use super::{backend_error, names, Kernels, Operand, Scratch};
 
@@ -100,8 +100,7 @@ pub(crate) enum Path {
     /// boundaries); `b` first quantized (or rounded to the weights' type) into scratch.
     MatVecMma,
     /// cuBLAS in `gemm` type, after converting `a` and/or `b` into scratch; `split`: f32
-    /// operands split into TF32 parts and remainders in scratch, three runs of K values a row,
-    /// multiplied as one TF32 GEMM over 3K ([`F32Products::Split`]).
+    /// operands split into TF32 parts and remainders ([`split_gemm`](super::split_gemm)).
     Gemm { gemm: DType, convert_a: bool, convert_b: bool, batch: Batch, split: bool },
 }
 
@@ -183,7 +182,7 @@ fn bytes_of(t: &TensorArg, dtype: DType) -> usize {
     (n / dtype.block_len()).saturating_mul(dtype.block_bytes())
 }
 
-fn align(n: usize) -> usize {
+pub(super) fn align(n: usize) -> usize {
     n.checked_next_multiple_of(ALIGN).unwrap_or(usize::MAX)
 }
 
@@ -250,22 +249,26 @@ fn plan_for(a: Operand, b: Operand, dst: Operand, mode: F32Products) -> Plan {
     let nmat = b2 * b3;
     // Split products are single GEMMs (one matrix, or b's matrices folded into its columns).
     let one_gemm = nmat == 1 || (a2 == 1 && a3 == 1 && fold_stride(&dst, 4, m, 1).is_some());
-    let split = gemm == DType::F32
-        && one_gemm
-        && match mode {
-            F32Products::Split => true,
-            F32Products::Auto => m.saturating_mul(n).saturating_mul(nmat).saturating_mul(k) >= SPLIT_MIN_MACS,
-            F32Products::Exact | F32Products::Tf32 => false,
+    let split = gemm == DType::F32 && one_gemm && split_gemm::chosen(mode, m, n.saturating_mul(nmat), k);
+    if split {
+        let batch = match fold_stride(&dst, 4, m, 1) {
+            Some(ldc) if nmat > 1 => Batch::Folded { ldb: 3 * k, ldc },
+            _ => Batch::Single,
         };
-    let convert_a = split || at != gemm || leading_dim(&a, es, k).is_none();
-    let convert_b = split || gemm != DType::F32 || leading_dim(&b, es, k).is_none();
-    // The operands as cuBLAS will see them (addresses do not matter here); split ones hold
-    // three runs of K values a row.
-    let runs = if split { 3 } else { 1 };
-    let converted =
-        |t: &TensorArg| packed(gemm, [t.ne[0].saturating_mul(runs), t.ne[1], t.ne[2], t.ne[3]]).unwrap_or(*t);
-    let ga = if convert_a { converted(&a) } else { a };
-    let gb = if convert_b { converted(&b) } else { b };
+        let (a_bytes, b_bytes) = split_gemm::scratch_bytes(m, n.saturating_mul(nmat), k, align);
+        return Plan {
+            path: Path::Gemm { gemm, convert_a: true, convert_b: true, batch, split },
+            a_offset: 0,
+            b_offset: a_bytes,
+            ptr_offset: a_bytes.saturating_add(b_bytes),
+            scratch_bytes: a_bytes.saturating_add(b_bytes),
+        };
+    }
+    let convert_a = at != gemm || leading_dim(&a, es, k).is_none();
+    let convert_b = gemm != DType::F32 || leading_dim(&b, es, k).is_none();
+    // The operands as cuBLAS will see them (addresses do not matter here).
+    let ga = if convert_a { packed(gemm, a.ne).unwrap_or(a) } else { a };
+    let gb = if convert_b { packed(gemm, b.ne).unwrap_or(b) } else { b };
 
     let batch = if nmat == 1 {
         Batch::Single
@@ -284,7 +287,7 @@ fn plan_for(a: Operand, b: Operand, dst: Operand, mode: F32Products) -> Plan {
     let ptr_bytes =
         if batch == Batch::Pointers { usize::try_from(nmat).unwrap_or(usize::MAX).saturating_mul(24) } else { 0 };
     Plan {
-        path: Path::Gemm { gemm, convert_a, convert_b, batch, split },
+        path: Path::Gemm { gemm, convert_a, convert_b, batch, split: false },
         a_offset: 0,
         b_offset: a_bytes,
         ptr_offset: a_bytes.saturating_add(b_bytes),
@@ -337,16 +340,19 @@ pub(crate) fn launch(
             d,
             Epilogue::Add(&TensorArg::NONE),
         ),
-        Path::Gemm { gemm, batch, split, .. } => {
+        Path::Gemm { split: true, batch, .. } => {
+            let product = split_product(a, b, d, batch)?;
+            split_gemm::launch(kernels, stream, scratch, &product, None)
+        }
+        Path::Gemm { gemm, batch, .. } => {
             let (ga, gb, base) = gemm_operands(kernels, stream, scratch, &p, (a, at), b)?;
             let es = gemm.block_bytes() as i64;
-            // Split operands hold three runs of K values a row.
             let k = ga.ne[0];
             let lda = leading_dim(&ga, es, k).ok_or_else(|| backend_error("a is not a cuBLAS matrix"))?;
             let ldb = leading_dim(&gb, es, k).ok_or_else(|| backend_error("b is not a cuBLAS matrix"))?;
             let ldc = leading_dim(&d, 4, m).ok_or_else(|| backend_error("dst is not a cuBLAS matrix"))?;
             let handle = scratch.blas()?;
-            let gemm_args = Gemm::new(handle, int(m)?, int(k)?, cuda_type(gemm), split);
+            let gemm_args = Gemm::new(handle, int(m)?, int(k)?, cuda_type(gemm));
             match batch {
                 Batch::Single => gemm_args.single(ga.data, int(lda)?, gb.data, int(ldb)?, d.data, int(ldc)?, int(n)?),
                 Batch::Folded { ldb, ldc } => {
@@ -553,6 +559,18 @@ fn addend((add, at): Operand, dst: TensorArg) -> Option<TensorArg> {
     apart.then_some(add)
 }
 
+/// The split product of `a` and `b` into `d` for a split plan's `batch` (one matrix, or b's
+/// matrices folded into its columns).
+fn split_product(a: TensorArg, b: TensorArg, d: TensorArg, batch: Batch) -> Result<SplitProduct> {
+    let [k, m, _, _] = a.ne;
+    let (cols, ldc) = match batch {
+        Batch::Folded { ldc, .. } => (b.ne[1] * b.ne[2] * b.ne[3], Some(ldc)),
+        _ => (b.ne[1], leading_dim(&d, 4, m)),
+    };
+    let ldc = ldc.ok_or_else(|| backend_error("dst is not a cuBLAS matrix"))?;
+    Ok(SplitProduct { a, b, d, m, k, cols, ldc })
+}
+
 /// The operands of plan `p`'s GEMM: `a` and `b` as they are, or converted (queued) into the
 /// plan's scratch; and the scratch's address.
 fn gemm_operands(
@@ -563,31 +581,10 @@ fn gemm_operands(
     (a, at): Operand,
     b: TensorArg,
 ) -> Result<(TensorArg, TensorArg, u64)> {
-    let Path::Gemm { gemm, convert_a, convert_b, split, .. } = p.path else {
+    let Path::Gemm { gemm, convert_a, convert_b, .. } = p.path else {
         return Err(backend_error("not a GEMM plan"));
     };
     let base = if p.scratch_bytes > 0 { scratch.reserve(p.scratch_bytes)? } else { 0 };
-    if split {
-        let runs = |t: &TensorArg| [3 * t.ne[0], t.ne[1], t.ne[2], t.ne[3]];
-        let ga = TensorArg::contiguous(base + p.a_offset as u64, gemm, runs(&a))?;
-        let gb = TensorArg::contiguous(base + p.b_offset as u64, gemm, runs(&b))?;
-        // a's remainders in the first run, b's in the second: a_lo b_hi + a_hi b_lo + a_hi b_hi,
-        // the small terms first (see split_tf32).
-        for (from, to, lo_run) in [(&a, &ga, 0i32), (&b, &gb, 1)] {
-            let cfg = cudarc::driver::LaunchConfig {
-                grid_dim: (
-                    div_ceil(from.ne[0], 256).clamp(1, i64::from(u32::MAX)) as u32,
-                    from.nrows().clamp(1, 65535) as u32,
-                    1,
-                ),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // split_tf32(TensorArg a, float *out, int lo_run)
-            launch_kernel!(kernels, stream, names::SPLIT_TF32, cfg, from, &to.data, &lo_run)?;
-        }
-        return Ok((ga, gb, base));
-    }
     let ga = if convert_a {
         let t = TensorArg::contiguous(base + p.a_offset as u64, gemm, a.ne)?;
         match names::dequantize_f16(at).filter(|_| gemm == DType::F16) {
@@ -665,8 +662,12 @@ pub(crate) fn launch_with_bias(
         _ => None,
     };
     let (Some((n, folded)), true) = (cols, bias_fits) else { return Ok(false) };
+    if split {
+        let product = split_product(a.0, b.0, dst.0, batch)?;
+        split_gemm::launch(kernels, stream, scratch, &product, Some(bias.0.data))?;
+        return Ok(true);
+    }
     let (ga, gb, _) = gemm_operands(kernels, stream, scratch, &p, a, b.0)?;
-    // Split operands hold three runs of K values a row.
     let k = ga.ne[0];
     let es = gemm.block_bytes() as i64;
     let d = dst.0;
@@ -692,7 +693,7 @@ pub(crate) fn launch_with_bias(
         b: (gb.data, ldb),
         c: (d.data, ldc),
         bias: bias.0.data,
-        tf32: split || f32_products() == F32Products::Tf32,
+        tf32: f32_products() == F32Products::Tf32,
     };
     let (handle, workspace) = scratch.blas_lt()?;
     // SAFETY: the operands are validated device matrices of `stream`'s context (converted ones
@@ -718,13 +719,13 @@ pub(crate) fn gemm_packed(
     let ctx = scratch.stream().context().clone();
     ctx.bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
     let handle = scratch.blas()?;
-    let gemm = Gemm::new(handle, int(m)?, int(k)?, cuda_type(ty), false);
+    let gemm = Gemm::new(handle, int(m)?, int(k)?, cuda_type(ty));
     gemm.single(a.0, int(a.1)?, b.0, int(b.1)?, c.0, int(c.1)?, int(n)?)
 }
 
 /// One cuBLAS product `C (m x n) = A^T (m x k) B (k x n)` with A and B of type `ty`, C f32,
 /// in `compute`.
-struct Gemm {
+pub(super) struct Gemm {
     handle: cublas_sys::cublasHandle_t,
     m: c_int,
     k: c_int,
@@ -733,15 +734,17 @@ struct Gemm {
 }
 
 impl Gemm {
-    /// A product in f32 compute (tensor cores for 16-bit operands), or TF32 for `split`
-    /// operands.
-    fn new(handle: cublas_sys::cublasHandle_t, m: c_int, k: c_int, ty: cudaDataType, split: bool) -> Gemm {
-        let compute = if split {
-            cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
-        } else {
-            cublasComputeType_t::CUBLAS_COMPUTE_32F
-        };
-        Gemm { handle, m, k, ty, compute }
+    /// A product in f32 compute (tensor cores for 16-bit operands).
+    fn new(handle: cublas_sys::cublasHandle_t, m: c_int, k: c_int, ty: cudaDataType) -> Gemm {
+        Gemm { handle, m, k, ty, compute: cublasComputeType_t::CUBLAS_COMPUTE_32F }
+    }
+
+    /// A product of f32 operands on TF32 tensor cores.
+    pub(super) fn tf32(handle: cublas_sys::cublasHandle_t, m: c_int, k: c_int) -> Gemm {
+        Gemm {
+            compute: cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            ..Gemm::new(handle, m, k, cudaDataType::CUDA_R_32F)
+        }
     }
 }
 
@@ -754,7 +757,7 @@ fn cublas_error(e: cudarc::cublas::result::CublasError) -> tessera_core::Error {
 
 impl Gemm {
     #[allow(clippy::too_many_arguments)]
-    fn single(&self, a: u64, lda: c_int, b: u64, ldb: c_int, c: u64, ldc: c_int, n: c_int) -> Result<()> {
+    pub(super) fn single(&self, a: u64, lda: c_int, b: u64, ldb: c_int, c: u64, ldc: c_int, n: c_int) -> Result<()> {
         // SAFETY: `handle` is live and bound to the launch's stream; A, B and C are validated
         // device matrices of the given leading dimensions and sizes (converted operands lie in
         // scratch reserved for them); alpha and beta are host f32 values as the compute type
@@ -1023,11 +1026,12 @@ mod tests {
     }
 
     #[test]
-    fn large_f32_products_split_into_tf32_passes() {
+    fn large_f32_products_split_into_tf32_parts_and_remainders() {
         let gemm = |batch, split| Path::Gemm { gemm: DType::F32, convert_a: split, convert_b: split, batch, split };
         let (w, x, y) =
             (t(DType::F32, [384, 384, 1, 1]), t(DType::F32, [384, 2048, 1, 1]), t(DType::F32, [384, 2048, 1, 1]));
-        // 384 x 2048 x 384 multiply-adds (2^28.2): split, both operands three times in scratch.
+        // 384 x 2048 x 384 multiply-adds (2^28.2): split, both operands three times in scratch
+        // (all of b's columns in one chunk).
         let p = plan(w, x, y);
         assert_eq!(p.path, gemm(Batch::Single, true));
         let (a_bytes, b_bytes) = (align(3 * 384 * 384 * 4), align(3 * 384 * 2048 * 4));

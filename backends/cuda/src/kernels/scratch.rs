@@ -70,28 +70,25 @@ unsafe impl Send for LtHandle {}
 // SAFETY: as above: no use through a shared reference.
 unsafe impl Sync for LtHandle {}
 
-/// How MUL_MAT multiplies f32 matrices through cuBLAS (`TESSERA_CUDA_F32`).
+/// How MUL_MAT multiplies f32 matrices through cuBLAS (`TESSERA_CUDA_F32`; `TESSERA_CUDA_TF32=1`
+/// means `tf32` whatever it says).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum F32Products {
-    /// `auto` (the default): [`F32Products::Split`] for products large enough to gain from it
-    /// ([`SPLIT_MIN_MACS`]), [`F32Products::Exact`] below.
+    /// `auto` (the default): [`F32Products::Split`] for products that gain from it
+    /// (`split_gemm::chosen`), [`F32Products::Exact`] for the others.
     Auto,
     /// `exact`: f32 arithmetic on the CUDA cores.
     Exact,
-    /// `split`: every operand split into a TF32 part and its f32 remainder, and the product
-    /// summed from three TF32 tensor-core passes (remainder x part twice, part x part): about
-    /// 21 bits of each operand take part, against 24 in f32 and 11 in one TF32 pass, so the
-    /// results stay within a few f32 roundings of the exact ones.
+    /// `split`: operands split into TF32 parts and f32 remainders, multiplied on TF32 tensor
+    /// cores near f32 accuracy (`split_gemm`), wherever the product is one GEMM and its
+    /// weights' split copy fits.
     Split,
-    /// `tf32` (or `TESSERA_CUDA_TF32=1`): one TF32 pass, 10-bit mantissas in the products.
+    /// `tf32`: one TF32 pass, 10-bit mantissas in the products.
     Tf32,
 }
 
-/// Multiply-adds from which `auto` splits a product: below, the two splitting kernels and
-/// three passes cost more than the CUDA cores take.
-pub(crate) const SPLIT_MIN_MACS: i64 = 1 << 28;
-
-/// The f32 product mode, read once from the environment (an unknown value is `auto`).
+/// The f32 product mode, read once from the environment (an unknown value is `auto`, with a
+/// warning).
 pub(crate) fn f32_products() -> F32Products {
     static MODE: std::sync::OnceLock<F32Products> = std::sync::OnceLock::new();
     *MODE.get_or_init(|| {
@@ -102,7 +99,11 @@ pub(crate) fn f32_products() -> F32Products {
             Ok("exact") => F32Products::Exact,
             Ok("split") => F32Products::Split,
             Ok("tf32") => F32Products::Tf32,
-            _ => F32Products::Auto,
+            Ok("auto") | Err(_) => F32Products::Auto,
+            Ok(other) => {
+                log::warn!("TESSERA_CUDA_F32={other:?} is not auto, exact, split or tf32: using auto");
+                F32Products::Auto
+            }
         }
     })
 }
