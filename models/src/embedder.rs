@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tessera_core::registry::{extension, Extension};
 
 use tessera_core::{Backend, Buffer, DType, Device, Graph, Scheduler, SchedulerOptions, Shape};
-use tessera_std::model_file::{place_weights, ModelFile, WeightSpec, WeightStore};
+use tessera_std::model_file::{place_weights, placeable, ModelFile, WeightSpec, WeightStore};
 use tessera_std::placement::{Placement, Target};
 
 use crate::bert::{self, BertGraph, Layout};
@@ -139,11 +139,7 @@ fn weight_specs(file: &ModelFile, names: TensorNames, config: &BertConfig) -> Re
                         "tensor '{name}' is {} {} but the model expects {} {}",
                         f.dtype,
                         Shape(f.ne),
-                        if dtype == DType::F32 && matches!(f.dtype, DType::F16 | DType::BF16) {
-                            f.dtype
-                        } else {
-                            dtype
-                        },
+                        if placeable(f.dtype, dtype) { f.dtype } else { dtype },
                         Shape(ne)
                     ),
                     None => format!("has no tensor '{name}' ({dtype} {})", Shape(ne)),

@@ -241,7 +241,7 @@ pub struct WeightSpec<'a> {
 
 /// Whether a weight stored as `stored` may be placed as `wanted`: as it is, or f16 and bf16
 /// widened to f32 (a model's vectors, which its graph adds in f32).
-fn placeable(stored: DType, wanted: DType) -> bool {
+pub fn placeable(stored: DType, wanted: DType) -> bool {
     stored == wanted || (wanted == DType::F32 && matches!(stored, DType::F16 | DType::BF16))
 }
 
@@ -312,16 +312,17 @@ pub fn place_weights(
         let buffer = bt.alloc_buffer(size)?;
         buffer.set_usage(BufferUsage::Weights);
         let mut offset = 0;
-        for (t, widen) in &found[i..j] {
+        for entry in &found[i..j] {
+            let (t, widen) = *entry;
             let bytes = file.data(t)?;
-            if *widen {
+            if widen {
                 buffer.set_bytes(offset, &widened_to_f32(t.dtype, bytes))?;
             } else {
                 buffer.set_bytes(offset, bytes)?;
             }
             data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset });
-            offset += pad(placed(&(t, *widen)));
-            done += placed(&(t, *widen));
+            offset += pad(placed(entry));
+            done += placed(entry);
             progress(done, total);
         }
         uploaded.push(buffer);

@@ -99,9 +99,12 @@ pub(crate) enum Path {
     /// 8, K a multiple of 256; f16 and bf16 with 4 to 8, K a multiple of 128; rows on 16-byte
     /// boundaries); `b` first quantized (or rounded to the weights' type) into scratch.
     MatVecMma,
-    /// cuBLAS in `gemm` type, after converting `a` and/or `b` into scratch; `split`: f32
-    /// operands split into TF32 parts and remainders ([`split_gemm`](super::split_gemm)).
-    Gemm { gemm: DType, convert_a: bool, convert_b: bool, batch: Batch, split: bool },
+    /// cuBLAS in `gemm` type, after converting `a` and/or `b` into scratch.
+    Gemm { gemm: DType, convert_a: bool, convert_b: bool, batch: Batch },
+    /// An f32 product split into TF32 parts and remainders ([`split_gemm`](super::split_gemm)):
+    /// one matrix, or b's matrices folded into its columns, `dst`'s columns `folded_ldc` values
+    /// apart.
+    Split { folded_ldc: Option<i64> },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,13 +254,10 @@ fn plan_for(a: Operand, b: Operand, dst: Operand, mode: F32Products) -> Plan {
     let one_gemm = nmat == 1 || (a2 == 1 && a3 == 1 && fold_stride(&dst, 4, m, 1).is_some());
     let split = gemm == DType::F32 && one_gemm && split_gemm::chosen(mode, m, n.saturating_mul(nmat), k);
     if split {
-        let batch = match fold_stride(&dst, 4, m, 1) {
-            Some(ldc) if nmat > 1 => Batch::Folded { ldb: 3 * k, ldc },
-            _ => Batch::Single,
-        };
+        let folded_ldc = fold_stride(&dst, 4, m, 1).filter(|_| nmat > 1);
         let (a_bytes, b_bytes) = split_gemm::scratch_bytes(m, n.saturating_mul(nmat), k, align);
         return Plan {
-            path: Path::Gemm { gemm, convert_a: true, convert_b: true, batch, split },
+            path: Path::Split { folded_ldc },
             a_offset: 0,
             b_offset: a_bytes,
             ptr_offset: a_bytes.saturating_add(b_bytes),
@@ -282,12 +282,12 @@ fn plan_for(a: Operand, b: Operand, dst: Operand, mode: F32Products) -> Plan {
         Batch::Pointers
     };
 
-    let a_bytes = if convert_a { align(bytes_of(&ga, gemm)) } else { 0 };
-    let b_bytes = if convert_b { align(bytes_of(&gb, gemm)) } else { 0 };
+    let a_bytes = if convert_a { align(bytes_of(&a, gemm)) } else { 0 };
+    let b_bytes = if convert_b { align(bytes_of(&b, gemm)) } else { 0 };
     let ptr_bytes =
         if batch == Batch::Pointers { usize::try_from(nmat).unwrap_or(usize::MAX).saturating_mul(24) } else { 0 };
     Plan {
-        path: Path::Gemm { gemm, convert_a, convert_b, batch, split: false },
+        path: Path::Gemm { gemm, convert_a, convert_b, batch },
         a_offset: 0,
         b_offset: a_bytes,
         ptr_offset: a_bytes.saturating_add(b_bytes),
@@ -340,8 +340,8 @@ pub(crate) fn launch(
             d,
             Epilogue::Add(&TensorArg::NONE),
         ),
-        Path::Gemm { split: true, batch, .. } => {
-            let product = split_product(a, b, d, batch)?;
+        Path::Split { folded_ldc } => {
+            let product = split_product(a, b, d, folded_ldc)?;
             split_gemm::launch(kernels, stream, scratch, &product, None)
         }
         Path::Gemm { gemm, batch, .. } => {
@@ -559,13 +559,12 @@ fn addend((add, at): Operand, dst: TensorArg) -> Option<TensorArg> {
     apart.then_some(add)
 }
 
-/// The split product of `a` and `b` into `d` for a split plan's `batch` (one matrix, or b's
-/// matrices folded into its columns).
-fn split_product(a: TensorArg, b: TensorArg, d: TensorArg, batch: Batch) -> Result<SplitProduct> {
+/// The split product of `a` and `b` into `d` for [`Path::Split`].
+fn split_product(a: TensorArg, b: TensorArg, d: TensorArg, folded_ldc: Option<i64>) -> Result<SplitProduct> {
     let [k, m, _, _] = a.ne;
-    let (cols, ldc) = match batch {
-        Batch::Folded { ldc, .. } => (b.ne[1] * b.ne[2] * b.ne[3], Some(ldc)),
-        _ => (b.ne[1], leading_dim(&d, 4, m)),
+    let (cols, ldc) = match folded_ldc {
+        Some(ldc) => (b.ne[1] * b.ne[2] * b.ne[3], Some(ldc)),
+        None => (b.ne[1], leading_dim(&d, 4, m)),
     };
     let ldc = ldc.ok_or_else(|| backend_error("dst is not a cuBLAS matrix"))?;
     Ok(SplitProduct { a, b, d, m, k, cols, ldc })
@@ -653,20 +652,20 @@ pub(crate) fn launch_with_bias(
         mat_vec(kernels, stream, scratch, quantize_b, p.scratch_bytes, a, b.0, dst.0, Epilogue::Add(&add))?;
         return Ok(true);
     }
-    let Path::Gemm { gemm, batch, split, .. } = p.path else { return Ok(false) };
     let m = a.0.ne[1];
     let bias_fits = bias.1 == DType::F32 && bias.0.ne == [m, 1, 1, 1] && bias.0.data % 16 == 0;
+    if let (Path::Split { folded_ldc }, true) = (p.path, bias_fits) {
+        let product = split_product(a.0, b.0, dst.0, folded_ldc)?;
+        split_gemm::launch(kernels, stream, scratch, &product, Some(bias.0.data))?;
+        return Ok(true);
+    }
+    let Path::Gemm { gemm, batch, .. } = p.path else { return Ok(false) };
     let cols = match batch {
         Batch::Single => Some((b.0.ne[1], None)),
         Batch::Folded { ldb, ldc } => Some((b.0.ne[1] * b.0.ne[2] * b.0.ne[3], Some((ldb, ldc)))),
         _ => None,
     };
     let (Some((n, folded)), true) = (cols, bias_fits) else { return Ok(false) };
-    if split {
-        let product = split_product(a.0, b.0, dst.0, batch)?;
-        split_gemm::launch(kernels, stream, scratch, &product, Some(bias.0.data))?;
-        return Ok(true);
-    }
     let (ga, gb, _) = gemm_operands(kernels, stream, scratch, &p, a, b.0)?;
     let k = ga.ne[0];
     let es = gemm.block_bytes() as i64;
@@ -928,10 +927,7 @@ mod tests {
         let p = plan(t(DType::F32, [256, 5, 1, 1]), b, t(DType::F32, [5, 3, 1, 1]));
         assert!(matches!(p.path, Path::Gemm { convert_b: true, .. }), "{p:?}");
         let p = plan(t(DType::Q8_0, [256, 5, 1, 1]), t(DType::F32, [256, 9, 1, 1]), t(DType::F32, [5, 9, 1, 1]));
-        assert_eq!(
-            p.path,
-            Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single, split: false }
-        );
+        assert_eq!(p.path, Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single });
         assert_eq!(p.b_offset, 2560);
         assert_eq!(p.scratch_bytes, p.b_offset + align(256 * 9 * 2));
     }
@@ -942,10 +938,7 @@ mod tests {
             let p = plan(t(at, [512, 5, 1, 1]), t(DType::F32, [512, 8, 1, 1]), t(DType::F32, [5, 8, 1, 1]));
             assert_eq!((p.path, p.scratch_bytes), (Path::MatVec { quantize_b: true }, 16 * 8 * Q8_1_BYTES), "{at}");
             let p = plan(t(at, [512, 5, 1, 1]), t(DType::F32, [512, 9, 1, 1]), t(DType::F32, [5, 9, 1, 1]));
-            assert_eq!(
-                p.path,
-                Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single, split: false }
-            );
+            assert_eq!(p.path, Path::Gemm { gemm: DType::F16, convert_a: true, convert_b: true, batch: Batch::Single });
         }
         // q4_K and q5_K rows off 16-byte boundaries (a view 2 bytes in) go to the GEMM; the
         // other blocks are read 2 bytes at a time anyway.
@@ -962,18 +955,12 @@ mod tests {
     #[test]
     fn f32_weights_use_their_operands_in_place() {
         let p = plan(t(DType::F32, [33, 17, 1, 1]), t(DType::F32, [33, 9, 1, 1]), t(DType::F32, [17, 9, 1, 1]));
-        assert_eq!(
-            p.path,
-            Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Single, split: false }
-        );
+        assert_eq!(p.path, Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Single });
         assert_eq!(p.scratch_bytes, 0);
         // A transposed b is packed first.
         let b = permuted(DType::F32, [33, 5, 1, 1], [1, 0, 2, 3]);
         let p = plan(t(DType::F32, [33, 7, 1, 1]), b, t(DType::F32, [7, 5, 1, 1]));
-        assert_eq!(
-            p.path,
-            Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: true, batch: Batch::Single, split: false }
-        );
+        assert_eq!(p.path, Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: true, batch: Batch::Single });
     }
 
     #[test]
@@ -986,8 +973,7 @@ mod tests {
                 gemm: DType::F16,
                 convert_a: false,
                 convert_b: true,
-                batch: Batch::Folded { ldb: 64, ldc: 7 },
-                split: false
+                batch: Batch::Folded { ldb: 64, ldc: 7 }
             }
         );
         // As many weight matrices as activations: strided.
@@ -998,25 +984,18 @@ mod tests {
                 gemm: DType::F32,
                 convert_a: false,
                 convert_b: false,
-                batch: Batch::Strided { stride_a: 64 * 7, stride_b: 64 * 9, stride_c: 63 },
-                split: false
+                batch: Batch::Strided { stride_a: 64 * 7, stride_b: 64 * 9, stride_c: 63 }
             }
         );
         // Broadcast weights over several matrices: pointer arrays after the converted b.
         let p = plan(t(DType::BF16, [64, 9, 2, 1]), t(DType::F32, [64, 9, 4, 2]), t(DType::F32, [9, 9, 4, 2]));
-        assert_eq!(
-            p.path,
-            Path::Gemm { gemm: DType::BF16, convert_a: false, convert_b: true, batch: Batch::Pointers, split: false }
-        );
+        assert_eq!(p.path, Path::Gemm { gemm: DType::BF16, convert_a: false, convert_b: true, batch: Batch::Pointers });
         assert_eq!(p.ptr_offset, align(64 * 9 * 8 * 2));
         assert_eq!(p.scratch_bytes, p.ptr_offset + 8 * 3 * 8);
         // Weights permuted over dims 1 and 2 (rows still packed) batch with pointers too.
         let a = permuted(DType::F32, [64, 7, 2, 1], [0, 2, 1, 3]);
         let p = plan(a, t(DType::F32, [64, 9, 4, 1]), t(DType::F32, [7, 9, 4, 1]));
-        assert_eq!(
-            p.path,
-            Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Pointers, split: false }
-        );
+        assert_eq!(p.path, Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Pointers });
     }
 
     #[test]
@@ -1027,31 +1006,31 @@ mod tests {
 
     #[test]
     fn large_f32_products_split_into_tf32_parts_and_remainders() {
-        let gemm = |batch, split| Path::Gemm { gemm: DType::F32, convert_a: split, convert_b: split, batch, split };
+        let exact = Path::Gemm { gemm: DType::F32, convert_a: false, convert_b: false, batch: Batch::Single };
         let (w, x, y) =
             (t(DType::F32, [384, 384, 1, 1]), t(DType::F32, [384, 2048, 1, 1]), t(DType::F32, [384, 2048, 1, 1]));
         // 384 x 2048 x 384 multiply-adds (2^28.2): split, both operands three times in scratch
         // (all of b's columns in one chunk).
         let p = plan(w, x, y);
-        assert_eq!(p.path, gemm(Batch::Single, true));
+        assert_eq!(p.path, Path::Split { folded_ldc: None });
         let (a_bytes, b_bytes) = (align(3 * 384 * 384 * 4), align(3 * 384 * 2048 * 4));
         assert_eq!((p.b_offset, p.scratch_bytes), (a_bytes, a_bytes + b_bytes));
         // Folded matrices count together; half as many columns stay exact.
         let p = plan(w, t(DType::F32, [384, 512, 4, 1]), t(DType::F32, [384, 512, 4, 1]));
-        assert_eq!(p.path, gemm(Batch::Folded { ldb: 3 * 384, ldc: 384 }, true));
+        assert_eq!(p.path, Path::Split { folded_ldc: Some(384) });
         let p = plan(w, t(DType::F32, [384, 1024, 1, 1]), t(DType::F32, [384, 1024, 1, 1]));
-        assert_eq!((p.path, p.scratch_bytes), (gemm(Batch::Single, false), 0));
+        assert_eq!((p.path, p.scratch_bytes), (exact, 0));
         // The modes: split always, exact and tf32 never.
         let small = (t(DType::F32, [64, 7, 1, 1]), t(DType::F32, [64, 9, 1, 1]), t(DType::F32, [7, 9, 1, 1]));
-        assert_eq!(plan_for(small.0, small.1, small.2, F32Products::Split).path, gemm(Batch::Single, true));
+        assert_eq!(plan_for(small.0, small.1, small.2, F32Products::Split).path, Path::Split { folded_ldc: None });
         for mode in [F32Products::Exact, F32Products::Tf32] {
-            assert_eq!(plan_for(w, x, y, mode).path, gemm(Batch::Single, false));
+            assert_eq!(plan_for(w, x, y, mode).path, exact);
         }
         // Batched products (a matrix of a per matrix of b) and 16-bit weights are never split.
         let (a3, b3) = (t(DType::F32, [64, 7, 9, 1]), t(DType::F32, [64, 9, 9, 1]));
         let p = plan_for(a3, b3, t(DType::F32, [7, 9, 9, 1]), F32Products::Split);
-        assert!(matches!(p.path, Path::Gemm { split: false, batch: Batch::Strided { .. }, .. }), "{p:?}");
+        assert!(matches!(p.path, Path::Gemm { batch: Batch::Strided { .. }, .. }), "{p:?}");
         let p = plan_for(t(DType::F16, [384, 384, 1, 1]), x, y, F32Products::Split);
-        assert!(matches!(p.path, Path::Gemm { gemm: DType::F16, split: false, .. }), "{p:?}");
+        assert!(matches!(p.path, Path::Gemm { gemm: DType::F16, .. }), "{p:?}");
     }
 }
