@@ -142,7 +142,28 @@ fn flash_attn() -> Vec<Case> {
                 spread: 1.0,
             }
         })
+        .chain(std::iter::once(llama_prompt_attention()))
         .collect()
+}
+
+/// FLASH_ATTN over a 512-token prompt of a 1B Llama (32 query heads of 64 over 8 key heads,
+/// keys and values in f16 as its cache holds them, a mask row per query).
+fn llama_prompt_attention() -> Case {
+    let (hd, heads, kv_heads, n) = (64usize, 32usize, 8usize, 512usize);
+    Case {
+        op: "FLASH_ATTN",
+        params: format!("hsk={hd},nh={heads},nkv={kv_heads},n={n},kv={n},type_kv=f16,mask=1"),
+        build: Box::new(move |g| {
+            let q = g.new_tensor(DType::F32, &[hd, heads, n])?;
+            let q = g.permute(q, [0, 2, 1, 3])?;
+            let k = g.new_tensor(DType::F16, &[hd, n, kv_heads])?;
+            let v = g.new_tensor(DType::F16, &[hd, n, kv_heads])?;
+            let mask = g.new_tensor(DType::F32, &[n, n])?;
+            g.flash_attn(q, k, v, Some(mask), 1.0 / (hd as f32).sqrt())
+        }),
+        work: Work::Flops(4.0 * (hd * n * n * heads) as f64),
+        spread: 1.0,
+    }
 }
 
 /// `a op b` with `b: ne` repeated `nr` times over `a`; ggml counts three times the result.

@@ -22,7 +22,7 @@ use tessera_models::{Embedder, LoadOptions, MODULES};
 
 const HELP: &str = "\
 usage: bert_bench [--model FILE] [--backend SPEC] [--params-backend SPEC]
-                  [--shapes BxT,...] [--runs N] [--warmup N]
+                  [--shapes BxT,...] [--runs N] [--warmup N] [--flash-attn M]
 
   --model FILE           weights [weights/all-MiniLM-L6-v2/model.safetensors]
   --backend SPEC         where modules run (as embed's --backend) [auto]
@@ -30,6 +30,8 @@ usage: bert_bench [--model FILE] [--backend SPEC] [--params-backend SPEC]
   --shapes LIST          batches of B sequences of T tokens [1x16,1x128,32x48,1024x128]
   --runs N               timed calls per shape [20]
   --warmup N             untimed calls first [3]
+  --flash-attn M         attention as one FLASH_ATTN node: on, off, or auto (where the
+                         layer's device computes it faster) [auto]
 ";
 
 type BoxError = Box<dyn std::error::Error>;
@@ -41,6 +43,7 @@ struct Args {
     shapes: Vec<(usize, usize)>,
     runs: usize,
     warmup: usize,
+    flash_attn: Option<bool>,
 }
 
 fn shapes(list: &str) -> Result<Vec<(usize, usize)>, String> {
@@ -64,6 +67,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
         shapes: shapes("1x16,1x128,32x48,1024x128")?,
         runs: 20,
         warmup: 3,
+        flash_attn: None,
     };
     let count = |name: &str, value: String, min: usize| match value.parse::<usize>() {
         Ok(n) if n >= min => Ok(n),
@@ -78,6 +82,14 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
             Long("shapes") => a.shapes = shapes(&parser.value()?.string()?)?,
             Long("runs") => a.runs = count("--runs", parser.value()?.string()?, 1)?,
             Long("warmup") => a.warmup = count("--warmup", parser.value()?.string()?, 0)?,
+            Long("flash-attn") => {
+                a.flash_attn = match parser.value()?.string()?.as_str() {
+                    "on" => Some(true),
+                    "off" => Some(false),
+                    "auto" => None,
+                    other => return Err(format!("--flash-attn: '{other}' is not on, off or auto").into()),
+                }
+            }
             Short('h') | Long("help") => {
                 print!("{HELP}");
                 return Ok(None);
@@ -90,7 +102,8 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
 
 fn run(args: Args) -> Result<(), BoxError> {
     let placement = Placement::resolve_in(tessera::discover(), &args.backend, &args.params_backend, &MODULES)?;
-    let mut embedder = Embedder::load_with(&args.model, placement, LoadOptions::default())?;
+    let options = LoadOptions { flash_attn: args.flash_attn, ..LoadOptions::default() };
+    let mut embedder = Embedder::load_with(&args.model, placement, options)?;
     println!("{}: {}", args.model.display(), embedder.describe());
     let vocab = embedder.config().vocab;
     for (seed, &(b, t)) in args.shapes.iter().enumerate() {

@@ -40,6 +40,7 @@ fn caps(c: DeviceCaps) -> String {
         (c.host_buffer, "host_buffer"),
         (c.buffer_from_host_ptr, "buffer_from_host_ptr"),
         (c.events, "events"),
+        (c.prompt_flash_attn, "prompt_flash_attn"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))

@@ -52,6 +52,9 @@ pub struct DeviceCaps {
     pub buffer_from_host_ptr: bool,
     /// Supports events for synchronisation between backends.
     pub events: bool,
+    /// Computes FLASH_ATTN over many query rows (a prompt, a batch of sequences) faster than
+    /// the same attention as products and a soft-max, so models use it for whole prompts.
+    pub prompt_flash_attn: bool,
 }
 
 /// A device of a backend family ("CPU", "CUDA0", "Vulkan1").

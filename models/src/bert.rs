@@ -150,8 +150,21 @@ pub fn uniform_weight_type(matrix_type: DType) -> impl Fn(&str) -> DType {
 }
 
 /// Builds the encoder for `layout` into `g` and expands the graph to its output.
-/// `weight_type` gives each weight's type by name.
+/// `weight_type` gives each weight's type by name. Attention is products and a soft-max
+/// (see [`build_with`]).
 pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType, layout: Layout) -> Result<BertGraph> {
+    build_with(g, c, weight_type, layout, &|_| false)
+}
+
+/// [`build`], with the layers for which `flash_attn(layer)` holds computing attention as one
+/// FLASH_ATTN node (no score matrix in memory) instead of products and a soft-max.
+pub fn build_with(
+    g: &mut Graph,
+    c: &BertConfig,
+    weight_type: &dyn Fn(&str) -> DType,
+    layout: Layout,
+    flash_attn: &dyn Fn(usize) -> bool,
+) -> Result<BertGraph> {
     c.validate().map_err(|e| Error::InvalidConfig { message: e.message })?;
     let (h, heads) = (c.hidden, c.heads);
     let head_dim = h / heads;
@@ -227,13 +240,18 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
         let k = b.g.reshape(k, &[head_dim, heads, a, blocks])?;
         let k = b.g.permute(k, [0, 2, 1, 3])?;
         let v = b.g.reshape(v, &[head_dim, heads, a, blocks])?;
-        let v = b.g.permute(v, [1, 2, 0, 3])?;
-        let v = b.g.cont(v)?; // [tokens, head_dim, heads, blocks]
-        let scores = b.g.mul_mat(k, q)?; // [keys, queries, heads, blocks]
-        let probs = b.g.soft_max(scores, Some(attention_mask), scale)?;
-        let ctx = b.g.mul_mat(v, probs)?; // [head_dim, queries, heads, blocks]
-        let ctx = b.g.permute(ctx, [0, 2, 1, 3])?;
-        let ctx = b.g.cont(ctx)?;
+        let ctx = if flash_attn(layer) {
+            let v = b.g.permute(v, [0, 2, 1, 3])?;
+            b.g.flash_attn(q, k, v, Some(attention_mask), scale)? // [head_dim, heads, queries, blocks]
+        } else {
+            let v = b.g.permute(v, [1, 2, 0, 3])?;
+            let v = b.g.cont(v)?; // [tokens, head_dim, heads, blocks]
+            let scores = b.g.mul_mat(k, q)?; // [keys, queries, heads, blocks]
+            let probs = b.g.soft_max(scores, Some(attention_mask), scale)?;
+            let ctx = b.g.mul_mat(v, probs)?; // [head_dim, queries, heads, blocks]
+            let ctx = b.g.permute(ctx, [0, 2, 1, 3])?;
+            b.g.cont(ctx)?
+        };
         let ctx = match attention_scatter {
             Some(scatter) => {
                 let flat = b.g.reshape(ctx, &[h, product(a, blocks)?])?;

@@ -33,6 +33,8 @@ pub struct Embedder {
     /// The weights, one store per module and device that holds some of its weights.
     stores: Vec<WeightStore>,
     sched: Scheduler,
+    /// [`LoadOptions::flash_attn`].
+    flash_attn: Option<bool>,
     tokenizer: Option<Tokenizer>,
     timing: Timing,
     /// The sequence lengths the scheduler's graph was built and allocated for: a batch of the
@@ -74,6 +76,10 @@ pub struct LoadOptions<'a> {
     /// `--split-layers`: the encoder's layers divided over these backends in proportion to
     /// their devices' free memory (layer items of the placement still win).
     pub split_layers: Vec<Target>,
+    /// Attention as one FLASH_ATTN node (`Some(true)`), as products and a soft-max
+    /// (`Some(false)`), or, with `None`, as each layer's device computes it faster
+    /// ([`DeviceCaps::prompt_flash_attn`](tessera_core::DeviceCaps::prompt_flash_attn)).
+    pub flash_attn: Option<bool>,
     /// Copies of every split input (the scheduler's `n_copies`, 1 to 4; 0 means 1): with more
     /// than one, [`Embedder::embed_batches`] overlaps successive batches across devices.
     pub pipeline: usize,
@@ -207,7 +213,7 @@ impl Embedder {
 
     /// [`load`](Self::load) with threads, a tokenizer and a progress callback.
     pub fn load_with(path: impl AsRef<Path>, mut placement: Placement, options: LoadOptions<'_>) -> Result<Embedder> {
-        let LoadOptions { threads, tokenizer, mut progress, split_layers, pipeline } = options;
+        let LoadOptions { threads, tokenizer, mut progress, split_layers, pipeline, flash_attn } = options;
         let file = ModelFile::open(path.as_ref())?;
         let config = BertConfig::of_file(&file)?;
         let n = Module::ALL.len();
@@ -294,6 +300,7 @@ impl Embedder {
             stores,
             sched,
             tokenizer,
+            flash_attn,
             timing: Timing::default(),
             built_for: None,
             landing: Vec::new(),
@@ -522,7 +529,12 @@ impl Embedder {
         let mut g = Graph::new();
         let (file, names) = (&self.file, self.names);
         let dtype_of = graph_type(file, names);
-        let model = bert::build(&mut g, &self.config, &dtype_of, Layout::for_lengths(lens))?;
+        let encoder = Module::Encoder.index();
+        let flash_attn = |layer: usize| {
+            let device = self.placement.compute_of(encoder, Some(layer)).device;
+            self.flash_attn.unwrap_or_else(|| device.caps().prompt_flash_attn)
+        };
+        let model = bert::build_with(&mut g, &self.config, &dtype_of, Layout::for_lengths(lens), &flash_attn)?;
         for (name, _, id) in &model.weights {
             let name = names.file_name(name);
             let data = self.stores.iter().find_map(|s| s.get(&name)).ok_or_else(|| tessera_core::Error::File {
@@ -591,6 +603,33 @@ mod tests {
             assert!(max_diff < 1e-5, "{ids:?}: max difference {max_diff} from the float64 reference");
         }
         assert!(e.timing().compute > Duration::ZERO);
+        std::fs::remove_dir_all(path.parent().unwrap()).ok();
+    }
+
+    #[test]
+    fn attention_as_one_flash_attn_node_embeds_like_products() {
+        let path = tiny_gguf(DType::F32);
+        let load = |flash_attn| {
+            let options = LoadOptions { flash_attn, ..LoadOptions::default() };
+            Embedder::load_with(&path, on(&cpu(), "", ""), options).unwrap()
+        };
+        let (mut fused, mut products) = (load(Some(true)), load(None));
+        // Packed sequences of several lengths, and rows of one length (the padded layout).
+        for batch in [&SEQUENCES[..], &[&[2, 17, 5, 3], &[2, 9, 33, 3]]] {
+            let (got, want) = (fused.embed_tokens(batch).unwrap(), products.embed_tokens(batch).unwrap());
+            let worst =
+                got.iter().zip(&want).map(|(g, w)| cosine(g, &w.iter().map(|&v| f64::from(v)).collect::<Vec<_>>()));
+            let worst = worst.fold(1.0, f64::min);
+            assert!(worst > 0.999999, "worst cosine {worst}");
+            let flash_nodes = |e: &Embedder| {
+                let g = &e.built_for.as_ref().unwrap().graph;
+                g.nodes()
+                    .iter()
+                    .filter(|&&id| matches!(g.tensor(id).unwrap().op(), tessera_core::Op::FlashAttn { .. }))
+                    .count()
+            };
+            assert_eq!((flash_nodes(&fused), flash_nodes(&products)), (TINY.layers, 0));
+        }
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
     }
 

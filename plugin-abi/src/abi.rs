@@ -78,6 +78,7 @@ pub const CAP_ASYNC: u32 = 1;
 pub const CAP_HOST_BUFFER: u32 = 2;
 pub const CAP_BUFFER_FROM_HOST_PTR: u32 = 4;
 pub const CAP_EVENTS: u32 = 8;
+pub const CAP_PROMPT_FLASH_ATTN: u32 = 16;
 
 /// Reg extension bits.
 pub const EXT_SET_N_THREADS: u32 = 1;

@@ -293,7 +293,7 @@ impl Device for TestDevice {
         DeviceType::Accel
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { events: false, async_compute: false, host_buffer: false, buffer_from_host_ptr: true }
+        DeviceCaps { buffer_from_host_ptr: true, ..DeviceCaps::default() }
     }
     fn pci_bus_id(&self) -> Option<&str> {
         Some("0000:01:00.0")

@@ -28,6 +28,9 @@ pub enum Init {
     MaskInf,
     /// As `MaskInf`, and rows 1, 4, 7, ... all `-inf` (rows a soft-max turns into zeros).
     MaskInfRows,
+    /// A causal mask after `ne0 / 2` cached positions: row r (of rows of `ne0` keys) sees keys
+    /// `0 ..= ne0 / 2 + r`, uniform in `[-1, 1)`; the later ones are `-inf`.
+    Causal,
 }
 
 impl Init {
@@ -687,6 +690,14 @@ fn flash_attn(v: &mut Vec<Case>) {
             fa(40, 24, 1, 17, 2, 2, 1, Some((F16, [17, 1, 2, 1], Init::DEFAULT))),
             // A decoded token before any key: zeros.
             fa(64, 64, 1, 0, 2, 1, 1, None),
+            // Prompts of heads of 32, 64 and 128 (the tensor-core kernels): several blocks of
+            // query rows, key tiles cut short, fully masked rows, no mask, a causal mask whose
+            // last tiles no query of a block sees.
+            fa(64, 64, 40, 300, 4, 2, 1, Some((F32, [300, 40, 1, 1], Init::MaskInfRows))),
+            fa(128, 128, 150, 100, 2, 1, 1, Some((F16, [100, 150, 1, 1], Init::MaskInf))),
+            fa(32, 32, 20, 70, 2, 2, 3, None),
+            fa(64, 64, 150, 400, 2, 1, 1, Some((F32, [400, 150, 1, 1], Init::Causal))),
+            fa(32, 32, 128, 128, 4, 4, 3, Some((F32, [128, 1, 1, 3], Init::MaskInf))),
         ]
     };
     for t in FLOATS {

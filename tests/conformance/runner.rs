@@ -376,6 +376,17 @@ pub fn generate(dtype: DType, n: usize, row: usize, init: Init, rng: &mut Rng) -
                 }
             })
             .collect(),
+        Init::Causal => (0..n)
+            .map(|i| {
+                let x = rng.uniform(-1.0, 1.0);
+                let (r, key) = (i / row.max(1), i % row.max(1));
+                if key > row / 2 + r {
+                    f32::NEG_INFINITY
+                } else {
+                    x
+                }
+            })
+            .collect(),
         Init::MaskInfRows => (0..n)
             .map(|i| {
                 let x = rng.uniform(-1.0, 1.0);

@@ -33,7 +33,7 @@ impl Device for CpuDevice {
         DeviceType::Cpu
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { async_compute: false, host_buffer: false, buffer_from_host_ptr: true, events: false }
+        DeviceCaps { buffer_from_host_ptr: true, ..DeviceCaps::default() }
     }
     fn reg(&self) -> &'static dyn BackendReg {
         &crate::reg::CPU_REG

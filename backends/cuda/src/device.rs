@@ -139,7 +139,14 @@ impl Device for CudaDevice {
         DeviceType::Gpu
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { async_compute: true, host_buffer: true, buffer_from_host_ptr: false, events: true }
+        // FLASH_ATTN over many rows runs on tensor cores (flash_attn_mma.cu).
+        DeviceCaps {
+            async_compute: true,
+            host_buffer: true,
+            buffer_from_host_ptr: false,
+            events: true,
+            prompt_flash_attn: true,
+        }
     }
     fn pci_bus_id(&self) -> Option<&str> {
         self.pci_bus_id.as_deref()

@@ -150,6 +150,7 @@ impl Device for SimDevice {
             host_buffer: config.pinned_host,
             buffer_from_host_ptr: false,
             events: config.events,
+            prompt_flash_attn: false,
         }
     }
     fn reg(&self) -> &'static dyn BackendReg {

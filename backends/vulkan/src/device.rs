@@ -137,7 +137,13 @@ impl Device for VulkanDevice {
         self.ctx.physical.device_type
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { async_compute: true, host_buffer: true, buffer_from_host_ptr: false, events: true }
+        DeviceCaps {
+            async_compute: true,
+            host_buffer: true,
+            buffer_from_host_ptr: false,
+            events: true,
+            prompt_flash_attn: false,
+        }
     }
     fn pci_bus_id(&self) -> Option<&str> {
         self.ctx.physical.pci_bus_id.as_deref()

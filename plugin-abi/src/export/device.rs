@@ -137,6 +137,7 @@ impl<E: Exporter> DeviceExports<E> {
             [(c.async_compute, CAP_ASYNC), (c.host_buffer, CAP_HOST_BUFFER)]
                 .into_iter()
                 .chain([(c.buffer_from_host_ptr, CAP_BUFFER_FROM_HOST_PTR), (c.events, CAP_EVENTS)])
+                .chain([(c.prompt_flash_attn, CAP_PROMPT_FLASH_ATTN)])
                 .filter(|(on, _)| *on)
                 .fold(0, |bits, (_, bit)| bits | bit)
         })

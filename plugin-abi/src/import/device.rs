@@ -86,6 +86,7 @@ impl PluginDevice {
             host_buffer: caps_bits & CAP_HOST_BUFFER != 0,
             buffer_from_host_ptr: caps_bits & CAP_BUFFER_FROM_HOST_PTR != 0 && fns.buffer_from_host_ptr.is_some(),
             events: caps_bits & CAP_EVENTS != 0,
+            prompt_flash_attn: caps_bits & CAP_PROMPT_FLASH_ATTN != 0,
         };
         let mut bt = AbiBufferType::NULL;
         // SAFETY: as above, with a writable output.

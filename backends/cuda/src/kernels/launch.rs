@@ -80,6 +80,10 @@ pub(crate) unsafe fn launch_raw(
 /// rows per block beyond one.
 const FLASH_ATTN_THREADS: u32 = 128;
 const FLASH_ATTN_ROWS: i64 = 16;
+/// Threads of a tensor-core FLASH_ATTN block (`FAM_THREADS` in flash_attn_mma.cu), and its
+/// query rows (`FAM_ROWS`).
+const FLASH_ATTN_MMA_THREADS: u32 = 128;
+const FLASH_ATTN_MMA_ROWS: i64 = 64;
 /// Threads of a one-row FLASH_ATTN block (`FA_SPLIT_THREADS`), and the key positions it takes
 /// (`FA_SPLIT_POSITIONS`).
 const FLASH_ATTN_SPLIT_THREADS: u32 = 128;
@@ -423,6 +427,17 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             let (m, mt) = mask.unwrap_or((q, DType::F32));
             let (has_mask, mask_f16) = (i32::from(mask.is_some()), i32::from(mt == DType::F16));
             let head = q.ne[0].max(v.ne[0]);
+            if let Some(name) = names::flash_attn_mma(kt, q.ne[0], v.ne[0], q.ne[1]) {
+                // Validated: at most 65535 heads and batches.
+                let cfg = LaunchConfig {
+                    grid_dim: (div_ceil(q.ne[1], FLASH_ATTN_MMA_ROWS) as u32, q.ne[2] as u32, q.ne[3] as u32),
+                    block_dim: (FLASH_ATTN_MMA_THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // flash_attn_mma_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask,
+                //                  TensorArg dst, float scale, int has_mask, int mask_f16)
+                return launch_kernel!(kernels, stream, name, cfg, &q, &k, &v, &m, &dst, &scale, &has_mask, &mask_f16);
+            }
             let name = kernel(names::flash_attn(kt, head, q.ne[1]))?;
             if q.ne[1] == 1 {
                 // One query row: per chunk of keys, then merged per head (validated: at most

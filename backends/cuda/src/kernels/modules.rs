@@ -135,6 +135,21 @@ pub(crate) const MODULES: &[Module] = &[
         ],
     },
     Module {
+        name: "flash_attn_mma",
+        fatbin: fatbin!("flash_attn_mma"),
+        kernels: &[
+            "flash_attn_mma_f32_d32",
+            "flash_attn_mma_f32_d64",
+            "flash_attn_mma_f32_d128",
+            "flash_attn_mma_f16_d32",
+            "flash_attn_mma_f16_d64",
+            "flash_attn_mma_f16_d128",
+            "flash_attn_mma_bf16_d32",
+            "flash_attn_mma_bf16_d64",
+            "flash_attn_mma_bf16_d128",
+        ],
+    },
+    Module {
         name: "get_rows",
         fatbin: fatbin!("get_rows"),
         kernels: &[

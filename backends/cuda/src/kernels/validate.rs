@@ -177,6 +177,7 @@ pub(crate) fn validate(node: &Node) -> Result<(), Why> {
                 && v.ne[1..] == k.ne[1..]
                 && dst.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]]
                 && q.ne[1] <= I32_MAX
+                && k.ne[1] <= I32_MAX
                 && q.ne[2] <= 65535
                 && q.ne[3] <= 65535;
             need(fits, || {

@@ -1,0 +1,378 @@
+// FLASH_ATTN over many query rows on tensor cores (a prompt, or a batch of sequences as an
+// encoder sees them): heads of 32, 64 or 128 values (keys and values alike), keys and values in
+// f32, f16 or bf16, f32 queries, an optional f32 or f16 mask.
+//
+// A block of 4 warps takes 64 query rows of one head and batch, 16 a warp, and walks the keys
+// in tiles of KEYS positions. Per tile, the keys and the values (transposed) go to shared
+// memory; each warp computes its 16 x KEYS scores with `mma.sync m16n8k8` (TF32), keeps the
+// soft-max online (running maximum and sum in f32, in base 2: the scores are scaled by log2(e)
+// with the scale, and weighed with `exp2f`) and adds the weighted values with a second
+// product. That product takes its weights from the scores' accumulator registers as they are:
+// inside each step of 8 keys, thread t's operand columns t and t + 4 are keys 2t and 2t + 1
+// (where its accumulator holds them), and the values are read in the same order. The head's
+// values are summed in the same permuted order for the scores, so each thread reads pairs of
+// adjacent values.
+//
+// Near f32 accuracy: an f32 operand x is taken as its TF32 part hi (x rounded to a 10-bit
+// mantissa) and its remainder lo = x - hi, and a product as lo*hi + hi*lo + hi*hi (lo*lo is
+// below f32's precision). f16 and bf16 keys and values are exact in TF32: their products are
+// lo*hi + hi*hi, the queries' and weights' remainders times the exact keys and values.
+//
+// Keys that no query row of the block may see (masked for every row, or past the last) are
+// zeros in shared memory whatever the tensors hold there (a cache's unwritten rows cannot turn
+// a sum into NaN), and a tile no row may see is skipped (a causal mask's future).
+#include <type_traits>
+
+#include "common.cuh"
+
+#define FAM_WARPS 4
+#define FAM_THREADS (32 * FAM_WARPS)
+#define FAM_ROWS (16 * FAM_WARPS)
+
+// The TF32 part of x: rounded to a 10-bit mantissa, ties away from zero (magnitudes within
+// half a TF32 step of f32's largest become infinite).
+__device__ __forceinline__ unsigned int fam_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// x as its TF32 part and remainder.
+__device__ __forceinline__ void fam_split(float x, unsigned int &hi, unsigned int &lo) {
+    hi = fam_tf32(x);
+    lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ void fam_mma(float (&c)[4], const unsigned int (&a)[4], float2 b) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(__float_as_uint(b.x)), "r"(__float_as_uint(b.y)));
+}
+
+// Values e..e+3 of a packed row of type T, as f32; `vector`: one aligned load.
+template <typename T> __device__ __forceinline__ float4 fam_load4(const char *row, int e, bool vector) {
+    if constexpr (std::is_same_v<T, F32>) {
+        const float *p = (const float *)row + e;
+        return vector ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
+    } else {
+        const unsigned short *p = (const unsigned short *)row + e;
+        unsigned int x, y;
+        if (vector) {
+            const uint2 w = *(const uint2 *)p;
+            x = w.x, y = w.y;
+        } else {
+            x = p[0] | ((unsigned int)p[1] << 16), y = p[2] | ((unsigned int)p[3] << 16);
+        }
+        const unsigned short h[4] = {(unsigned short)x, (unsigned short)(x >> 16), (unsigned short)y,
+                                     (unsigned short)(y >> 16)};
+        float f[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[i] = std::is_same_v<T, F16> ? f16_bits_to_f32(h[i]) : bf16_bits_to_f32(h[i]);
+        }
+        return make_float4(f[0], f[1], f[2], f[3]);
+    }
+}
+
+// Whether every row of `t` starts on a multiple of `bytes`.
+__device__ __forceinline__ bool fam_rows_aligned(const TensorArg &t, long long bytes) {
+    return t.data % bytes == 0 && t.nb[1] % bytes == 0 && t.nb[2] % bytes == 0 && t.nb[3] % bytes == 0;
+}
+
+// A block's tile of keys in shared memory: PARTS = 2 holds f32 keys and values as TF32 parts
+// [0] and remainders [1] (split once per block, not once per warp), PARTS = 1 16-bit ones as
+// they are. Rows are padded by 8 values: the pairs a warp reads at once fall in distinct banks.
+template <int D, int KEYS, int PARTS> struct FamTile {
+    __align__(16) float keys[PARTS][KEYS][D + 8];
+    __align__(16) float values_t[PARTS][D][KEYS + 8]; // values, transposed
+    float bias[KEYS]; // the mask row of every query of the block, where they share one
+    int live[KEYS];   // whether some query row of the block sees the key
+};
+
+// A value as the tile keeps it: x, or its part and remainder.
+template <int PARTS> __device__ __forceinline__ void fam_put(float (&part)[PARTS], float x) {
+    if constexpr (PARTS == 2) {
+        const float hi = __uint_as_float(fam_tf32(x));
+        part[0] = hi, part[1] = x - hi;
+    } else {
+        part[0] = x;
+    }
+}
+
+// c += a * b for A given as parts and remainders and B as the tile keeps it at `b`
+// (`part_stride` floats between its parts): remainders' terms first, the largest term last.
+template <int PARTS>
+__device__ __forceinline__ void fam_product(float (&c)[4], const unsigned int (&ah)[4], const unsigned int (&al)[4],
+                                            const float *b, int part_stride) {
+    const float2 bh = *(const float2 *)b;
+    fam_mma(c, al, bh);
+    if constexpr (PARTS == 2) {
+        fam_mma(c, ah, *(const float2 *)(b + part_stride));
+    }
+    fam_mma(c, ah, bh);
+}
+
+template <typename T, typename M, int D, int KEYS>
+__device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const TensorArg &v, const TensorArg &mask,
+                               const TensorArg &dst, float scale, int has_mask,
+                               FamTile<D, KEYS, std::is_same_v<T, F32> ? 2 : 1> &tile) {
+    constexpr int PARTS = std::is_same_v<T, F32> ? 2 : 1;
+    constexpr int KEY_PART = KEYS * (D + 8), VALUE_PART = D * (KEYS + 8); // floats between parts
+    constexpr float LOG2E = 1.4426950408889634f;
+    const float scale2 = scale * LOG2E;
+    auto &keys = tile.keys;
+    auto &values_t = tile.values_t;
+    auto &live = tile.live;
+    auto &bias = tile.bias;
+
+    // Query rows and key positions fit 31 bits (validated).
+    const int n = (int)q.ne[1], kv = (int)k.ne[1], first = blockIdx.x * FAM_ROWS;
+    const long long h = blockIdx.y, i3 = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+    const long long kh = h / (q.ne[2] / k.ne[2]), kb = i3 % k.ne[3];
+    const char *kbase = (const char *)k.data + kh * k.nb[2] + kb * k.nb[3];
+    const char *vbase = (const char *)v.data + kh * v.nb[2] + kb * v.nb[3];
+    const bool k_vector = fam_rows_aligned(k, 4 * k.nb[0]), v_vector = fam_rows_aligned(v, 4 * v.nb[0]);
+    // Rows of the mask that differ for this block's query rows (rows repeat past mask.ne[1]);
+    // with one (or no mask) the tile's biases are read once into shared memory.
+    const int mask_rows = (int)min((long long)min(FAM_ROWS, n - first), mask.ne[1]);
+    const bool one_row = !has_mask || mask_rows == 1;
+    const char *mbase = has_mask ? row_ptr(mask, 0, h % mask.ne[2], i3 % mask.ne[3]) : nullptr;
+
+    // This thread's query rows (g and g + 8 of the warp's 16), their mask rows and their
+    // queries in A-fragment order: qa[s] = {(g, 2t), (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1)}
+    // of values 8s .. 8s + 7.
+    const int rows[2] = {first + warp * 16 + g, first + warp * 16 + g + 8};
+    const bool warp_live = first + warp * 16 < n;
+    const char *mrow[2] = {nullptr, nullptr};
+    float qa[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const bool in = rows[i] < n;
+        if (in && has_mask) {
+            mrow[i] = mbase + (rows[i] % mask.ne[1]) * mask.nb[1];
+        }
+        const float *qrow = in ? (const float *)row_ptr(q, rows[i], h, i3) : nullptr;
+#pragma unroll
+        for (int s = 0; s < D / 8; s++) {
+            qa[s][i] = in ? qrow[8 * s + 2 * t] : 0.0f;
+            qa[s][i + 2] = in ? qrow[8 * s + 2 * t + 1] : 0.0f;
+        }
+    }
+
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    float out[D / 8][4];
+#pragma unroll
+    for (int s = 0; s < D / 8; s++) {
+        out[s][0] = out[s][1] = out[s][2] = out[s][3] = 0.0f;
+    }
+    if (tid < KEYS) {
+        live[tid] = 0;
+    }
+    __syncthreads();
+
+    for (int p0 = 0; p0 < kv; p0 += KEYS) {
+        // Which keys of the tile some query row of the block may see (and, with one mask row,
+        // their biases).
+        bool any = false;
+        if (one_row) {
+            if (tid < KEYS) {
+                const int p = p0 + tid;
+                const float b = p >= kv ? -INFINITY : has_mask ? M::load(mbase, p, mask.nb[0]) : 0.0f;
+                bias[tid] = b * LOG2E;
+                live[tid] = b != -INFINITY;
+                any = b != -INFINITY;
+            }
+        } else {
+            for (int i = tid; i < mask_rows * KEYS; i += FAM_THREADS) {
+                const int j = i % KEYS;
+                const int p = p0 + j;
+                const char *m = mbase + ((first + i / KEYS) % mask.ne[1]) * mask.nb[1];
+                if (p < kv && M::load(m, p, mask.nb[0]) != -INFINITY) {
+                    live[j] = 1;
+                    any = true;
+                }
+            }
+        }
+        if (__syncthreads_or(any) == 0) {
+            continue; // no row sees a key of this tile
+        }
+
+        // The tile's keys as rows, its values transposed (zeros for keys no row sees).
+        for (int i = tid; i < KEYS * (D / 4); i += FAM_THREADS) {
+            const int j = i / (D / 4), e = 4 * (i % (D / 4));
+            const float4 x = live[j] ? fam_load4<T>(kbase + (p0 + j) * k.nb[1], e, k_vector) : make_float4(0, 0, 0, 0);
+            float parts[4][PARTS];
+            fam_put<PARTS>(parts[0], x.x), fam_put<PARTS>(parts[1], x.y);
+            fam_put<PARTS>(parts[2], x.z), fam_put<PARTS>(parts[3], x.w);
+#pragma unroll
+            for (int part = 0; part < PARTS; part++) {
+                *(float4 *)&keys[part][j][e] = make_float4(parts[0][part], parts[1][part], parts[2][part], parts[3][part]);
+            }
+        }
+        for (int i = tid; i < KEYS * (D / 4); i += FAM_THREADS) {
+            const int j = i % KEYS, e = 4 * (i / KEYS);
+            const float4 x = live[j] ? fam_load4<T>(vbase + (p0 + j) * v.nb[1], e, v_vector) : make_float4(0, 0, 0, 0);
+            float parts[4][PARTS];
+            fam_put<PARTS>(parts[0], x.x), fam_put<PARTS>(parts[1], x.y);
+            fam_put<PARTS>(parts[2], x.z), fam_put<PARTS>(parts[3], x.w);
+#pragma unroll
+            for (int part = 0; part < PARTS; part++) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    values_t[part][e + c][j] = parts[c][part];
+                }
+            }
+        }
+        __syncthreads();
+        if (tid < KEYS) {
+            live[tid] = 0; // read again only after the next tile's first barrier
+        }
+
+        if (warp_live) {
+            // Scores: sc[c] = {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)} of keys 8c ..
+            // 8c + 7.
+            float sc[KEYS / 8][4];
+#pragma unroll
+            for (int c = 0; c < KEYS / 8; c++) {
+                sc[c][0] = sc[c][1] = sc[c][2] = sc[c][3] = 0.0f;
+            }
+#pragma unroll
+            for (int s = 0; s < D / 8; s++) {
+                unsigned int ah[4], al[4];
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    fam_split(qa[s][x], ah[x], al[x]);
+                }
+#pragma unroll
+                for (int c = 0; c < KEYS / 8; c++) {
+                    fam_product<PARTS>(sc[c], ah, al, &keys[0][8 * c + g][8 * s + 2 * t], KEY_PART);
+                }
+            }
+
+            // Scaled and masked, in base-2 units (a key no row may see, or past the last, is
+            // -inf), then the online soft-max of each row over the 4 threads that share it.
+            if (one_row) {
+#pragma unroll
+                for (int c = 0; c < KEYS / 8; c++) {
+                    const float2 b = *(const float2 *)&bias[8 * c + 2 * t];
+#pragma unroll
+                    for (int x = 0; x < 4; x++) {
+                        const float bx = x & 1 ? b.y : b.x;
+                        sc[c][x] = bx == -INFINITY ? -INFINITY : fmaf(sc[c][x], scale2, bx);
+                    }
+                }
+            } else {
+                const int left = min(KEYS, kv - p0);
+#pragma unroll
+                for (int c = 0; c < KEYS / 8; c++) {
+#pragma unroll
+                    for (int x = 0; x < 4; x++) {
+                        const int j = 8 * c + 2 * t + (x & 1);
+                        const char *m = mrow[x / 2];
+                        const float b = j < left && m != nullptr ? M::load(m, p0 + j, mask.nb[0]) : -INFINITY;
+                        sc[c][x] = b == -INFINITY ? -INFINITY : fmaf(sc[c][x], scale2, b * LOG2E);
+                    }
+                }
+            }
+            float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int c = 0; c < KEYS / 8; c++) {
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    tile_max[x / 2] = fmaxf(tile_max[x / 2], sc[c][x]);
+                }
+            }
+            float rescale[2], tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
+                tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
+                const float next = fmaxf(row_max[i], tile_max[i]);
+                rescale[i] = row_max[i] == -INFINITY ? 0.0f : exp2f(row_max[i] - next);
+                // Scores of a row no key reaches yet stay -inf: their weights are zeros.
+                row_max[i] = next;
+                tile_max[i] = next == -INFINITY ? 0.0f : next;
+            }
+#pragma unroll
+            for (int c = 0; c < KEYS / 8; c++) {
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    sc[c][x] = exp2f(sc[c][x] - tile_max[x / 2]);
+                    tile_sum[x / 2] += sc[c][x];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                row_sum[i] = row_sum[i] * rescale[i] + tile_sum[i];
+            }
+#pragma unroll
+            for (int s = 0; s < D / 8; s++) {
+                out[s][0] *= rescale[0], out[s][1] *= rescale[0];
+                out[s][2] *= rescale[1], out[s][3] *= rescale[1];
+            }
+
+            // Weighted values: the weights of keys 8c .. 8c + 7 are the A fragment of step c
+            // (columns t and t + 4 are keys 2t and 2t + 1); out[s] as the scores' layout over
+            // values 8s .. 8s + 7.
+#pragma unroll
+            for (int c = 0; c < KEYS / 8; c++) {
+                const float w[4] = {sc[c][0], sc[c][2], sc[c][1], sc[c][3]};
+                unsigned int ah[4], al[4];
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    fam_split(w[x], ah[x], al[x]);
+                }
+#pragma unroll
+                for (int s = 0; s < D / 8; s++) {
+                    fam_product<PARTS>(out[s], ah, al, &values_t[0][8 * s + g][8 * c + 2 * t], VALUE_PART);
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float sum = row_sum[i];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (rows[i] < n) {
+            float *drow = (float *)row_ptr(dst, h, rows[i], i3);
+#pragma unroll
+            for (int s = 0; s < D / 8; s++) {
+                const float a = out[s][2 * i], b = out[s][2 * i + 1];
+                drow[8 * s + 2 * t] = sum == 0.0f ? 0.0f : a / sum;
+                drow[8 * s + 2 * t + 1] = sum == 0.0f ? 0.0f : b / sum;
+            }
+        }
+    }
+}
+
+// flash_attn_mma_<kv type>_d<head>(q, k, v, mask, dst, scale, has_mask, mask_f16): grid of
+// (query rows / 64, heads, batches) blocks of 128 threads.
+#define FLASH_ATTN_MMA_KERNEL(name, T, D, KEYS, BLOCKS)                                                          \
+    extern "C" __global__ void __launch_bounds__(FAM_THREADS, BLOCKS)                                           \
+        name(const __grid_constant__ TensorArg q, const __grid_constant__ TensorArg k,                          \
+             const __grid_constant__ TensorArg v, const __grid_constant__ TensorArg mask,                       \
+             const __grid_constant__ TensorArg dst, float scale, int has_mask, int mask_f16) {                  \
+        __shared__ FamTile<D, KEYS, std::is_same_v<T, F32> ? 2 : 1> tile;                                        \
+        await_prior_kernel();                                                                                    \
+        if (mask_f16) {                                                                                          \
+            flash_attn_mma<T, F16, D, KEYS>(q, k, v, mask, dst, scale, has_mask, tile);                          \
+        } else {                                                                                                 \
+            flash_attn_mma<T, F32, D, KEYS>(q, k, v, mask, dst, scale, has_mask, tile);                          \
+        }                                                                                                        \
+    }
+
+// Key tiles as long as 48 KiB of shared memory allows (f32 tiles hold two parts).
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f32_d32, F32, 32, 64, 3)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f32_d64, F32, 64, 32, 2)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f32_d128, F32, 128, 16, 2)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f16_d32, F16, 32, 64, 3)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f16_d64, F16, 64, 64, 2)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f16_d128, F16, 128, 32, 2)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_bf16_d32, BF16, 32, 64, 3)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_bf16_d64, BF16, 64, 64, 2)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_bf16_d128, BF16, 128, 32, 2)
