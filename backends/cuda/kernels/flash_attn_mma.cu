@@ -3,7 +3,7 @@
 // f32, f16 or bf16, f32 queries, an optional f32 or f16 mask.
 //
 // A block of 4 warps takes 64 query rows of one head and batch, 16 a warp, and walks the keys
-// in tiles of KEYS positions. Per tile, the keys and the values (transposed) go to shared
+// in tiles of KEYS positions. Per tile, the keys and the values go to shared
 // memory; each warp computes its 16 x KEYS scores with `mma.sync m16n8k8` (TF32), keeps the
 // soft-max online (running maximum and sum in f32, in base 2: the scores are scaled by log2(e)
 // with the scale, and weighed with `exp2f`) and adds the weighted values with a second
@@ -50,22 +50,28 @@ __device__ __forceinline__ void fam_mma(float (&c)[4], const unsigned int (&a)[4
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(__float_as_uint(b.x)), "r"(__float_as_uint(b.y)));
 }
 
-// Values e..e+3 of a packed row of type T, as f32; `vector`: one aligned load.
-template <typename T> __device__ __forceinline__ float4 fam_load4(const char *row, int e, bool vector) {
+// Values e..e+3 of a packed row of type T as stored (f32: a float4, 16-bit: a uint2);
+// `vector`: one aligned load.
+template <typename T> using FamRaw = std::conditional_t<std::is_same_v<T, F32>, float4, uint2>;
+
+template <typename T> __device__ __forceinline__ FamRaw<T> fam_load4(const char *row, int e, bool vector) {
     if constexpr (std::is_same_v<T, F32>) {
         const float *p = (const float *)row + e;
         return vector ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
     } else {
         const unsigned short *p = (const unsigned short *)row + e;
-        unsigned int x, y;
-        if (vector) {
-            const uint2 w = *(const uint2 *)p;
-            x = w.x, y = w.y;
-        } else {
-            x = p[0] | ((unsigned int)p[1] << 16), y = p[2] | ((unsigned int)p[3] << 16);
-        }
-        const unsigned short h[4] = {(unsigned short)x, (unsigned short)(x >> 16), (unsigned short)y,
-                                     (unsigned short)(y >> 16)};
+        return vector ? *(const uint2 *)p
+                      : make_uint2(p[0] | ((unsigned int)p[1] << 16), p[2] | ((unsigned int)p[3] << 16));
+    }
+}
+
+// Four values as fam_load4 gave them, as f32.
+template <typename T> __device__ __forceinline__ float4 fam_widen(FamRaw<T> raw) {
+    if constexpr (std::is_same_v<T, F32>) {
+        return raw;
+    } else {
+        const unsigned short h[4] = {(unsigned short)raw.x, (unsigned short)(raw.x >> 16), (unsigned short)raw.y,
+                                     (unsigned short)(raw.y >> 16)};
         float f[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -82,13 +88,17 @@ __device__ __forceinline__ bool fam_rows_aligned(const TensorArg &t, long long b
 
 // A block's tile of keys in shared memory: PARTS = 2 holds f32 keys and values as TF32 parts
 // [0] and remainders [1] (split once per block, not once per warp), PARTS = 1 16-bit ones as
-// they are. Rows are padded by 8 values: the pairs a warp reads at once fall in distinct banks.
+// they are. Key rows are padded by 8 values, value rows by 4: the pairs of adjacent key values,
+// and the values of two keys 1 apart, that a warp reads at once fall in distinct banks.
 template <int D, int KEYS, int PARTS> struct FamTile {
     __align__(16) float keys[PARTS][KEYS][D + 8];
-    __align__(16) float values_t[PARTS][D][KEYS + 8]; // values, transposed
+    __align__(16) float values[PARTS][KEYS][D + 4];
     float bias[KEYS]; // the mask row of every query of the block, where they share one
     int live[KEYS];   // whether some query row of the block sees the key
 };
+
+// Row r of a mask of `rows` rows (rows repeat): 32-bit arithmetic, since r fits 31 bits.
+__device__ __forceinline__ int fam_mask_row(int r, long long rows) { return r < rows ? r : r % (int)rows; }
 
 // A value as the tile keeps it: x, or its part and remainder.
 template <int PARTS> __device__ __forceinline__ void fam_put(float (&part)[PARTS], float x) {
@@ -100,17 +110,37 @@ template <int PARTS> __device__ __forceinline__ void fam_put(float (&part)[PARTS
     }
 }
 
-// c += a * b for A given as parts and remainders and B as the tile keeps it at `b`
-// (`part_stride` floats between its parts): remainders' terms first, the largest term last.
-template <int PARTS>
+// The B fragment at `b` of a tile: b[0] and b[NEXT] (NEXT = 1: one 8-byte load).
+template <int NEXT> __device__ __forceinline__ float2 fam_pair(const float *b) {
+    if constexpr (NEXT == 1) {
+        return *(const float2 *)b;
+    } else {
+        return make_float2(b[0], b[NEXT]);
+    }
+}
+
+// c += a * b for A given as parts and remainders and B as the tile keeps it at `b` (b[0] and
+// b[NEXT], `part_stride` floats between its parts): remainders' terms first, the largest last.
+template <int PARTS, int NEXT>
 __device__ __forceinline__ void fam_product(float (&c)[4], const unsigned int (&ah)[4], const unsigned int (&al)[4],
                                             const float *b, int part_stride) {
-    const float2 bh = *(const float2 *)b;
+    const float2 bh = fam_pair<NEXT>(b);
     fam_mma(c, al, bh);
     if constexpr (PARTS == 2) {
-        fam_mma(c, ah, *(const float2 *)(b + part_stride));
+        fam_mma(c, ah, fam_pair<NEXT>(b + part_stride));
     }
     fam_mma(c, ah, bh);
+}
+
+// Stores four values at `at` in the tile's PARTS parts (`part_stride` floats apart).
+template <int PARTS> __device__ __forceinline__ void fam_store4(float *at, int part_stride, float4 x) {
+    float parts[4][PARTS];
+    fam_put<PARTS>(parts[0], x.x), fam_put<PARTS>(parts[1], x.y);
+    fam_put<PARTS>(parts[2], x.z), fam_put<PARTS>(parts[3], x.w);
+#pragma unroll
+    for (int part = 0; part < PARTS; part++) {
+        *(float4 *)(at + part * part_stride) = make_float4(parts[0][part], parts[1][part], parts[2][part], parts[3][part]);
+    }
 }
 
 template <typename T, typename M, int D, int KEYS>
@@ -118,19 +148,23 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
                                const TensorArg &dst, float scale, int has_mask,
                                FamTile<D, KEYS, std::is_same_v<T, F32> ? 2 : 1> &tile) {
     constexpr int PARTS = std::is_same_v<T, F32> ? 2 : 1;
-    constexpr int KEY_PART = KEYS * (D + 8), VALUE_PART = D * (KEYS + 8); // floats between parts
+    constexpr int KEY_PART = KEYS * (D + 8), VALUE_PART = KEYS * (D + 4); // floats between parts
+    // Groups of 4 values of the tile's keys (and values) each thread loads.
+    constexpr int GROUPS = KEYS * (D / 4) / FAM_THREADS;
+    static_assert(GROUPS * FAM_THREADS == KEYS * (D / 4), "a tile is whole groups of the block's threads");
     constexpr float LOG2E = 1.4426950408889634f;
     const float scale2 = scale * LOG2E;
     auto &keys = tile.keys;
-    auto &values_t = tile.values_t;
+    auto &values = tile.values;
     auto &live = tile.live;
     auto &bias = tile.bias;
 
     // Query rows and key positions fit 31 bits (validated).
     const int n = (int)q.ne[1], kv = (int)k.ne[1], first = blockIdx.x * FAM_ROWS;
-    const long long h = blockIdx.y, i3 = blockIdx.z;
+    // Heads and batches fit 16 bits (validated).
+    const int h = blockIdx.y, i3 = blockIdx.z;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
-    const long long kh = h / (q.ne[2] / k.ne[2]), kb = i3 % k.ne[3];
+    const int kh = h / (int)(q.ne[2] / k.ne[2]), kb = i3 % (int)k.ne[3];
     const char *kbase = (const char *)k.data + kh * k.nb[2] + kb * k.nb[3];
     const char *vbase = (const char *)v.data + kh * v.nb[2] + kb * v.nb[3];
     const bool k_vector = fam_rows_aligned(k, 4 * k.nb[0]), v_vector = fam_rows_aligned(v, 4 * v.nb[0]);
@@ -138,7 +172,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
     // with one (or no mask) the tile's biases are read once into shared memory.
     const int mask_rows = (int)min((long long)min(FAM_ROWS, n - first), mask.ne[1]);
     const bool one_row = !has_mask || mask_rows == 1;
-    const char *mbase = has_mask ? row_ptr(mask, 0, h % mask.ne[2], i3 % mask.ne[3]) : nullptr;
+    const char *mbase = has_mask ? row_ptr(mask, 0, h % (int)mask.ne[2], i3 % (int)mask.ne[3]) : nullptr;
 
     // This thread's query rows (g and g + 8 of the warp's 16), their mask rows and their
     // queries in A-fragment order: qa[s] = {(g, 2t), (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1)}
@@ -151,7 +185,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
     for (int i = 0; i < 2; i++) {
         const bool in = rows[i] < n;
         if (in && has_mask) {
-            mrow[i] = mbase + (rows[i] % mask.ne[1]) * mask.nb[1];
+            mrow[i] = mbase + fam_mask_row(rows[i], mask.ne[1]) * mask.nb[1];
         }
         const float *qrow = in ? (const float *)row_ptr(q, rows[i], h, i3) : nullptr;
 #pragma unroll
@@ -188,7 +222,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
             for (int i = tid; i < mask_rows * KEYS; i += FAM_THREADS) {
                 const int j = i % KEYS;
                 const int p = p0 + j;
-                const char *m = mbase + ((first + i / KEYS) % mask.ne[1]) * mask.nb[1];
+                const char *m = mbase + fam_mask_row(first + i / KEYS, mask.ne[1]) * mask.nb[1];
                 if (p < kv && M::load(m, p, mask.nb[0]) != -INFINITY) {
                     live[j] = 1;
                     any = true;
@@ -199,31 +233,24 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
             continue; // no row sees a key of this tile
         }
 
-        // The tile's keys as rows, its values transposed (zeros for keys no row sees).
-        for (int i = tid; i < KEYS * (D / 4); i += FAM_THREADS) {
-            const int j = i / (D / 4), e = 4 * (i % (D / 4));
-            const float4 x = live[j] ? fam_load4<T>(kbase + (p0 + j) * k.nb[1], e, k_vector) : make_float4(0, 0, 0, 0);
-            float parts[4][PARTS];
-            fam_put<PARTS>(parts[0], x.x), fam_put<PARTS>(parts[1], x.y);
-            fam_put<PARTS>(parts[2], x.z), fam_put<PARTS>(parts[3], x.w);
+        // The tile's keys and values, every load issued first (positions past the last read the
+        // last; keys no row sees are zeros). (Loading the next tile's before the products of
+        // this one was slower: the registers it holds make the products spill.)
+        FamRaw<T> kraw[GROUPS], vraw[GROUPS];
 #pragma unroll
-            for (int part = 0; part < PARTS; part++) {
-                *(float4 *)&keys[part][j][e] = make_float4(parts[0][part], parts[1][part], parts[2][part], parts[3][part]);
-            }
+        for (int u = 0; u < GROUPS; u++) {
+            const int i = tid + u * FAM_THREADS, j = i / (D / 4), e = 4 * (i % (D / 4));
+            const long long p = min(p0 + j, kv - 1);
+            kraw[u] = fam_load4<T>(kbase + p * k.nb[1], e, k_vector);
+            vraw[u] = fam_load4<T>(vbase + p * v.nb[1], e, v_vector);
         }
-        for (int i = tid; i < KEYS * (D / 4); i += FAM_THREADS) {
-            const int j = i % KEYS, e = 4 * (i / KEYS);
-            const float4 x = live[j] ? fam_load4<T>(vbase + (p0 + j) * v.nb[1], e, v_vector) : make_float4(0, 0, 0, 0);
-            float parts[4][PARTS];
-            fam_put<PARTS>(parts[0], x.x), fam_put<PARTS>(parts[1], x.y);
-            fam_put<PARTS>(parts[2], x.z), fam_put<PARTS>(parts[3], x.w);
 #pragma unroll
-            for (int part = 0; part < PARTS; part++) {
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    values_t[part][e + c][j] = parts[c][part];
-                }
-            }
+        for (int u = 0; u < GROUPS; u++) {
+            const int i = tid + u * FAM_THREADS, j = i / (D / 4), e = 4 * (i % (D / 4));
+            const bool seen = live[j];
+            const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            fam_store4<PARTS>(&keys[0][j][e], KEY_PART, seen ? fam_widen<T>(kraw[u]) : zero);
+            fam_store4<PARTS>(&values[0][j][e], VALUE_PART, seen ? fam_widen<T>(vraw[u]) : zero);
         }
         __syncthreads();
         if (tid < KEYS) {
@@ -247,7 +274,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
                 }
 #pragma unroll
                 for (int c = 0; c < KEYS / 8; c++) {
-                    fam_product<PARTS>(sc[c], ah, al, &keys[0][8 * c + g][8 * s + 2 * t], KEY_PART);
+                    fam_product<PARTS, 1>(sc[c], ah, al, &keys[0][8 * c + g][8 * s + 2 * t], KEY_PART);
                 }
             }
 
@@ -326,7 +353,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
                 }
 #pragma unroll
                 for (int s = 0; s < D / 8; s++) {
-                    fam_product<PARTS>(out[s], ah, al, &values_t[0][8 * s + g][8 * c + 2 * t], VALUE_PART);
+                    fam_product<PARTS, D + 4>(out[s], ah, al, &values[0][8 * c + 2 * t][8 * s + g], VALUE_PART);
                 }
             }
         }
