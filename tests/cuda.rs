@@ -367,6 +367,51 @@ fn a_swiglu_feed_forward_fused_gives_the_bits_of_its_nodes() {
     }
 }
 
+/// A GELU_ERF read only by the product after it (which adds a bias) is applied as the product
+/// converts its b (packed to f16 for f16 weights, split into TF32 parts for f32 ones): its
+/// node's result is never written, and the product gives the bits of a program in which the
+/// GELU runs on its own (its result read elsewhere too).
+#[test]
+fn a_gelu_fused_into_the_product_after_it_gives_the_bits_of_its_node() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    for (wt, m, n, k) in [(DType::F16, 384, 256, 1536), (DType::F32, 384, 2048, 1536)] {
+        let run = |act_read_elsewhere: bool| {
+            let mut g = Graph::new();
+            let w = g.new_tensor(wt, &[k, m]).unwrap();
+            let x = g.new_tensor(DType::F32, &[k, n]).unwrap();
+            let bias = g.new_tensor(DType::F32, &[m]).unwrap();
+            let act = g.gelu_erf(x).unwrap();
+            let y = g.mul_mat(w, act).unwrap();
+            let out = g.add(y, bias).unwrap();
+            if act_read_elsewhere {
+                g.set_output(act).unwrap();
+            }
+            g.set_output(out).unwrap();
+            g.build_forward(out).unwrap();
+            tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+            for (i, leaf) in [w, x, bias].into_iter().enumerate() {
+                let count = g.tensor(leaf).unwrap().nelements();
+                let values: Vec<f32> = (0..count).map(|j| ((j * 7 + i * 13) % 101) as f32 / 25.0 - 2.0).collect();
+                g.set_f32(leaf, &values).unwrap();
+            }
+            let sentinel = vec![7.0f32; k * n];
+            g.set_f32(act, &sentinel).unwrap();
+            let mut backend = gpu.init_backend().unwrap();
+            let consumers = tessera::consumer_counts(&g).unwrap();
+            let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
+            let mut program = backend.prepare(&split).unwrap();
+            backend.run(&mut *program, &g).unwrap();
+            backend.synchronize().unwrap();
+            let act_written = g.get_f32(act).unwrap() != sentinel;
+            (g.get_f32(out).unwrap(), act_written)
+        };
+        let ((fused, fused_wrote_act), (apart, apart_wrote_act)) = (run(false), run(true));
+        assert_eq!((fused_wrote_act, apart_wrote_act), (false, true), "{wt}: the GELU was not fused");
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&fused), bits(&apart), "{wt}: fused and apart differ");
+    }
+}
+
 /// Products of several columns after a fused RMS norm, captured into a program: the norm
 /// leaves its result quantized in the matrix-vector kernels' block layout, and the q8_0 and q4_0
 /// tensor-core kernels (5 columns) need b in their fragment layout, so they quantize it again

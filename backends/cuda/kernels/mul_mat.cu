@@ -28,12 +28,13 @@ extern "C" __global__ void mul_mat_ptrs(const __grid_constant__ TensorArg a, con
 }
 
 // The GEMM's operands packed as 16-bit values: rows of `a` (any row strides; a's values
-// decoded by `S`) written packed into `dst` as f16 (or bf16 where BF), each thread 8
+// decoded by `S`, then, with GELU, taken through gelu_erf_f32: a GELU_ERF node fused into the
+// product that reads it) written packed into `dst` as f16 (or bf16 where BF), each thread 8
 // consecutive values as one 16-byte store. Grid: x over runs of 2048 values of a row (256
 // threads a block), y strided over the rows, so that no thread divides its index (a flat index
 // unravelled a thread at a time held a q8_0 dequantization at half the memory bandwidth); the CPY
 // kernels, which this replaces here, store 2 bytes a thread.
-template <typename S, bool BF> __device__ void pack16(const TensorArg &a, const TensorArg &dst) {
+template <typename S, bool BF, bool GELU> __device__ void pack16(const TensorArg &a, const TensorArg &dst) {
     await_prior_kernel();
     const long long eighths = a.ne[0] / 8, e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= eighths) {
@@ -45,6 +46,12 @@ template <typename S, bool BF> __device__ void pack16(const TensorArg &a, const 
         unravel_row(row, a.ne[1], a.ne[2], i1, i2, i3);
         float y[8];
         S::load8(row_ptr(a, i1, i2, i3), e, y);
+        if constexpr (GELU) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                y[i] = gelu_erf_f32(y[i]);
+            }
+        }
         unsigned int h[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -61,11 +68,11 @@ template <typename S, bool BF> __device__ void pack16(const TensorArg &a, const 
 // in order) as its TF32 part hi (x rounded to a 10-bit mantissa, which a TF32 product takes
 // exactly; truncated where rounding would overflow) and its remainder lo = x - hi (exact in
 // f32). Row row0 + r goes to row r of the packed `out`: three runs of K values, hi except in
-// the run `lo_run`, which holds lo. Infinities and NaN go whole into hi (lo = 0). Grid: x over
-// a row's values (256 a block), y strided over the rows.
-extern "C" __global__ void split_tf32(const __grid_constant__ TensorArg a, float *out, int lo_run, long long row0,
-                                      long long rows) {
-    await_prior_kernel();
+// the run `lo_run`, which holds lo. Infinities and NaN go whole into hi (lo = 0). With GELU,
+// x is gelu_erf_f32 of a's value (a GELU_ERF node fused into the product that reads it). Grid:
+// x over a row's values (256 a block), y strided over the rows.
+template <bool GELU>
+__device__ void split_tf32(const TensorArg &a, float *out, int lo_run, long long row0, long long rows) {
     const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x, k = a.ne[0];
     if (e >= k) {
         return;
@@ -73,7 +80,10 @@ extern "C" __global__ void split_tf32(const __grid_constant__ TensorArg a, float
     for (long long r = blockIdx.y; r < rows; r += gridDim.y) {
         long long i1, i2, i3;
         unravel_row(row0 + r, a.ne[1], a.ne[2], i1, i2, i3);
-        const float x = *(const float *)(row_ptr(a, i1, i2, i3) + e * a.nb[0]);
+        float x = *(const float *)(row_ptr(a, i1, i2, i3) + e * a.nb[0]);
+        if constexpr (GELU) {
+            x = gelu_erf_f32(x);
+        }
         float h = x, l = 0.0f;
         if (isfinite(x)) {
             const unsigned int u = __float_as_uint(x);
@@ -90,6 +100,16 @@ extern "C" __global__ void split_tf32(const __grid_constant__ TensorArg a, float
         }
     }
 }
+
+#define SPLIT_TF32_KERNEL(name, GELU)                                                                        \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, float *out, int lo_run, long long row0, \
+                                    long long rows) {                                                         \
+        await_prior_kernel();                                                                                \
+        split_tf32<GELU>(a, out, lo_run, row0, rows);                                                        \
+    }
+
+SPLIT_TF32_KERNEL(split_tf32, false)
+SPLIT_TF32_KERNEL(split_tf32_gelu_erf, true)
 
 // Values 8e .. 8e + 7 of a row, by kind of row.
 
@@ -156,11 +176,17 @@ template <typename Q> struct KQuantRow {
 
 #define PACK16_KERNEL(name, S, BF)                                                                               \
     extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
-        pack16<S, BF>(a, dst);                                                                                   \
+        pack16<S, BF, false>(a, dst);                                                                            \
+    }
+#define PACK16_GELU_KERNEL(name, BF)                                                                             \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
+        pack16<F32Row, BF, true>(a, dst);                                                                        \
     }
 
 PACK16_KERNEL(pack_f32_f16, F32Row, false)
 PACK16_KERNEL(pack_f32_bf16, F32Row, true)
+PACK16_GELU_KERNEL(pack_gelu_erf_f32_f16, false)
+PACK16_GELU_KERNEL(pack_gelu_erf_f32_bf16, true)
 PACK16_KERNEL(dequantize_f16_q8_0, Block32Row<Q8_0>, false)
 PACK16_KERNEL(dequantize_f16_q4_0, Block32Row<Q4_0>, false)
 PACK16_KERNEL(dequantize_f16_q4_1, Block32Row<Q4_1>, false)

@@ -235,7 +235,7 @@ impl CudaBackend {
     fn launch_fusion(&mut self, graph: &Graph, f: Fusion) -> Result<bool> {
         let (first, last) = match f {
             Fusion::NormAffine { residual, norm, last, .. } => (residual.unwrap_or(norm), last),
-            Fusion::MulMatBias { mul_mat, last, .. } => (mul_mat, last),
+            Fusion::MulMatBias { gelu, mul_mat, last, .. } => (gelu.unwrap_or(mul_mat), last),
             Fusion::SwiGlu { gate, last, .. } => (gate, last),
             Fusion::Projections { products, .. } => return self.launch_projections(graph, &products),
         };
@@ -262,10 +262,17 @@ impl CudaBackend {
                 let scratch = &mut self.scratch;
                 kernels::launch_norm_affine(&self.kernels, &self.stream, src, r, dst, eps, rms, w, b, scratch, true)
             }
-            Fusion::MulMatBias { bias, .. } => {
-                let Some(src1) = t.src(1) else { return Ok(false) };
-                let (a, b, bias) = (operand(src0)?, operand(src1)?, operand(bias)?);
-                kernels::launch_mul_mat_bias(&self.kernels, &self.stream, &mut self.scratch, a, b, dst, bias)
+            Fusion::MulMatBias { gelu, mul_mat, bias, .. } => {
+                // With a GELU first, its source is the product's b taken through it.
+                let product = graph.tensor(mul_mat)?;
+                let (Some(weights), Some(src1)) = (product.src(0), product.src(1)) else { return Ok(false) };
+                let b = if gelu.is_some() { src0 } else { src1 };
+                if gelu.is_some() && !self.device.supports_op(graph, mul_mat) {
+                    return Ok(false);
+                }
+                let (a, b, bias) = (operand(weights)?, operand(b)?, operand(bias)?);
+                let scratch = &mut self.scratch;
+                kernels::launch_mul_mat_bias(&self.kernels, &self.stream, scratch, a, (b, gelu.is_some()), dst, bias)
             }
             Fusion::SwiGlu { up, .. } => {
                 let (Some(src1), Some(up_weight)) = (t.src(1), graph.tensor(up)?.src(0)) else { return Ok(false) };

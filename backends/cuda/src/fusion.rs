@@ -21,8 +21,10 @@ pub(crate) enum Fusion {
         eps: f32,
         rms: bool,
     },
-    /// MUL_MAT, then ADD of a bias row to its result: a linear layer. `last` is the ADD.
-    MulMatBias { mul_mat: TensorId, bias: TensorId, last: TensorId },
+    /// MUL_MAT, then ADD of a bias row to its result: a linear layer. `last` is the ADD. With
+    /// `gelu`, a GELU_ERF node whose only reader is the product (as b) comes first: a
+    /// feed-forward's activation and second linear layer.
+    MulMatBias { gelu: Option<TensorId>, mul_mat: TensorId, bias: TensorId, last: TensorId },
     /// A SwiGLU feed-forward's first half: MUL_MAT (gate), SILU of it, MUL_MAT (up) of the same
     /// activation, then MUL of the two (`last`).
     SwiGlu { gate: TensorId, up: TensorId, last: TensorId },
@@ -52,7 +54,8 @@ impl Fusion {
             Fusion::NormAffine { residual: None, rms: false, .. } => "NORM+MUL(+ADD) (fused)",
             Fusion::NormAffine { residual: Some(_), rms: true, .. } => "ADD+RMS_NORM+MUL(+ADD) (fused)",
             Fusion::NormAffine { residual: None, rms: true, .. } => "RMS_NORM+MUL(+ADD) (fused)",
-            Fusion::MulMatBias { .. } => "MUL_MAT+ADD (fused)",
+            Fusion::MulMatBias { gelu: None, .. } => "MUL_MAT+ADD (fused)",
+            Fusion::MulMatBias { gelu: Some(_), .. } => "GELU_ERF+MUL_MAT+ADD (fused)",
             Fusion::SwiGlu { .. } => "MUL_MAT+SILU+MUL_MAT+MUL (fused)",
             Fusion::Projections { .. } => "MUL_MAT(+ROPE)(+SET_ROWS) x N (fused)",
         }
@@ -64,7 +67,7 @@ impl Fusion {
             Fusion::NormAffine { residual, bias, .. } => {
                 2 + usize::from(bias.is_some()) + usize::from(residual.is_some())
             }
-            Fusion::MulMatBias { .. } => 2,
+            Fusion::MulMatBias { gelu, .. } => 2 + usize::from(gelu.is_some()),
             Fusion::SwiGlu { .. } => 4,
             Fusion::Projections { nodes, .. } => *nodes,
         }
@@ -99,9 +102,22 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
             let add = graph.tensor(second).ok()?;
             let adds = add.op() == Op::Binary(BinaryOp::Add) && add.src(0) == Some(first) && read_once(first);
             if adds {
-                return Some(Fusion::MulMatBias { mul_mat: first, bias: add.src(1)?, last: second });
+                return Some(Fusion::MulMatBias { gelu: None, mul_mat: first, bias: add.src(1)?, last: second });
             }
             return swiglu(graph, ids, consumers).or_else(|| projections(graph, ids, consumers));
+        }
+        Op::Unary(UnaryOp::GeluErf) => {
+            // Read only as the b of the product right after it, which adds a bias.
+            let product = graph.tensor(second).ok()?;
+            if product.op() != Op::MulMat || product.src(1) != Some(first) || !read_once(first) {
+                return None;
+            }
+            return match find(graph, &ids[1..], consumers)? {
+                Fusion::MulMatBias { gelu: None, mul_mat, bias, last } => {
+                    Some(Fusion::MulMatBias { gelu: Some(first), mul_mat, bias, last })
+                }
+                _ => None,
+            };
         }
         _ => return None,
     };
@@ -308,9 +324,34 @@ mod tests {
         g.build_forward(out).unwrap();
         let ids = g.nodes().to_vec();
         let mut c = counts(&g);
-        assert_eq!(find(&g, &ids, &c), Some(Fusion::MulMatBias { mul_mat: ids[0], bias: b, last: ids[1] }));
+        assert_eq!(find(&g, &ids, &c), Some(Fusion::MulMatBias { gelu: None, mul_mat: ids[0], bias: b, last: ids[1] }));
         c[ids[0].index()] += 1; // the product is read elsewhere too
         assert_eq!(find(&g, &ids, &c), None);
+    }
+
+    #[test]
+    fn a_gelu_read_only_by_the_product_after_it_fuses_into_its_b() {
+        let build = |weights_first: bool| {
+            let mut g = Graph::new();
+            let w = g.new_tensor(DType::F16, &[8, 5]).unwrap();
+            let x = g.new_tensor(DType::F32, &[8, 3]).unwrap();
+            let b = g.new_tensor(DType::F32, &[if weights_first { 5 } else { 3 }]).unwrap();
+            let act = g.gelu_erf(x).unwrap();
+            // The activation as b (the product's columns), or as the weights.
+            let y = if weights_first { g.mul_mat(w, act).unwrap() } else { g.mul_mat(act, x).unwrap() };
+            let out = g.add(y, b).unwrap();
+            g.build_forward(out).unwrap();
+            let ids = g.nodes().to_vec();
+            (g, ids, b)
+        };
+        let (g, ids, b) = build(true);
+        let mut c = counts(&g);
+        let fused = Fusion::MulMatBias { gelu: Some(ids[0]), mul_mat: ids[1], bias: b, last: ids[2] };
+        assert_eq!((find(&g, &ids, &c), fused.len()), (Some(fused), 3));
+        c[ids[0].index()] += 1; // the activation is read elsewhere too
+        assert_eq!(find(&g, &ids, &c), None);
+        let (g, ids, _) = build(false);
+        assert_eq!(find(&g, &ids, &counts(&g)), None);
     }
 
     #[test]

@@ -164,13 +164,15 @@ pub fn scratch_bytes(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> usize {
 /// (one value per row of the result) in its cuBLASLt epilogue. `Ok(false)` (nothing queued)
 /// where neither applies (the nodes then run one by one). The results differ from the two
 /// nodes' by the rounding of a different summation order at most (not at all for the
-/// matrix-vector kernels). The addresses are as for [`launch`].
+/// matrix-vector kernels). With `gelu_b`, the product reads GELU_ERF of `b` (a GELU_ERF node
+/// before it, fused too, with its bits), where a GEMM converts `b` anyway; `Ok(false)` for
+/// other plans. The addresses are as for [`launch`].
 pub fn launch_mul_mat_bias(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
     scratch: &mut Scratch,
     a: Operand,
-    b: Operand,
+    (b, gelu_b): (Operand, bool),
     dst: Operand,
     bias: Operand,
 ) -> Result<bool> {
@@ -184,7 +186,7 @@ pub fn launch_mul_mat_bias(
         return Ok(false);
     }
     stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
-    mul_mat::launch_with_bias(kernels, stream, scratch, a, b, dst, bias)
+    mul_mat::launch_with_bias(kernels, stream, scratch, a, (b, gelu_b), dst, bias)
 }
 
 /// Queues the products of `gate` and `up` with `b` (one column), then silu(gate product) *

@@ -345,7 +345,7 @@ pub(crate) fn launch(
             split_gemm::launch(kernels, stream, scratch, &product, None)
         }
         Path::Gemm { gemm, batch, .. } => {
-            let (ga, gb, base) = gemm_operands(kernels, stream, scratch, &p, (a, at), b)?;
+            let (ga, gb, base) = gemm_operands(kernels, stream, scratch, &p, (a, at), (b, false))?;
             let es = gemm.block_bytes() as i64;
             let k = ga.ne[0];
             let lda = leading_dim(&ga, es, k).ok_or_else(|| backend_error("a is not a cuBLAS matrix"))?;
@@ -567,18 +567,32 @@ fn split_product(a: TensorArg, b: TensorArg, d: TensorArg, folded_ldc: Option<i6
         None => (b.ne[1], leading_dim(&d, 4, m)),
     };
     let ldc = ldc.ok_or_else(|| backend_error("dst is not a cuBLAS matrix"))?;
-    Ok(SplitProduct { a, b, d, m, k, cols, ldc })
+    Ok(SplitProduct { a, b, gelu_b: false, d, m, k, cols, ldc })
+}
+
+/// The kernel packing f32 `b` as `gemm`'s type for a GEMM (taking its values through GELU_ERF
+/// first with `gelu`), if one takes `b`'s rows: a multiple of 8 values on 16-byte boundaries.
+fn pack_kernel(gemm: DType, b: &TensorArg, gelu: bool) -> Option<&'static str> {
+    let name = match (gemm, gelu) {
+        (DType::F16, false) => names::PACK_F32_F16,
+        (DType::BF16, false) => names::PACK_F32_BF16,
+        (DType::F16, true) => names::PACK_GELU_ERF_F32_F16,
+        (DType::BF16, true) => names::PACK_GELU_ERF_F32_BF16,
+        _ => return None,
+    };
+    (b.ne[0] % 8 == 0 && rows_16_byte_aligned(b, 4)).then_some(name)
 }
 
 /// The operands of plan `p`'s GEMM: `a` and `b` as they are, or converted (queued) into the
-/// plan's scratch; and the scratch's address.
+/// plan's scratch; and the scratch's address. With `gelu_b`, `b` is packed through GELU_ERF
+/// (the caller checked that [`pack_kernel`] takes it).
 fn gemm_operands(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
     scratch: &mut Scratch,
     p: &Plan,
     (a, at): Operand,
-    b: TensorArg,
+    (b, gelu_b): (TensorArg, bool),
 ) -> Result<(TensorArg, TensorArg, u64)> {
     let Path::Gemm { gemm, convert_a, convert_b, .. } = p.path else {
         return Err(backend_error("not a GEMM plan"));
@@ -597,15 +611,11 @@ fn gemm_operands(
     };
     let gb = if convert_b {
         let t = TensorArg::contiguous(base + p.b_offset as u64, gemm, b.ne)?;
-        let pack = match gemm {
-            DType::F16 => Some(names::PACK_F32_F16),
-            DType::BF16 => Some(names::PACK_F32_BF16),
-            _ => None,
-        };
-        match pack.filter(|_| b.ne[0] % 8 == 0 && rows_16_byte_aligned(&b, 4)) {
-            // pack_f32_<type>(TensorArg a, TensorArg dst)
+        match pack_kernel(gemm, &b, gelu_b) {
+            // pack_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
             Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&b), &b, &t)?,
-            None => copy(kernels, stream, (b, DType::F32), (t, gemm))?,
+            None if !gelu_b => copy(kernels, stream, (b, DType::F32), (t, gemm))?,
+            None => return Err(backend_error("GELU_ERF fused into a product whose b no kernel packs")),
         }
         t
     } else {
@@ -630,18 +640,28 @@ fn pack16_config(a: &TensorArg) -> cudarc::driver::LaunchConfig {
 
 /// Queues a validated MUL_MAT followed by the ADD of `bias` as one kernel writing `dst`: the
 /// matrix-vector kernel with `bias` as its addend ([`addend`]), or a cuBLASLt product with a
-/// bias epilogue (`bias` f32, one value per row of the result, packed). `Ok(false)` (nothing
-/// queued) where the plan is neither or `bias` does not fit it.
+/// bias epilogue (`bias` f32, one value per row of the result, packed). With `gelu_b`, the
+/// product's b is GELU_ERF of `b` (a GELU_ERF node fused in), applied as a GEMM converts b
+/// (packing it to 16 bits, or splitting it). `Ok(false)` (nothing queued) where the plan is
+/// none of these or `bias` does not fit it.
 pub(crate) fn launch_with_bias(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
     scratch: &mut Scratch,
     a: Operand,
-    b: Operand,
+    (b, gelu_b): (Operand, bool),
     dst: Operand,
     bias: Operand,
 ) -> Result<bool> {
     let p = plan(a, b, dst);
+    let converted_b = match p.path {
+        Path::Split { .. } => true,
+        Path::Gemm { gemm, convert_b, .. } => convert_b && pack_kernel(gemm, &b.0, gelu_b).is_some(),
+        _ => false,
+    };
+    if gelu_b && !converted_b {
+        return Ok(false);
+    }
     if p.path == Path::MatVecMma {
         let Some(add) = addend(bias, dst.0) else { return Ok(false) };
         mat_vec_mma(kernels, stream, scratch, p.scratch_bytes, a, b.0, dst.0, &add)?;
@@ -655,7 +675,7 @@ pub(crate) fn launch_with_bias(
     let m = a.0.ne[1];
     let bias_fits = bias.1 == DType::F32 && bias.0.ne == [m, 1, 1, 1] && bias.0.data % 16 == 0;
     if let (Path::Split { folded_ldc }, true) = (p.path, bias_fits) {
-        let product = split_product(a.0, b.0, dst.0, folded_ldc)?;
+        let product = SplitProduct { gelu_b, ..split_product(a.0, b.0, dst.0, folded_ldc)? };
         split_gemm::launch(kernels, stream, scratch, &product, Some(bias.0.data))?;
         return Ok(true);
     }
@@ -666,7 +686,7 @@ pub(crate) fn launch_with_bias(
         _ => None,
     };
     let (Some((n, folded)), true) = (cols, bias_fits) else { return Ok(false) };
-    let (ga, gb, _) = gemm_operands(kernels, stream, scratch, &p, a, b.0)?;
+    let (ga, gb, _) = gemm_operands(kernels, stream, scratch, &p, a, (b.0, gelu_b))?;
     let k = ga.ne[0];
     let es = gemm.block_bytes() as i64;
     let d = dst.0;

@@ -420,8 +420,13 @@ pub(crate) fn dequantize_f16(a: DType) -> Option<&'static str> {
 /// f32 rows (16-byte aligned, a multiple of 8 values) packed as f16 or bf16 for MUL_MAT's GEMM.
 pub(crate) const PACK_F32_F16: &str = "pack_f32_f16";
 pub(crate) const PACK_F32_BF16: &str = "pack_f32_bf16";
+/// As [`PACK_F32_F16`] and [`PACK_F32_BF16`], each value first taken through GELU_ERF.
+pub(crate) const PACK_GELU_ERF_F32_F16: &str = "pack_gelu_erf_f32_f16";
+pub(crate) const PACK_GELU_ERF_F32_BF16: &str = "pack_gelu_erf_f32_bf16";
 /// Splits an f32 operand of a split product into TF32 parts and remainders.
 pub(crate) const SPLIT_TF32: &str = "split_tf32";
+/// As [`SPLIT_TF32`], each value first taken through GELU_ERF.
+pub(crate) const SPLIT_TF32_GELU_ERF: &str = "split_tf32_gelu_erf";
 
 /// Quantizes the columns of a matrix-vector product's b for quantized weights.
 pub(crate) const QUANTIZE_Q8_1: &str = "quantize_q8_1";
@@ -495,6 +500,9 @@ mod tests {
         chosen.insert(PACK_F32_F16);
         chosen.insert(PACK_F32_BF16);
         chosen.insert(SPLIT_TF32);
+        chosen.insert(PACK_GELU_ERF_F32_F16);
+        chosen.insert(PACK_GELU_ERF_F32_BF16);
+        chosen.insert(SPLIT_TF32_GELU_ERF);
         chosen.insert(FILL_F32);
         chosen.insert(BINARY_F32_PACKED);
         chosen.insert(UNARY_F32_PACKED);

@@ -82,6 +82,8 @@ pub(crate) fn scratch_bytes(m: i64, cols: i64, k: i64, align: impl Fn(usize) -> 
 pub(crate) struct SplitProduct {
     pub a: TensorArg,
     pub b: TensorArg,
+    /// Whether `b`'s values are taken through GELU_ERF first (a GELU_ERF node fused in).
+    pub gelu_b: bool,
     pub d: TensorArg,
     pub m: i64,
     pub k: i64,
@@ -90,11 +92,12 @@ pub(crate) struct SplitProduct {
 }
 
 /// Queues the split kernel writing rows `rows` of `src` (in `nrows_of` order) into `out` as
-/// three runs of K values a row, the remainders in run `lo_run`.
+/// three runs of K values a row, the remainders in run `lo_run`; with `gelu`, of GELU_ERF of
+/// `src`'s values.
 fn split_rows(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
-    src: &TensorArg,
+    (src, gelu): (&TensorArg, bool),
     out: u64,
     lo_run: i32,
     rows: (i64, i64),
@@ -104,8 +107,9 @@ fn split_rows(
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    // split_tf32(TensorArg a, float *out, int lo_run, long long row0, long long rows)
-    launch_kernel!(kernels, stream, names::SPLIT_TF32, cfg, src, &out, &lo_run, &rows.0, &rows.1)
+    let name = if gelu { names::SPLIT_TF32_GELU_ERF } else { names::SPLIT_TF32 };
+    // split_tf32(_gelu_erf)(TensorArg a, float *out, int lo_run, long long row0, long long rows)
+    launch_kernel!(kernels, stream, name, cfg, src, &out, &lo_run, &rows.0, &rows.1)
 }
 
 /// Queues `p` split, in chunks of `b`'s columns, plus `bias` (the device address of `m` f32
@@ -123,12 +127,12 @@ pub(crate) fn launch(
     let base = scratch.reserve(a_bytes.saturating_add(b_bytes))?;
     let (a, b) = (base, base + a_bytes as u64);
     // a's remainders in the first run, b's in the second.
-    split_rows(kernels, stream, &p.a, a, 0, (0, m))?;
+    split_rows(kernels, stream, (&p.a, false), a, 0, (0, m))?;
     let chunk = chunk_cols(p.k, p.cols);
     let mut c0 = 0;
     while c0 < p.cols {
         let n = chunk.min(p.cols - c0);
-        split_rows(kernels, stream, &p.b, b, 1, (c0, n))?;
+        split_rows(kernels, stream, (&p.b, p.gelu_b), b, 1, (c0, n))?;
         let c = p.d.data + 4 * (c0 * ldc) as u64;
         match bias {
             None => {
