@@ -52,8 +52,10 @@ pub struct DeviceCaps {
     pub buffer_from_host_ptr: bool,
     /// Supports events for synchronisation between backends.
     pub events: bool,
-    /// Computes FLASH_ATTN over many query rows (a prompt, a batch of sequences) faster than
-    /// the same attention as products and a soft-max, so models use it for whole prompts.
+    /// Computes FLASH_ATTN over many query rows faster than the same attention as products, a
+    /// soft-max and the copies around them, at least for batches of short sequences (an
+    /// encoder's), so the BERT graph uses it there. (The Llama generator measures its own
+    /// choice: its causal prompts run faster as products on CUDA.)
     pub prompt_flash_attn: bool,
 }
 
