@@ -6,14 +6,14 @@
 // in tiles of KEYS positions. Per tile, the keys and the values go to shared
 // memory; each warp computes its 16 x KEYS scores with `mma.sync m16n8k8` (TF32), keeps the
 // soft-max online (running maximum and sum in f32, in base 2: the scores are scaled by log2(e)
-// with the scale, and weighed with `exp2f`) and adds the weighted values with a second
+// with the scale, and weighed with `ex2.approx`) and adds the weighted values with a second
 // product. That product takes its weights from the scores' accumulator registers as they are:
 // inside each step of 8 keys, thread t's operand columns t and t + 4 are keys 2t and 2t + 1
 // (where its accumulator holds them), and the values are read in the same order. The head's
 // values are summed in the same permuted order for the scores, so each thread reads pairs of
 // adjacent values.
 //
-// Near f32 accuracy: an f32 operand x is taken as its TF32 part hi (x rounded to a 10-bit
+// Near f32 accuracy: an f32 operand x is taken as its TF32 part hi (x truncated to a 10-bit
 // mantissa) and its remainder lo = x - hi, and a product as lo*hi + hi*lo + hi*hi (lo*lo is
 // below f32's precision). f16 and bf16 keys and values are exact in TF32: their products are
 // lo*hi + hi*hi, the queries' and weights' remainders times the exact keys and values.
@@ -29,11 +29,16 @@
 #define FAM_THREADS (32 * FAM_WARPS)
 #define FAM_ROWS (16 * FAM_WARPS)
 
-// The TF32 part of x: rounded to a 10-bit mantissa, ties away from zero (magnitudes within
-// half a TF32 step of f32's largest become infinite).
-__device__ __forceinline__ unsigned int fam_tf32(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+// The TF32 part of x: its mantissa truncated to 10 bits (one instruction; rounding is 4 on
+// sm_90, and the remainder, of x's sign, stays below 2^-10 of x, so a product keeps about 20
+// bits). Infinities and NaN keep their class in the part.
+__device__ __forceinline__ unsigned int fam_tf32(float x) { return __float_as_uint(x) & 0xffffe000u; }
+
+// 2^x for x <= 0 (soft-max weights): one instruction; results below 2^-126 flush to zero,
+// far below what a weight adds to a sum of at least 1.
+__device__ __forceinline__ float fam_exp2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
 
@@ -317,7 +322,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
                 tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
                 tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
                 const float next = fmaxf(row_max[i], tile_max[i]);
-                rescale[i] = row_max[i] == -INFINITY ? 0.0f : exp2f(row_max[i] - next);
+                rescale[i] = row_max[i] == -INFINITY ? 0.0f : fam_exp2(row_max[i] - next);
                 // Scores of a row no key reaches yet stay -inf: their weights are zeros.
                 row_max[i] = next;
                 tile_max[i] = next == -INFINITY ? 0.0f : next;
@@ -326,7 +331,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
             for (int c = 0; c < KEYS / 8; c++) {
 #pragma unroll
                 for (int x = 0; x < 4; x++) {
-                    sc[c][x] = exp2f(sc[c][x] - tile_max[x / 2]);
+                    sc[c][x] = fam_exp2(sc[c][x] - tile_max[x / 2]);
                     tile_sum[x / 2] += sc[c][x];
                 }
             }
