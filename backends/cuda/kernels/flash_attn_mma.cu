@@ -14,9 +14,10 @@
 // adjacent values.
 //
 // Near f32 accuracy: an f32 operand x is taken as its TF32 part hi (x truncated to a 10-bit
-// mantissa) and its remainder lo = x - hi, and a product as lo*hi + hi*lo + hi*hi (lo*lo is
-// below f32's precision). f16 and bf16 keys and values are exact in TF32: their products are
-// lo*hi + hi*hi, the queries' and weights' remainders times the exact keys and values.
+// mantissa) and its remainder lo = x - hi, and a product as lo*hi + hi*lo + hi*hi (lo*lo, at
+// most 2^-20 of the product, is left out). f16 and bf16 keys and values are exact in TF32:
+// their products are lo*hi + hi*hi, the queries' and weights' remainders times the exact keys
+// and values.
 //
 // Keys that no query row of the block may see (masked for every row, or past the last) are
 // zeros in shared memory whatever the tensors hold there (a cache's unwritten rows cannot turn
