@@ -531,8 +531,8 @@ impl Embedder {
         let dtype_of = graph_type(file, names);
         let encoder = Module::Encoder.index();
         let flash_attn = |layer: usize| {
-            let device = self.placement.compute_of(encoder, Some(layer)).device;
-            self.flash_attn.unwrap_or_else(|| device.caps().prompt_flash_attn)
+            self.flash_attn
+                .unwrap_or_else(|| self.placement.compute_of(encoder, Some(layer)).device.caps().prompt_flash_attn)
         };
         let model = bert::build_with(&mut g, &self.config, &dtype_of, Layout::for_lengths(lens), &flash_attn)?;
         for (name, _, id) in &model.weights {
