@@ -412,6 +412,64 @@ fn a_gelu_fused_into_the_product_after_it_gives_the_bits_of_its_node() {
     }
 }
 
+/// GEMM products of one activation (a layer's query, key and value projections) convert it
+/// once, packed to f16 or split into TF32 parts, and the copy is taken anew once a node has
+/// rewritten the activation in place. Node by node and captured into a program, the results
+/// are the products of the values each node reads (every 37th column checked against float64
+/// sums), with the bits of one another.
+#[test]
+fn gemm_products_of_one_activation_convert_it_once_while_it_is_unchanged() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    // f16 weights pack b; f32 ones of this size are split (the default for them).
+    for (wt, m, n, k, tolerance) in [(DType::F16, 96, 64, 512, 2e-3), (DType::F32, 384, 4096, 384, 2e-6)] {
+        let mut g = Graph::new();
+        let w1 = g.new_tensor(wt, &[k, m]).unwrap();
+        let w2 = g.new_tensor(wt, &[k, m]).unwrap();
+        let x = g.new_tensor(DType::F32, &[k, n]).unwrap();
+        let z = g.new_tensor(DType::F32, &[k, n]).unwrap();
+        let bias = g.new_tensor(DType::F32, &[m]).unwrap();
+        let y1 = g.mul_mat(w1, x).unwrap(); // x converted
+        let y1 = g.add(y1, bias).unwrap();
+        let y2 = g.mul_mat(w2, x).unwrap(); // x's copy reused
+        let y2 = g.add(y2, bias).unwrap();
+        let x2 = g.cpy(z, x).unwrap(); // x's memory now holds z
+        let y3 = g.mul_mat(w1, x2).unwrap(); // converted anew
+        let sum = g.add(y1, y2).unwrap();
+        let out = g.add(sum, y3).unwrap();
+        g.set_output(out).unwrap();
+        g.build_forward(out).unwrap();
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        let values =
+            |n: usize, i: usize| -> Vec<f32> { (0..n).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect() };
+        for (i, leaf) in [w1, w2, x, bias].into_iter().enumerate() {
+            g.set_f32(leaf, &values(g.tensor(leaf).unwrap().nelements(), i)).unwrap();
+        }
+        let zv: Vec<f32> = values(k * n, 5).iter().map(|v| 3.0 - 2.0 * v).collect();
+        g.set_f32(z, &zv).unwrap();
+        let (w1v, w2v) = (g.get_f32(w1).unwrap(), g.get_f32(w2).unwrap());
+        let (xv, bv) = (values(k * n, 2), values(m, 3));
+        // The graph overwrites x: it is set again before the captured run.
+        let (one_by_one, fused) = one_by_one_and_captured_resetting(gpu, &g, out, |g| g.set_f32(x, &xv).unwrap());
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&fused), bits(&one_by_one), "{wt}: captured and one by one differ");
+        // Each result against the float64 sum of its terms, relative to their magnitudes.
+        let mut worst = 0.0f64;
+        for col in (0..n).step_by(37) {
+            let (xc, zc) = (&xv[col * k..(col + 1) * k], &zv[col * k..(col + 1) * k]);
+            for row in 0..m {
+                let (r1, r2) = (&w1v[row * k..(row + 1) * k], &w2v[row * k..(row + 1) * k]);
+                let terms = r1.iter().zip(xc).chain(r2.iter().zip(xc)).chain(r1.iter().zip(zc));
+                let (sum, size) = terms
+                    .fold((2.0 * f64::from(bv[row]), 2.0 * f64::from(bv[row].abs())), |(s, a), (&w, &v)| {
+                        (s + f64::from(w) * f64::from(v), a + (f64::from(w) * f64::from(v)).abs())
+                    });
+                worst = worst.max((f64::from(fused[col * m + row]) - sum).abs() / size);
+            }
+        }
+        assert!(worst < tolerance, "{wt}: off the float64 sums by {worst} of their terms' magnitudes");
+    }
+}
+
 /// Products of several columns after a fused RMS norm, captured into a program: the norm
 /// leaves its result quantized in the matrix-vector kernels' block layout, and the q8_0 and q4_0
 /// tensor-core kernels (5 columns) need b in their fragment layout, so they quantize it again

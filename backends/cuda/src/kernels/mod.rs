@@ -73,7 +73,7 @@ use tessera_core::{DType, Error, Graph, Op, Result, TensorId};
 pub use arg::TensorArg;
 pub(crate) use mul_mat::{gemm_packed, MMV_MAX_COLS};
 pub use projections::{launch_projections, ProjectionOut, ProjectionRope};
-use scratch::Q8Layout;
+use scratch::BLayout;
 pub use scratch::Scratch;
 
 use validate::{validate, Node};
@@ -248,7 +248,7 @@ pub fn launch_norm_affine(
     let q8 = if quantize { scratch.reserve(q8_bytes)? } else { 0 };
     let launched = launch::norm_affine(kernels, stream, src, residual, dst, eps, rms, w, b, q8)?;
     if launched && quantize {
-        scratch.set_quantized(dst.0, Q8Layout::Blocks);
+        scratch.set_converted(dst.0, BLayout::Blocks, 0);
     }
     Ok(launched)
 }

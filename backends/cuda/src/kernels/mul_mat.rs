@@ -33,7 +33,7 @@ use tessera_core::{DType, Op, Result};
 use super::arg::TensorArg;
 use super::gemm_lt::{matmul_bias, BiasGemm};
 use super::launch::{copy, div_ceil, elementwise_config, launch_kernel, rows_16_byte_aligned};
-use super::scratch::{f32_products, F32Products, Q8Layout};
+use super::scratch::{f32_products, BLayout, F32Products};
 use super::split_gemm::{self, SplitProduct};
 use super::validate::{validate, Node};
 use super::{backend_error, names, Kernels, Operand, Scratch};
@@ -422,11 +422,8 @@ fn mat_vec(
         block_dim: MMV_BLOCK,
         shared_mem_bytes: 0,
     };
-    let bq = if quantize_b {
-        Some(quantized_b(kernels, stream, scratch, b, scratch_bytes, Q8Layout::Blocks)?)
-    } else {
-        None
-    };
+    let bq =
+        if quantize_b { Some(quantized_b(kernels, stream, scratch, b, scratch_bytes, BLayout::Blocks)?) } else { None };
     // mul_mat_vec_<type>_<n>(TensorArg a, TensorArg b | const Q8_1 *bq, TensorArg dst, TensorArg add,
     //                        long long r2, long long r3)
     // mul_mat_vec_glu_<type>(TensorArg gate, TensorArg up, TensorArg b | const Q8_1 *bq, TensorArg dst,
@@ -447,30 +444,31 @@ pub(crate) fn quantized_b(
     scratch: &mut Scratch,
     b: TensorArg,
     scratch_bytes: usize,
-    layout: Q8Layout,
+    layout: BLayout,
 ) -> Result<u64> {
-    if let Some(bq) = scratch.quantized(&b, layout) {
+    let (bq, held) = scratch.reserve_for(scratch_bytes, &b, layout, 0)?;
+    if held {
         return Ok(bq);
     }
-    let bq = scratch.reserve(scratch_bytes)?;
     let [k, n, b2, b3] = b.ne;
     let nmat = (b2 * b3).clamp(1, 65535) as u32;
     let blocks = u32::try_from(div_ceil(k / 32, MMV_WARPS)).map_err(|_| backend_error("too many blocks"))?;
     // The tensor-core layouts hold 8 columns, zeros past b's last.
     let (name, grid_dim) = match layout {
-        Q8Layout::Blocks => (names::QUANTIZE_Q8_1, (blocks, n as u32, nmat)),
-        Q8Layout::Fragments => (names::QUANTIZE_Q8_1_MMA, (blocks, MMV_MAX_COLS as u32, nmat)),
+        BLayout::Blocks => (names::QUANTIZE_Q8_1, (blocks, n as u32, nmat)),
+        BLayout::Fragments => (names::QUANTIZE_Q8_1_MMA, (blocks, MMV_MAX_COLS as u32, nmat)),
         // A warp for each step of 16 values, all columns.
-        Q8Layout::Fragments16 { bf16 } => {
+        BLayout::Fragments16 { bf16 } => {
             let steps = u32::try_from(div_ceil(k / 16, MMV_WARPS)).map_err(|_| backend_error("too many blocks"))?;
             (if bf16 { names::CONVERT_B_MMA_BF16 } else { names::CONVERT_B_MMA_F16 }, (steps, nmat, 1))
         }
+        BLayout::Packed { .. } | BLayout::Split { .. } => return Err(backend_error("not a matrix-vector layout")),
     };
     let cfg = cudarc::driver::LaunchConfig { grid_dim, block_dim: MMV_BLOCK, shared_mem_bytes: 0 };
     // quantize_q8_1(TensorArg b, Q8_1 *out), quantize_q8_1_mma(TensorArg b, MmaB *out),
     // convert_b_mma_<type>(TensorArg b, uint2 *out)
     launch_kernel!(kernels, stream, name, cfg, &b, &bq)?;
-    scratch.set_quantized(b, layout);
+    scratch.set_converted(b, layout, 0);
     Ok(bq)
 }
 
@@ -500,9 +498,9 @@ fn mat_vec_mma(
         shared_mem_bytes: 0,
     };
     let layout = match at {
-        DType::F16 => Q8Layout::Fragments16 { bf16: false },
-        DType::BF16 => Q8Layout::Fragments16 { bf16: true },
-        _ => Q8Layout::Fragments,
+        DType::F16 => BLayout::Fragments16 { bf16: false },
+        DType::BF16 => BLayout::Fragments16 { bf16: true },
+        _ => BLayout::Fragments,
     };
     let bq = quantized_b(kernels, stream, scratch, b, scratch_bytes, layout)?;
     // mul_mat_vec_mma_<type>(TensorArg a, const MmaB *bq (uint2 *bf for f16, bf16), TensorArg dst,
@@ -597,7 +595,14 @@ fn gemm_operands(
     let Path::Gemm { gemm, convert_a, convert_b, .. } = p.path else {
         return Err(backend_error("not a GEMM plan"));
     };
-    let base = if p.scratch_bytes > 0 { scratch.reserve(p.scratch_bytes)? } else { 0 };
+    // b's packed copy is kept for the next products of the same b (a layer's query, key and
+    // value projections) in this run; a's lies before it.
+    let b_layout = BLayout::Packed { gemm, gelu: gelu_b };
+    let (base, b_held) = match (p.scratch_bytes, convert_b) {
+        (0, _) => (0, false),
+        (bytes, true) => scratch.reserve_for(bytes, &b, b_layout, p.b_offset)?,
+        (bytes, false) => (scratch.reserve(bytes)?, false),
+    };
     let ga = if convert_a {
         let t = TensorArg::contiguous(base + p.a_offset as u64, gemm, a.ne)?;
         match names::dequantize_f16(at).filter(|_| gemm == DType::F16) {
@@ -611,11 +616,14 @@ fn gemm_operands(
     };
     let gb = if convert_b {
         let t = TensorArg::contiguous(base + p.b_offset as u64, gemm, b.ne)?;
-        match pack_kernel(gemm, &b, gelu_b) {
-            // pack_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
-            Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&b), &b, &t)?,
-            None if !gelu_b => copy(kernels, stream, (b, DType::F32), (t, gemm))?,
-            None => return Err(backend_error("GELU_ERF fused into a product whose b no kernel packs")),
+        if !b_held {
+            match pack_kernel(gemm, &b, gelu_b) {
+                // pack_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
+                Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&b), &b, &t)?,
+                None if !gelu_b => copy(kernels, stream, (b, DType::F32), (t, gemm))?,
+                None => return Err(backend_error("GELU_ERF fused into a product whose b no kernel packs")),
+            }
+            scratch.set_converted(b, b_layout, p.b_offset);
         }
         t
     } else {

@@ -13,7 +13,7 @@ use tessera_core::{DType, Op, Result, RopeMode, RopeParams};
 use super::arg::TensorArg;
 use super::launch::{div_ceil, launch_kernel, RopePowers};
 use super::mul_mat::{mmv_rows, plan, quantized_b, Path, MMV_BLOCK};
-use super::scratch::Q8Layout;
+use super::scratch::BLayout;
 use super::validate::{validate, Node};
 use super::{backend_error, names, Kernels, Operand, Scratch};
 
@@ -211,7 +211,7 @@ pub fn launch_projections(
     stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
     // mul_mat_vec_proj_<type>(MmvProjections p, TensorArg b | const Q8_1 *bq)
     if quantize == Some(true) {
-        let bq = quantized_b(kernels, stream, scratch, b.0, scratch_bytes, Q8Layout::Blocks)?;
+        let bq = quantized_b(kernels, stream, scratch, b.0, scratch_bytes, BLayout::Blocks)?;
         launch_kernel!(kernels, stream, name, cfg, &p, &bq)?;
     } else {
         launch_kernel!(kernels, stream, name, cfg, &p, &b.0)?;

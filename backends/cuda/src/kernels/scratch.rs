@@ -35,15 +35,24 @@ pub struct Scratch {
     /// The stream's cuBLASLt handle (products with epilogues), sharing cuBLAS's work memory:
     /// both only run in this stream's order.
     blas_lt: Option<LtHandle>,
-    /// While a run of nodes is queued ([`Scratch::start_run`]): the matrix-vector operand
-    /// whose Q8_1 copy lies at the start of the memory, if any, and its layout, so that the
-    /// products of one activation (a layer's query, key and value) quantize it once.
-    quantized: Option<Option<(TensorArg, Q8Layout)>>,
+    /// While a run of nodes is queued ([`Scratch::start_run`]): the product operand whose
+    /// converted copy lies in the memory, if any, so that the products of one activation (a
+    /// layer's query, key and value) convert it once.
+    held: Option<Option<Held>>,
 }
 
-/// How a matrix-vector operand's converted copy is laid out.
+/// A converted copy of a product's `b` in the scratch: `b`, its layout, and its offset in the
+/// memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Q8Layout {
+struct Held {
+    b: TensorArg,
+    layout: BLayout,
+    offset: usize,
+}
+
+/// How a product operand's converted copy is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BLayout {
     /// `Q8_1` blocks column by column (mul_mat_vec.cuh).
     Blocks,
     /// The 8 columns' blocks interleaved as the tensor-core kernels read them (`MmaB` in
@@ -52,6 +61,12 @@ pub(crate) enum Q8Layout {
     /// The 8 columns rounded to f16 (or bf16) in the B fragments of the 16-bit tensor-core
     /// kernels (`convert_b_mma` in mul_mat_vec_mma.cu).
     Fragments16 { bf16: bool },
+    /// Packed rows of `gemm`'s type (f16 or bf16) for a GEMM, of GELU_ERF of the values with
+    /// `gelu`.
+    Packed { gemm: DType, gelu: bool },
+    /// Split into TF32 parts and remainders for a split product (`split_gemm`), of GELU_ERF of
+    /// the values with `gelu`.
+    Split { gelu: bool },
 }
 
 /// A cuBLASLt handle, destroyed when dropped.
@@ -130,7 +145,7 @@ impl Scratch {
             blas: None,
             blas_workspace: None,
             blas_lt: None,
-            quantized: None,
+            held: None,
         })
     }
 
@@ -145,45 +160,56 @@ impl Scratch {
     }
 
     /// Starts a run of nodes queued in stream order, whose memory changes only through their
-    /// own results: until [`Scratch::end_run`], a quantized matrix-vector operand is kept and
-    /// reused by the next products of the same operand. Every result written meanwhile must
-    /// be reported to [`Scratch::written`].
+    /// own results: until [`Scratch::end_run`], a converted product operand is kept and reused
+    /// by the next products of the same operand. Every result written meanwhile must be
+    /// reported to [`Scratch::written`].
     pub fn start_run(&mut self) {
-        self.quantized = Some(None);
+        self.held = Some(None);
     }
 
-    /// Ends the run: nothing quantized is reused any more (the caller may rewrite inputs).
+    /// Ends the run: nothing converted is reused any more (the caller may rewrite inputs).
     pub fn end_run(&mut self) {
-        self.quantized = None;
+        self.held = None;
     }
 
-    /// Reports that queued work writes `dst`: a quantized copy of memory it overlaps is stale.
+    /// Reports that queued work writes `dst`: a converted copy of memory it overlaps is stale.
     pub fn written(&mut self, dst: (TensorArg, DType)) {
-        if let Some(held) = &mut self.quantized {
-            if held.is_some_and(|(b, _)| TensorArg::overlap((b, DType::F32), dst)) {
+        if let Some(held) = &mut self.held {
+            if held.is_some_and(|h| TensorArg::overlap((h.b, DType::F32), dst)) {
                 *held = None;
             }
         }
     }
 
-    /// The address of `b`'s quantized copy in `layout`, where one was queued earlier in this
-    /// run.
-    pub(crate) fn quantized(&self, b: &TensorArg, layout: Q8Layout) -> Option<u64> {
-        (self.quantized.flatten() == Some((*b, layout))).then_some(self.address)
+    /// [`Scratch::reserve`], except that where this run holds `b` converted in `layout` at
+    /// `offset` and the memory need not grow, it is kept: `(address, true)`. With `false`, the
+    /// caller converts `b` and reports it with [`Scratch::set_converted`].
+    pub(crate) fn reserve_for(
+        &mut self,
+        bytes: usize,
+        b: &TensorArg,
+        layout: BLayout,
+        offset: usize,
+    ) -> Result<(u64, bool)> {
+        let held = self.held.flatten() == Some(Held { b: *b, layout, offset });
+        if held && bytes <= self.capacity() && self.buffer.is_some() {
+            return Ok((self.address, true));
+        }
+        Ok((self.reserve(bytes)?, false))
     }
 
-    /// Records that the start of the memory now holds `b` quantized in `layout` (kept only
+    /// Records that the memory now holds `b` converted in `layout` at `offset` (kept only
     /// inside a run).
-    pub(crate) fn set_quantized(&mut self, b: TensorArg, layout: Q8Layout) {
-        if let Some(held) = &mut self.quantized {
-            *held = Some((b, layout));
+    pub(crate) fn set_converted(&mut self, b: TensorArg, layout: BLayout, offset: usize) {
+        if let Some(held) = &mut self.held {
+            *held = Some(Held { b, layout, offset });
         }
     }
 
     /// Grows the memory to at least `bytes` and returns its device address (unchanged when it
     /// was large enough already). What the memory held is forgotten: the caller overwrites it.
     pub fn reserve(&mut self, bytes: usize) -> Result<u64> {
-        if let Some(held) = &mut self.quantized {
+        if let Some(held) = &mut self.held {
             *held = None;
         }
         if bytes <= self.capacity() && self.buffer.is_some() {

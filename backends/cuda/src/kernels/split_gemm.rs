@@ -21,7 +21,7 @@ use super::arg::TensorArg;
 use super::gemm_lt::{matmul_bias, BiasGemm};
 use super::launch::{div_ceil, launch_kernel};
 use super::mul_mat::Gemm;
-use super::scratch::F32Products;
+use super::scratch::{BLayout, F32Products};
 use super::{backend_error, names, Kernels, Scratch};
 
 /// Multiply-adds from which `auto` splits a product: below, the three launches cost more than
@@ -124,7 +124,10 @@ pub(crate) fn launch(
     let int = |v: i64| i32::try_from(v).map_err(|_| backend_error("a MUL_MAT size exceeds cuBLAS's 32-bit arguments"));
     let (m, k3, ldc) = (p.m, 3 * p.k, p.ldc);
     let (a_bytes, b_bytes) = scratch_bytes(m, p.cols, p.k, super::mul_mat::align);
-    let base = scratch.reserve(a_bytes.saturating_add(b_bytes))?;
+    // b split whole in one chunk is kept for the next products of the same b (a layer's
+    // query, key and value projections) in this run; a's split lies before it.
+    let b_layout = BLayout::Split { gelu: p.gelu_b };
+    let (base, b_held) = scratch.reserve_for(a_bytes.saturating_add(b_bytes), &p.b, b_layout, a_bytes)?;
     let (a, b) = (base, base + a_bytes as u64);
     // a's remainders in the first run, b's in the second.
     split_rows(kernels, stream, (&p.a, false), a, 0, (0, m))?;
@@ -132,7 +135,12 @@ pub(crate) fn launch(
     let mut c0 = 0;
     while c0 < p.cols {
         let n = chunk.min(p.cols - c0);
-        split_rows(kernels, stream, (&p.b, p.gelu_b), b, 1, (c0, n))?;
+        if !b_held {
+            split_rows(kernels, stream, (&p.b, p.gelu_b), b, 1, (c0, n))?;
+            if n == p.cols {
+                scratch.set_converted(p.b, b_layout, a_bytes);
+            }
+        }
         let c = p.d.data + 4 * (c0 * ldc) as u64;
         match bias {
             None => {
