@@ -36,7 +36,8 @@ use tessera::allocator::alloc_graph_tensors;
 use tessera::cpu::CpuBackend;
 use tessera::registry::{extension, Extension};
 use tessera::{
-    Backend, BinaryOp, DType, Device, Error, Event, Graph, Result, RopeMode, RopeParams, SplitRef, TensorId, UnaryOp,
+    Backend, BinaryOp, DType, Device, Error, Event, Graph, Precision, Result, RopeMode, RopeParams, SplitRef, TensorId,
+    UnaryOp,
 };
 
 /// What a case's figure of merit counts per run.
@@ -119,15 +120,18 @@ fn mul_mat() -> Vec<Case> {
 /// FLASH_ATTN over a MiniLM batch of 1024 x 128 tokens (12 heads of 32, a key mask per
 /// sequence) and 16 x 128, with queries, keys and values laid out as the BERT graph's views of
 /// its projections ([head_dim, tokens, heads, sequences] over [hidden, tokens, sequences]).
-/// The mask holds random values like every input, no -inf: no key is skipped.
+/// The mask holds random values like every input, no -inf: no key is skipped. Each shape in
+/// full and in reduced precision (`--compute-type f16`).
 fn flash_attn() -> Vec<Case> {
     [(1024usize, 128usize), (16, 128)]
         .into_iter()
-        .map(|(seqs, tokens)| {
+        .flat_map(|shape| [(shape, Precision::Full), (shape, Precision::Reduced)])
+        .map(|((seqs, tokens), precision)| {
             let (hd, heads) = (32usize, 12usize);
+            let prec = if precision == Precision::Reduced { ",prec=reduced" } else { "" };
             Case {
                 op: "FLASH_ATTN",
-                params: format!("hsk=32,nh=12,kv={tokens},nb={seqs},mask=1"),
+                params: format!("hsk=32,nh=12,kv={tokens},nb={seqs},mask=1{prec}"),
                 build: Box::new(move |g| {
                     let head_view = |g: &mut Graph| -> tessera::Result<TensorId> {
                         let x = g.new_tensor(DType::F32, &[hd * heads, tokens, seqs])?;
@@ -136,7 +140,9 @@ fn flash_attn() -> Vec<Case> {
                     };
                     let (q, k, v) = (head_view(g)?, head_view(g)?, head_view(g)?);
                     let mask = g.new_tensor(DType::F32, &[tokens, 1, 1, seqs])?;
-                    g.flash_attn(q, k, v, Some(mask), 1.0 / (hd as f32).sqrt())
+                    let out = g.flash_attn(q, k, v, Some(mask), 1.0 / (hd as f32).sqrt())?;
+                    g.set_flash_attn_precision(out, precision)?;
+                    Ok(out)
                 }),
                 work: Work::Flops(4.0 * (hd * tokens * tokens * heads * seqs) as f64),
                 spread: 1.0,

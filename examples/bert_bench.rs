@@ -23,6 +23,7 @@ use tessera_models::{Embedder, LoadOptions, MODULES};
 const HELP: &str = "\
 usage: bert_bench [--model FILE] [--backend SPEC] [--params-backend SPEC]
                   [--shapes BxT,...] [--runs N] [--warmup N] [--flash-attn M]
+                  [--compute-type T]
 
   --model FILE           weights [weights/all-MiniLM-L6-v2/model.safetensors]
   --backend SPEC         where modules run (as embed's --backend) [auto]
@@ -32,6 +33,8 @@ usage: bert_bench [--model FILE] [--backend SPEC] [--params-backend SPEC]
   --warmup N             untimed calls first [3]
   --flash-attn M         attention as one FLASH_ATTN node: on, off, or auto (where the
                          layer's device computes it faster) [auto]
+  --compute-type T       f32, or f16: FLASH_ATTN's products in half precision (sums in
+                         f32, as PyTorch's f16 attention) [f32]
 ";
 
 type BoxError = Box<dyn std::error::Error>;
@@ -44,6 +47,7 @@ struct Args {
     runs: usize,
     warmup: usize,
     flash_attn: Option<bool>,
+    attention_precision: tessera::Precision,
 }
 
 fn shapes(list: &str) -> Result<Vec<(usize, usize)>, String> {
@@ -68,6 +72,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
         runs: 20,
         warmup: 3,
         flash_attn: None,
+        attention_precision: tessera::Precision::Full,
     };
     let count = |name: &str, value: String, min: usize| match value.parse::<usize>() {
         Ok(n) if n >= min => Ok(n),
@@ -90,6 +95,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
                     other => return Err(format!("--flash-attn: '{other}' is not on, off or auto").into()),
                 }
             }
+            Long("compute-type") => a.attention_precision = common::compute_type(&parser.value()?.string()?)?,
             Short('h') | Long("help") => {
                 print!("{HELP}");
                 return Ok(None);
@@ -102,7 +108,11 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
 
 fn run(args: Args) -> Result<(), BoxError> {
     let placement = Placement::resolve_in(tessera::discover(), &args.backend, &args.params_backend, &MODULES)?;
-    let options = LoadOptions { flash_attn: args.flash_attn, ..LoadOptions::default() };
+    let options = LoadOptions {
+        flash_attn: args.flash_attn,
+        attention_precision: args.attention_precision,
+        ..LoadOptions::default()
+    };
     let mut embedder = Embedder::load_with(&args.model, placement, options)?;
     println!("{}: {}", args.model.display(), embedder.describe());
     let vocab = embedder.config().vocab;

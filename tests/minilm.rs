@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use tessera::runtime::placement::Placement;
 use tessera::{DType, Device};
-use tessera_models::{Embedder, Recipe, MODULES};
+use tessera_models::{Embedder, LoadOptions, Recipe, MODULES};
 use tessera_sim::{SimConfig, SimDevice};
 
 const MODEL: &str = "weights/all-MiniLM-L6-v2/model.safetensors";
@@ -96,29 +96,56 @@ fn f32_embeddings_match_the_reference() {
     assert!(worst >= 0.999999, "worst cosine {worst}");
 }
 
-/// MiniLM with every module on the first CUDA GPU embeds as the CPU does in f32 (worst cosine
-/// at least 0.999999): 1024 sequences (the reference sentences over and over), whose dense
-/// products are large enough to be split into TF32 parts and remainders.
+/// The worst cosine similarity between MiniLM's embeddings on the first CUDA GPU (attention
+/// in `precision`) and on the CPU, over 1024 sequences (the reference sentences over and over),
+/// whose dense products are large enough to be split into TF32 parts and remainders; `None`
+/// after printing why where there is no CUDA GPU.
 #[cfg(feature = "cuda")]
-#[test]
-#[ignore = "needs the MiniLM weights: scripts/fetch_minilm.sh"]
-fn f32_embeddings_on_a_cuda_gpu_match_the_cpu() {
+fn worst_cosine_on_a_cuda_gpu(precision: tessera::Precision) -> Option<f64> {
     use tessera::BackendReg;
     let model = model();
     let Some(gpu) = tessera::cuda::CUDA_REG.device(0) else {
         eprintln!("skipped: no CUDA device on this machine");
-        return;
+        return None;
     };
     let tokens: Vec<Vec<u32>> = reference().tokens.iter().cycle().take(1024).cloned().collect();
     let on_cpu = load(&model, "", "", &cpu()).embed_tokens(&tokens).unwrap();
-    let on_gpu = load(&model, "cuda0", "", &[gpu, &tessera::cpu::CPU_DEVICE]).embed_tokens(&tokens).unwrap();
+    let placement = Placement::resolve("cuda0", "", &MODULES, &[gpu, &tessera::cpu::CPU_DEVICE]).unwrap();
+    let options = LoadOptions { attention_precision: precision, ..LoadOptions::default() };
+    let on_gpu = Embedder::load_with(&model, placement, options).unwrap().embed_tokens(&tokens).unwrap();
     let worst = on_gpu
         .iter()
         .zip(&on_cpu)
         .map(|(g, c)| cosine(g, &c.iter().map(|&v| f64::from(v)).collect::<Vec<_>>()))
         .fold(1.0, f64::min);
-    println!("minilm f32 on {}: worst cosine {worst:.9} to the CPU over {} sequences", gpu.name(), tokens.len());
-    assert!(worst >= 0.999999, "worst cosine {worst}");
+    println!(
+        "minilm {precision:?} attention on {}: worst cosine {worst:.9} to the CPU over {} sequences",
+        gpu.name(),
+        tokens.len()
+    );
+    Some(worst)
+}
+
+/// MiniLM with every module on the first CUDA GPU embeds as the CPU does in f32 (worst cosine
+/// at least 0.999999).
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs the MiniLM weights: scripts/fetch_minilm.sh"]
+fn f32_embeddings_on_a_cuda_gpu_match_the_cpu() {
+    if let Some(worst) = worst_cosine_on_a_cuda_gpu(tessera::Precision::Full) {
+        assert!(worst >= 0.999999, "worst cosine {worst}");
+    }
+}
+
+/// With attention's products in half precision (`--compute-type f16`) the embeddings stay
+/// within a worst cosine of 0.9999 of the CPU's f32 ones.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs the MiniLM weights: scripts/fetch_minilm.sh"]
+fn f32_embeddings_on_a_cuda_gpu_with_half_precision_attention_stay_near_the_cpu() {
+    if let Some(worst) = worst_cosine_on_a_cuda_gpu(tessera::Precision::Reduced) {
+        assert!(worst >= 0.9999, "worst cosine {worst}");
+    }
 }
 
 #[test]

@@ -120,6 +120,18 @@ pub struct RopeParams {
     pub freq_scale: f32,
 }
 
+/// How precisely an op's products may be computed (FLASH_ATTN's; ggml's op precision).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// f32 accuracy (the default).
+    #[default]
+    Full,
+    /// A backend may round the products' operands to 10-bit mantissas (f16 or TF32
+    /// arithmetic, as PyTorch's half-precision attention does); sums stay f32. A backend may
+    /// also compute such an op in full precision.
+    Reduced,
+}
+
 /// What a tensor is: a leaf (`None`), a computed op, or a view of another tensor.
 ///
 /// Operands are the tensor's sources, in ggml's order (`src[0]`, `src[1]`, ...).
@@ -164,6 +176,7 @@ pub enum Op {
     /// [`crate::Graph::flash_attn`]).
     FlashAttn {
         scale: f32,
+        precision: Precision,
     },
     /// A contiguous copy of a possibly strided tensor.
     Cont,

@@ -7,7 +7,7 @@ use alloc::string::String;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::op::{BinaryOp, Im2ColParams, Op, Pool2dParams, PoolKind, RopeMode, RopeParams, UnaryOp};
+use crate::op::{BinaryOp, Im2ColParams, Op, Pool2dParams, PoolKind, Precision, RopeMode, RopeParams, UnaryOp};
 use crate::tensor::MAX_DIMS;
 
 fn invalid(message: String) -> Error {
@@ -97,8 +97,9 @@ pub fn encode_op(op: Op) -> (u32, [u64; 8]) {
         Op::GetRows => OP_GET_ROWS,
         Op::Cpy => OP_CPY,
         Op::SetRows => OP_SET_ROWS,
-        Op::FlashAttn { scale } => {
+        Op::FlashAttn { scale, precision } => {
             p[0] = f32_param(scale);
+            p[1] = u64::from(precision == Precision::Reduced);
             OP_FLASH_ATTN
         }
         Op::Cont => OP_CONT,
@@ -172,7 +173,14 @@ pub fn decode_op(id: u32, p: &[u64; 8]) -> Result<Op> {
         OP_GET_ROWS => Op::GetRows,
         OP_CPY => Op::Cpy,
         OP_SET_ROWS => Op::SetRows,
-        OP_FLASH_ATTN => Op::FlashAttn { scale: float(0)? },
+        OP_FLASH_ATTN => Op::FlashAttn {
+            scale: float(0)?,
+            precision: match p[1] {
+                0 => Precision::Full,
+                1 => Precision::Reduced,
+                x => return Err(invalid(format!("FLASH_ATTN: unknown precision {x} (0 full, 1 reduced)"))),
+            },
+        },
         OP_CONT => Op::Cont,
         OP_CONCAT => Op::Concat { dim: pick(0, MAX_DIMS)? },
         OP_ROPE => Op::Rope(RopeParams {

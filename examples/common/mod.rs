@@ -105,3 +105,13 @@ pub fn random_tokens(batch: usize, tokens: usize, vocab: usize, seed: u64) -> Ve
         })
         .collect()
 }
+
+/// `--compute-type f32|f16`: the precision of attention as one FLASH_ATTN node (f16:
+/// half-precision products with f32 sums).
+pub fn compute_type(value: &str) -> Result<tessera::Precision, String> {
+    match value {
+        "f32" => Ok(tessera::Precision::Full),
+        "f16" => Ok(tessera::Precision::Reduced),
+        other => Err(format!("--compute-type: '{other}' is not f32 or f16")),
+    }
+}

@@ -44,6 +44,8 @@ options:
   --params-backend SPEC  where modules keep their weights, same syntax [where they run]
   --split-layers LIST    divide the encoder's layers over DEVICE,DEVICE,... by free memory
   --threads N            threads of the CPU backend, at most the machine's processors [all]
+  --compute-type T       f32, or f16: attention's products in half precision where it is one
+                         FLASH_ATTN node (sums in f32, as PyTorch's f16 attention) [f32]
   --file FILE            embed the lines of FILE too (blank lines skipped; may be repeated)
   --batch-size N         sentences embedded together; memory grows with it [64]
   --json FILE            write the embeddings to FILE as {\"embeddings\": [[...], ...]}
@@ -73,6 +75,8 @@ struct Args {
     json: Option<PathBuf>,
     sentences: Vec<String>,
     files: Vec<PathBuf>,
+    /// `--compute-type`.
+    attention_precision: tessera::Precision,
     batch_size: usize,
     convert: Option<PathBuf>,
     matrix_type: Option<Recipe>,
@@ -96,6 +100,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
         convert: None,
         matrix_type: None,
         repeat: 1,
+        attention_precision: tessera::Precision::Full,
     };
     let mut parser = lexopt::Parser::from_env();
     let count = |name: &str, value: String, min: usize| match value.parse::<usize>() {
@@ -117,6 +122,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
                 a.threads = Some(threads.threads);
             }
             Long("json") => a.json = Some(parser.value()?.into()),
+            Long("compute-type") => a.attention_precision = common::compute_type(&parser.value()?.string()?)?,
             Long("repeat") => a.repeat = count("--repeat", parser.value()?.string()?, 1)?,
             Long("batch-size") => a.batch_size = count("--batch-size", parser.value()?.string()?, 1)?,
             Long("file") => a.files.push(parser.value()?.into()),
@@ -262,6 +268,7 @@ fn run(args: Args) -> Result<(), BoxError> {
         tokenizer,
         progress: Some(&mut loading_bar),
         split_layers,
+        attention_precision: args.attention_precision,
         ..LoadOptions::default()
     };
     let mut embedder = Embedder::load_with(&model, placement, options)?;

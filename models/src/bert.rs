@@ -14,7 +14,7 @@
 
 use std::ops::Range;
 
-use tessera_core::{DType, Graph, TensorId};
+use tessera_core::{DType, Graph, Precision, TensorId};
 
 use crate::config::BertConfig;
 use crate::error::{Error, Result};
@@ -153,17 +153,18 @@ pub fn uniform_weight_type(matrix_type: DType) -> impl Fn(&str) -> DType {
 /// `weight_type` gives each weight's type by name. Attention is products and a soft-max
 /// (see [`build_with`]).
 pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType, layout: Layout) -> Result<BertGraph> {
-    build_with(g, c, weight_type, layout, &|_| false)
+    build_with(g, c, weight_type, layout, &|_| None)
 }
 
-/// [`build`], with the layers for which `flash_attn(layer)` holds computing attention as one
-/// FLASH_ATTN node (no score matrix in memory) instead of products and a soft-max.
+/// [`build`], with the layers for which `flash_attn(layer)` gives a precision computing
+/// attention as one FLASH_ATTN node of that precision (no score matrix in memory) instead of
+/// products and a soft-max.
 pub fn build_with(
     g: &mut Graph,
     c: &BertConfig,
     weight_type: &dyn Fn(&str) -> DType,
     layout: Layout,
-    flash_attn: &dyn Fn(usize) -> bool,
+    flash_attn: &dyn Fn(usize) -> Option<Precision>,
 ) -> Result<BertGraph> {
     c.validate().map_err(|e| Error::InvalidConfig { message: e.message })?;
     let (h, heads) = (c.hidden, c.heads);
@@ -240,9 +241,11 @@ pub fn build_with(
         let k = b.g.reshape(k, &[head_dim, heads, a, blocks])?;
         let k = b.g.permute(k, [0, 2, 1, 3])?;
         let v = b.g.reshape(v, &[head_dim, heads, a, blocks])?;
-        let ctx = if flash_attn(layer) {
+        let ctx = if let Some(precision) = flash_attn(layer) {
             let v = b.g.permute(v, [0, 2, 1, 3])?;
-            b.g.flash_attn(q, k, v, Some(attention_mask), scale)? // [head_dim, heads, queries, blocks]
+            let ctx = b.g.flash_attn(q, k, v, Some(attention_mask), scale)?; // [head_dim, heads, queries, blocks]
+            b.g.set_flash_attn_precision(ctx, precision)?;
+            ctx
         } else {
             let v = b.g.permute(v, [1, 2, 0, 3])?;
             let v = b.g.cont(v)?; // [tokens, head_dim, heads, blocks]

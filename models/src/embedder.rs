@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 use tessera_core::registry::{extension, Extension};
 
-use tessera_core::{Backend, Buffer, DType, Device, Graph, Scheduler, SchedulerOptions, Shape};
+use tessera_core::{Backend, Buffer, DType, Device, Graph, Precision, Scheduler, SchedulerOptions, Shape};
 use tessera_std::model_file::{place_weights, placeable, ModelFile, WeightSpec, WeightStore};
 use tessera_std::placement::{Placement, Target};
 
@@ -35,6 +35,8 @@ pub struct Embedder {
     sched: Scheduler,
     /// [`LoadOptions::flash_attn`].
     flash_attn: Option<bool>,
+    /// [`LoadOptions::attention_precision`].
+    attention_precision: Precision,
     tokenizer: Option<Tokenizer>,
     timing: Timing,
     /// The sequence lengths the scheduler's graph was built and allocated for: a batch of the
@@ -80,6 +82,10 @@ pub struct LoadOptions<'a> {
     /// (`Some(false)`), or, with `None`, as each layer's device computes it faster
     /// ([`DeviceCaps::prompt_flash_attn`](tessera_core::DeviceCaps::prompt_flash_attn)).
     pub flash_attn: Option<bool>,
+    /// The precision of attention as one FLASH_ATTN node (`--compute-type f16`:
+    /// [`Precision::Reduced`], half-precision products with f32 sums, as PyTorch's f16
+    /// attention computes them). Attention as products and a soft-max is always f32.
+    pub attention_precision: Precision,
     /// Copies of every split input (the scheduler's `n_copies`, 1 to 4; 0 means 1): with more
     /// than one, [`Embedder::embed_batches`] overlaps successive batches across devices.
     pub pipeline: usize,
@@ -213,7 +219,8 @@ impl Embedder {
 
     /// [`load`](Self::load) with threads, a tokenizer and a progress callback.
     pub fn load_with(path: impl AsRef<Path>, mut placement: Placement, options: LoadOptions<'_>) -> Result<Embedder> {
-        let LoadOptions { threads, tokenizer, mut progress, split_layers, pipeline, flash_attn } = options;
+        let LoadOptions { threads, tokenizer, mut progress, split_layers, pipeline, flash_attn, attention_precision } =
+            options;
         let file = ModelFile::open(path.as_ref())?;
         let config = BertConfig::of_file(&file)?;
         let n = Module::ALL.len();
@@ -301,6 +308,7 @@ impl Embedder {
             sched,
             tokenizer,
             flash_attn,
+            attention_precision,
             timing: Timing::default(),
             built_for: None,
             landing: Vec::new(),
@@ -531,8 +539,10 @@ impl Embedder {
         let dtype_of = graph_type(file, names);
         let encoder = Module::Encoder.index();
         let flash_attn = |layer: usize| {
-            self.flash_attn
-                .unwrap_or_else(|| self.placement.compute_of(encoder, Some(layer)).device.caps().prompt_flash_attn)
+            let fused = self
+                .flash_attn
+                .unwrap_or_else(|| self.placement.compute_of(encoder, Some(layer)).device.caps().prompt_flash_attn);
+            fused.then_some(self.attention_precision)
         };
         let model = bert::build_with(&mut g, &self.config, &dtype_of, Layout::for_lengths(lens), &flash_attn)?;
         for (name, _, id) in &model.weights {
@@ -606,29 +616,36 @@ mod tests {
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
     }
 
+    /// Also in reduced precision, which the CPU computes in full.
     #[test]
     fn attention_as_one_flash_attn_node_embeds_like_products() {
         let path = tiny_gguf(DType::F32);
-        let load = |flash_attn| {
-            let options = LoadOptions { flash_attn, ..LoadOptions::default() };
+        let load = |flash_attn, attention_precision| {
+            let options = LoadOptions { flash_attn, attention_precision, ..LoadOptions::default() };
             Embedder::load_with(&path, on(&cpu(), "", ""), options).unwrap()
         };
-        let (mut fused, mut products) = (load(Some(true)), load(None));
-        // Packed sequences of several lengths, and rows of one length (the padded layout).
-        for batch in [&SEQUENCES[..], &[&[2, 17, 5, 3], &[2, 9, 33, 3]]] {
-            let (got, want) = (fused.embed_tokens(batch).unwrap(), products.embed_tokens(batch).unwrap());
-            let worst =
-                got.iter().zip(&want).map(|(g, w)| cosine(g, &w.iter().map(|&v| f64::from(v)).collect::<Vec<_>>()));
-            let worst = worst.fold(1.0, f64::min);
-            assert!(worst > 0.999999, "worst cosine {worst}");
-            let flash_nodes = |e: &Embedder| {
-                let g = &e.built_for.as_ref().unwrap().graph;
-                g.nodes()
-                    .iter()
-                    .filter(|&&id| matches!(g.tensor(id).unwrap().op(), tessera_core::Op::FlashAttn { .. }))
-                    .count()
-            };
-            assert_eq!((flash_nodes(&fused), flash_nodes(&products)), (TINY.layers, 0));
+        let (fused, reduced) = (load(Some(true), Precision::Full), load(Some(true), Precision::Reduced));
+        let mut products = load(None, Precision::Reduced);
+        for (mut fused, precision) in [(fused, Precision::Full), (reduced, Precision::Reduced)] {
+            // Packed sequences of several lengths, and rows of one length (the padded layout).
+            for batch in [&SEQUENCES[..], &[&[2, 17, 5, 3], &[2, 9, 33, 3]]] {
+                let (got, want) = (fused.embed_tokens(batch).unwrap(), products.embed_tokens(batch).unwrap());
+                let worst =
+                    got.iter().zip(&want).map(|(g, w)| cosine(g, &w.iter().map(|&v| f64::from(v)).collect::<Vec<_>>()));
+                let worst = worst.fold(1.0, f64::min);
+                assert!(worst > 0.999999, "worst cosine {worst}");
+                let flash_nodes = |e: &Embedder| {
+                    let g = &e.built_for.as_ref().unwrap().graph;
+                    let of = |id: &tessera_core::TensorId| g.tensor(*id).unwrap().op();
+                    g.nodes()
+                        .iter()
+                        .filter(
+                            |id| matches!(of(id), tessera_core::Op::FlashAttn { precision: p, .. } if p == precision),
+                        )
+                        .count()
+                };
+                assert_eq!((flash_nodes(&fused), flash_nodes(&products)), (TINY.layers, 0));
+            }
         }
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
     }

@@ -42,6 +42,8 @@ fn all_ops() -> Vec<Op> {
         Op::GetRows,
         Op::Cpy,
         Op::SetRows,
+        Op::FlashAttn { scale: 0.125, precision: Precision::Full },
+        Op::FlashAttn { scale: 0.25, precision: Precision::Reduced },
         Op::Cont,
         Op::Concat { dim: 2 },
         Op::Rope(RopeParams { mode: RopeMode::Neox, n_dims: 6, freq_base: 10000.0, freq_scale: 0.5 }),
@@ -74,6 +76,8 @@ fn ops_and_types_round_trip() {
     assert!(decode_op(99, &[0; 8]).unwrap_err().to_string().contains("unknown op id 99"));
     assert!(decode_op(1, &[4, 0, 0, 0, 0, 0, 0, 0]).is_err(), "binary op 4 does not exist");
     assert!(decode_op(2, &[u64::MAX, 0, 0, 0, 0, 0, 0, 0]).is_err(), "not f32 bits");
+    let unknown_precision = decode_op(24, &[u64::from(0.5f32.to_bits()), 2, 0, 0, 0, 0, 0, 0]).unwrap_err();
+    assert!(unknown_precision.to_string().contains("unknown precision 2"), "{unknown_precision}");
 }
 
 #[test]

@@ -4,7 +4,9 @@
 
 use std::ops::{Deref, DerefMut};
 
-use tessera::{DType, Graph, Im2ColParams, Pool2dParams, PoolKind, Result, RopeMode, RopeParams, TensorId, UnaryOp};
+use tessera::{
+    DType, Graph, Im2ColParams, Pool2dParams, PoolKind, Precision, Result, RopeMode, RopeParams, TensorId, UnaryOp,
+};
 
 /// How a leaf is filled before the compute.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -704,15 +706,24 @@ fn flash_attn(v: &mut Vec<Case>) {
         for f in list() {
             let Fa { d, dv, n, kv, hq, hk, b, mask } = f;
             let m = mask.map_or(String::new(), |(mt, ne, _)| format!(",mask={mt}{}", fmt_ne(&ne)));
-            let name = format!("FLASH_ATTN(type_kv={t},d={d},dv={dv},n={n},kv={kv},hq={hq},hk={hk},b={b}{m})");
-            v.push(Case::new("FLASH_ATTN", name, move |g| {
+            let params = format!("type_kv={t},d={d},dv={dv},n={n},kv={kv},hq={hq},hk={hk},b={b}{m}");
+            let build = move |g: &mut CaseGraph, precision: Precision| -> Result<TensorId> {
                 // Queries as the models make them: `[d, hq, n]` seen as `[d, n, hq]`.
                 let q = g.input(F32, [d, n, hq, b], Some(SWAP12), Init::DEFAULT)?;
                 let k = g.leaf(t, [d, kv, hk, b])?;
                 let vv = g.leaf(t, [dv, kv, hk, b])?;
                 let m = mask.map(|(mt, ne, init)| g.leaf_init(mt, ne, init)).transpose()?;
-                g.flash_attn(q, k, vv, m, 1.0 / (d as f32).sqrt())
-            }));
+                let out = g.flash_attn(q, k, vv, m, 1.0 / (d as f32).sqrt())?;
+                g.set_flash_attn_precision(out, precision)?;
+                Ok(out)
+            };
+            v.push(Case::new("FLASH_ATTN", format!("FLASH_ATTN({params})"), move |g| build(g, Precision::Full)));
+            // Prompts again in reduced precision (half-precision products), within
+            // test-backend-ops' bound for half-precision attention.
+            if n >= 16 {
+                let name = format!("FLASH_ATTN({params},prec=reduced)");
+                v.push(Case::new("FLASH_ATTN", name, move |g| build(g, Precision::Reduced)).with_max_nmse(5e-4));
+            }
         }
         // Keys and values read as a window of a cache `[d, heads, context]`.
         let name = format!("FLASH_ATTN(type_kv={t},d=64,n=2,kv=96,hq=4,hk=2,cache_window=[64,2,200])");

@@ -19,6 +19,10 @@
 // their products are lo*hi + hi*hi, the queries' and weights' remainders times the exact keys
 // and values.
 //
+// With reduced precision (tessera's Precision::Reduced, the `tf32` kernels), every product is one
+// TF32 pass, hi*hi: queries, f32 keys and values, and weights keep 10-bit mantissas, as in
+// half-precision attention, and the sums stay f32.
+//
 // Keys that no query row of the block may see (masked for every row, or past the last) are
 // zeros in shared memory whatever the tensors hold there (a cache's unwritten rows cannot turn
 // a sum into NaN), and a tile no row may see is skipped (a causal mask's future).
@@ -106,13 +110,13 @@ template <int D, int KEYS, int PARTS> struct FamTile {
 // Row r of a mask of `rows` rows (rows repeat): 32-bit arithmetic, since r fits 31 bits.
 __device__ __forceinline__ int fam_mask_row(int r, long long rows) { return r < rows ? r : r % (int)rows; }
 
-// A value as the tile keeps it: x, or its part and remainder.
-template <int PARTS> __device__ __forceinline__ void fam_put(float (&part)[PARTS], float x) {
+// A value as the tile keeps it: x (16-bit values are exact in TF32), or with F32 its TF32 part
+// and with PARTS = 2 also its remainder.
+template <int PARTS, bool F32> __device__ __forceinline__ void fam_put(float (&part)[PARTS], float x) {
+    const float hi = F32 ? __uint_as_float(fam_tf32(x)) : x;
+    part[0] = hi;
     if constexpr (PARTS == 2) {
-        const float hi = __uint_as_float(fam_tf32(x));
-        part[0] = hi, part[1] = x - hi;
-    } else {
-        part[0] = x;
+        part[1] = x - hi;
     }
 }
 
@@ -126,34 +130,43 @@ template <int NEXT> __device__ __forceinline__ float2 fam_pair(const float *b) {
 }
 
 // c += a * b for A given as parts and remainders and B as the tile keeps it at `b` (b[0] and
-// b[NEXT], `part_stride` floats between its parts): remainders' terms first, the largest last.
-template <int PARTS, int NEXT>
+// b[NEXT], `part_stride` floats between its parts): remainders' terms first, the largest last;
+// with REDUCED, the parts' term alone.
+template <int PARTS, int NEXT, bool REDUCED>
 __device__ __forceinline__ void fam_product(float (&c)[4], const unsigned int (&ah)[4], const unsigned int (&al)[4],
                                             const float *b, int part_stride) {
     const float2 bh = fam_pair<NEXT>(b);
-    fam_mma(c, al, bh);
+    if constexpr (!REDUCED) {
+        fam_mma(c, al, bh);
+    }
     if constexpr (PARTS == 2) {
         fam_mma(c, ah, fam_pair<NEXT>(b + part_stride));
     }
     fam_mma(c, ah, bh);
 }
 
-// Stores four values at `at` in the tile's PARTS parts (`part_stride` floats apart).
-template <int PARTS> __device__ __forceinline__ void fam_store4(float *at, int part_stride, float4 x) {
+// Stores four values (of f32 tensors with F32) at `at` in the tile's PARTS parts (`part_stride`
+// floats apart).
+template <int PARTS, bool F32> __device__ __forceinline__ void fam_store4(float *at, int part_stride, float4 x) {
     float parts[4][PARTS];
-    fam_put<PARTS>(parts[0], x.x), fam_put<PARTS>(parts[1], x.y);
-    fam_put<PARTS>(parts[2], x.z), fam_put<PARTS>(parts[3], x.w);
+    fam_put<PARTS, F32>(parts[0], x.x), fam_put<PARTS, F32>(parts[1], x.y);
+    fam_put<PARTS, F32>(parts[2], x.z), fam_put<PARTS, F32>(parts[3], x.w);
 #pragma unroll
     for (int part = 0; part < PARTS; part++) {
         *(float4 *)(at + part * part_stride) = make_float4(parts[0][part], parts[1][part], parts[2][part], parts[3][part]);
     }
 }
 
-template <typename T, typename M, int D, int KEYS>
+// Parts of each key and value a tile keeps: f32 ones at full precision take two.
+template <typename T, bool REDUCED> __host__ __device__ constexpr int fam_parts() {
+    return std::is_same_v<T, F32> && !REDUCED ? 2 : 1;
+}
+
+template <typename T, typename M, int D, int KEYS, bool REDUCED>
 __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const TensorArg &v, const TensorArg &mask,
                                const TensorArg &dst, float scale, int has_mask,
-                               FamTile<D, KEYS, std::is_same_v<T, F32> ? 2 : 1> &tile) {
-    constexpr int PARTS = std::is_same_v<T, F32> ? 2 : 1;
+                               FamTile<D, KEYS, fam_parts<T, REDUCED>()> &tile) {
+    constexpr int PARTS = fam_parts<T, REDUCED>();
     constexpr int KEY_PART = KEYS * (D + 8), VALUE_PART = KEYS * (D + 4); // floats between parts
     // Groups of 4 values of the tile's keys (and values) each thread loads.
     constexpr int GROUPS = KEYS * (D / 4) / FAM_THREADS;
@@ -255,8 +268,9 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
             const int i = tid + u * FAM_THREADS, j = i / (D / 4), e = 4 * (i % (D / 4));
             const bool seen = live[j];
             const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            fam_store4<PARTS>(&keys[0][j][e], KEY_PART, seen ? fam_widen<T>(kraw[u]) : zero);
-            fam_store4<PARTS>(&values[0][j][e], VALUE_PART, seen ? fam_widen<T>(vraw[u]) : zero);
+            constexpr bool F32_KV = std::is_same_v<T, F32>;
+            fam_store4<PARTS, F32_KV>(&keys[0][j][e], KEY_PART, seen ? fam_widen<T>(kraw[u]) : zero);
+            fam_store4<PARTS, F32_KV>(&values[0][j][e], VALUE_PART, seen ? fam_widen<T>(vraw[u]) : zero);
         }
         __syncthreads();
         if (tid < KEYS) {
@@ -280,7 +294,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
                 }
 #pragma unroll
                 for (int c = 0; c < KEYS / 8; c++) {
-                    fam_product<PARTS, 1>(sc[c], ah, al, &keys[0][8 * c + g][8 * s + 2 * t], KEY_PART);
+                    fam_product<PARTS, 1, REDUCED>(sc[c], ah, al, &keys[0][8 * c + g][8 * s + 2 * t], KEY_PART);
                 }
             }
 
@@ -359,7 +373,8 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
                 }
 #pragma unroll
                 for (int s = 0; s < D / 8; s++) {
-                    fam_product<PARTS, D + 4>(out[s], ah, al, &values[0][8 * c + 2 * t][8 * s + g], VALUE_PART);
+                    fam_product<PARTS, D + 4, REDUCED>(out[s], ah, al, &values[0][8 * c + 2 * t][8 * s + g],
+                                                       VALUE_PART);
                 }
             }
         }
@@ -385,29 +400,40 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
 
 // flash_attn_mma_<kv type>_d<head>(q, k, v, mask, dst, scale, has_mask, mask_f16): grid of
 // (query rows / 64, heads, batches) blocks of 128 threads.
-#define FLASH_ATTN_MMA_KERNEL(name, T, D, KEYS, BLOCKS)                                                          \
+#define FLASH_ATTN_MMA_KERNEL(name, T, D, KEYS, BLOCKS, REDUCED)                                                 \
     extern "C" __global__ void __launch_bounds__(FAM_THREADS, BLOCKS)                                           \
         name(const __grid_constant__ TensorArg q, const __grid_constant__ TensorArg k,                          \
              const __grid_constant__ TensorArg v, const __grid_constant__ TensorArg mask,                       \
              const __grid_constant__ TensorArg dst, float scale, int has_mask, int mask_f16) {                  \
-        __shared__ FamTile<D, KEYS, std::is_same_v<T, F32> ? 2 : 1> tile;                                        \
+        __shared__ FamTile<D, KEYS, fam_parts<T, REDUCED>()> tile;                                               \
         await_prior_kernel();                                                                                    \
         if (mask_f16) {                                                                                          \
-            flash_attn_mma<T, F16, D, KEYS>(q, k, v, mask, dst, scale, has_mask, tile);                          \
+            flash_attn_mma<T, F16, D, KEYS, REDUCED>(q, k, v, mask, dst, scale, has_mask, tile);                 \
         } else {                                                                                                 \
-            flash_attn_mma<T, F32, D, KEYS>(q, k, v, mask, dst, scale, has_mask, tile);                          \
+            flash_attn_mma<T, F32, D, KEYS, REDUCED>(q, k, v, mask, dst, scale, has_mask, tile);                 \
         }                                                                                                        \
     }
 
 // Key tiles as long as 48 KiB of shared memory allows (f32 tiles hold two parts). Heads of 32
 // are capped at 128 registers for 4 blocks an SM: a few bytes spill, and on an H200 MiniLM's
 // f32 attention took 0.72 instead of 0.82 ms a layer at 168 registers and 3 blocks.
-FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f32_d32, F32, 32, 64, 4)
-FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f32_d64, F32, 64, 32, 2)
-FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f32_d128, F32, 128, 16, 2)
-FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f16_d32, F16, 32, 64, 4)
-FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f16_d64, F16, 64, 64, 2)
-FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f16_d128, F16, 128, 32, 2)
-FLASH_ATTN_MMA_KERNEL(flash_attn_mma_bf16_d32, BF16, 32, 64, 4)
-FLASH_ATTN_MMA_KERNEL(flash_attn_mma_bf16_d64, BF16, 64, 64, 2)
-FLASH_ATTN_MMA_KERNEL(flash_attn_mma_bf16_d128, BF16, 128, 32, 2)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f32_d32, F32, 32, 64, 4, false)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f32_d64, F32, 64, 32, 2, false)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f32_d128, F32, 128, 16, 2, false)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f16_d32, F16, 32, 64, 4, false)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f16_d64, F16, 64, 64, 2, false)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_f16_d128, F16, 128, 32, 2, false)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_bf16_d32, BF16, 32, 64, 4, false)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_bf16_d64, BF16, 64, 64, 2, false)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_bf16_d128, BF16, 128, 32, 2, false)
+
+// Reduced precision: one part of every key and value, so f32 tiles are as long as 16-bit ones.
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_tf32_f32_d32, F32, 32, 64, 4, true)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_tf32_f32_d64, F32, 64, 64, 2, true)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_tf32_f32_d128, F32, 128, 32, 2, true)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_tf32_f16_d32, F16, 32, 64, 4, true)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_tf32_f16_d64, F16, 64, 64, 2, true)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_tf32_f16_d128, F16, 128, 32, 2, true)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_tf32_bf16_d32, BF16, 32, 64, 4, true)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_tf32_bf16_d64, BF16, 64, 64, 2, true)
+FLASH_ATTN_MMA_KERNEL(flash_attn_mma_tf32_bf16_d128, BF16, 128, 32, 2, true)

@@ -8,7 +8,7 @@ use alloc::string::String;
 use crate::dtype::DType;
 use crate::error::{Error, Result, Shape};
 use crate::graph::Graph;
-use crate::op::{BinaryOp, Im2ColParams, Op, Pool2dParams, RopeParams, UnaryOp};
+use crate::op::{BinaryOp, Im2ColParams, Op, Pool2dParams, Precision, RopeParams, UnaryOp};
 use crate::tensor::{Tensor, TensorId, MAX_DIMS};
 
 const FLOAT: &str = "f32, f16 or bf16";
@@ -225,9 +225,25 @@ impl Graph {
             }
         }
         let out = [nv[0], hq, n, b];
+        let op = Op::FlashAttn { scale, precision: Precision::Full };
         match mask {
-            Some(m) => self.node(Op::FlashAttn { scale }, DType::F32, out, &[q, k, v, m]),
-            None => self.node(Op::FlashAttn { scale }, DType::F32, out, &[q, k, v]),
+            Some(m) => self.node(op, DType::F32, out, &[q, k, v, m]),
+            None => self.node(op, DType::F32, out, &[q, k, v]),
+        }
+    }
+
+    /// Lets FLASH_ATTN node `id` compute its products in `precision` (see [`Precision`]).
+    pub fn set_flash_attn_precision(&mut self, id: TensorId, precision: Precision) -> Result<()> {
+        let t = self.tensor_mut(id)?;
+        match t.op {
+            Op::FlashAttn { scale, .. } => {
+                t.op = Op::FlashAttn { scale, precision };
+                Ok(())
+            }
+            other => Err(Error::InvalidParam {
+                op: "FLASH_ATTN",
+                message: format!("tensor {} is a {} node, not FLASH_ATTN", id.0, other.name()),
+            }),
         }
     }
 

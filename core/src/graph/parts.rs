@@ -154,7 +154,11 @@ impl Graph {
                 None => g.cast(need(0)?, t.dtype),
             },
             Op::SetRows => g.set_rows(need(2)?, need(0)?, need(1)?),
-            Op::FlashAttn { scale } => g.flash_attn(need(0)?, need(1)?, need(2)?, src[3], scale),
+            Op::FlashAttn { scale, precision } => {
+                let out = g.flash_attn(need(0)?, need(1)?, need(2)?, src[3], scale)?;
+                g.set_flash_attn_precision(out, precision)?;
+                Ok(out)
+            }
             Op::Cont => g.cont(need(0)?),
             Op::Concat { dim } => g.concat(need(0)?, need(1)?, dim),
             Op::Rope(p) => g.rope(need(0)?, need(1)?, p),
@@ -192,6 +196,7 @@ mod tests {
     use alloc::vec;
 
     use super::*;
+    use crate::op::Precision;
 
     fn parts_of(g: &Graph) -> Vec<TensorParts> {
         g.tensors()
@@ -229,6 +234,21 @@ mod tests {
         for (a, b) in g.tensors().iter().zip(back.tensors()) {
             assert_eq!((a.dtype, a.ne, a.nb, a.op, a.src, a.view_src), (b.dtype, b.ne, b.nb, b.op, b.src, b.view_src));
         }
+    }
+
+    /// FLASH_ATTN's precision travels with its parts; only FLASH_ATTN nodes take one.
+    #[test]
+    fn a_flash_attn_precision_round_trips_and_only_flash_attn_takes_one() {
+        let mut g = Graph::new();
+        let q = g.new_tensor(DType::F32, &[32, 5, 2]).unwrap();
+        let k = g.new_tensor(DType::F16, &[32, 7, 2]).unwrap();
+        let out = g.flash_attn(q, k, k, None, 0.5).unwrap();
+        g.set_flash_attn_precision(out, Precision::Reduced).unwrap();
+        g.build_forward(out).unwrap();
+        let back = Graph::from_parts(parts_of(&g), g.nodes().to_vec()).unwrap();
+        assert_eq!(back.tensor(out).unwrap().op(), Op::FlashAttn { scale: 0.5, precision: Precision::Reduced });
+        let e = g.set_flash_attn_precision(q, Precision::Reduced).unwrap_err().to_string();
+        assert!(e.contains("not FLASH_ATTN"), "{e}");
     }
 
     #[test]

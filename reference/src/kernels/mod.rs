@@ -92,7 +92,7 @@ pub fn compute(n: &NodeTensors, scratch: &mut Scratch) -> Result<()> {
         Op::GetRows => get_rows::get_rows(n, scratch),
         Op::Cpy | Op::Cont => copy::copy(n, scratch),
         Op::SetRows => set_rows::set_rows(n, scratch),
-        Op::FlashAttn { scale } => flash_attn::flash_attn(n, scratch, scale),
+        Op::FlashAttn { scale, .. } => flash_attn::flash_attn(n, scratch, scale),
         Op::Concat { dim } => concat::concat(n, scratch, dim),
         Op::Im2Col(p) => im2col::im2col(n, scratch, p),
         Op::Pool2d(p) => pool::pool_2d(n, scratch, p),

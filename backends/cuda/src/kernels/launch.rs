@@ -7,7 +7,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaFunction, CudaStream, DriverError, LaunchConfig};
-use tessera_core::{BinaryOp, DType, Op, PoolKind, Result, RopeMode, UnaryOp};
+use tessera_core::{BinaryOp, DType, Op, PoolKind, Precision, Result, RopeMode, UnaryOp};
 
 use super::arg::TensorArg;
 use super::validate::Node;
@@ -420,14 +420,15 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             // set_rows_*(TensorArg b, TensorArg idx, TensorArg dst)
             launch_kernel!(kernels, stream, kernel(names::set_rows(dt))?, cfg, &b, &idx, &dst)
         }
-        Op::FlashAttn { scale } => {
+        Op::FlashAttn { scale, precision } => {
             let ((q, _), (k, kt), (v, _)) = (src(0)?, src(1)?, src(2)?);
             let mask = node.srcs.get(3).copied().flatten();
             // Without a mask the kernel never reads its mask argument: pass the queries.
             let (m, mt) = mask.unwrap_or((q, DType::F32));
             let (has_mask, mask_f16) = (i32::from(mask.is_some()), i32::from(mt == DType::F16));
             let head = q.ne[0].max(v.ne[0]);
-            if let Some(name) = names::flash_attn_mma(kt, q.ne[0], v.ne[0], q.ne[1]) {
+            let reduced = precision == Precision::Reduced;
+            if let Some(name) = names::flash_attn_mma(kt, q.ne[0], v.ne[0], q.ne[1], reduced) {
                 // Validated: at most 65535 heads and batches.
                 let cfg = LaunchConfig {
                     grid_dim: (div_ceil(q.ne[1], FLASH_ATTN_MMA_ROWS) as u32, q.ne[2] as u32, q.ne[3] as u32),

@@ -271,15 +271,21 @@ pub(crate) fn flash_attn(kv: DType, head: i64, rows: i64) -> Option<&'static str
 pub(crate) const FLASH_ATTN_MMA_MIN_ROWS: i64 = 16;
 
 /// FLASH_ATTN on tensor cores over keys and values of type `kv` with heads of exactly 32, 64
-/// or 128 values (`d` for queries and keys, `dv` for values, equal), for `rows` query rows.
-pub(crate) fn flash_attn_mma(kv: DType, d: i64, dv: i64, rows: i64) -> Option<&'static str> {
+/// or 128 values (`d` for queries and keys, `dv` for values, equal), for `rows` query rows;
+/// with `reduced`, its products in one TF32 pass ([`tessera_core::Precision::Reduced`]).
+pub(crate) fn flash_attn_mma(kv: DType, d: i64, dv: i64, rows: i64, reduced: bool) -> Option<&'static str> {
     if d != dv || rows < FLASH_ATTN_MMA_MIN_ROWS {
         return None;
     }
-    let names = match d {
-        32 => ["flash_attn_mma_f32_d32", "flash_attn_mma_f16_d32", "flash_attn_mma_bf16_d32"],
-        64 => ["flash_attn_mma_f32_d64", "flash_attn_mma_f16_d64", "flash_attn_mma_bf16_d64"],
-        128 => ["flash_attn_mma_f32_d128", "flash_attn_mma_f16_d128", "flash_attn_mma_bf16_d128"],
+    let names = match (d, reduced) {
+        (32, false) => ["flash_attn_mma_f32_d32", "flash_attn_mma_f16_d32", "flash_attn_mma_bf16_d32"],
+        (64, false) => ["flash_attn_mma_f32_d64", "flash_attn_mma_f16_d64", "flash_attn_mma_bf16_d64"],
+        (128, false) => ["flash_attn_mma_f32_d128", "flash_attn_mma_f16_d128", "flash_attn_mma_bf16_d128"],
+        (32, true) => ["flash_attn_mma_tf32_f32_d32", "flash_attn_mma_tf32_f16_d32", "flash_attn_mma_tf32_bf16_d32"],
+        (64, true) => ["flash_attn_mma_tf32_f32_d64", "flash_attn_mma_tf32_f16_d64", "flash_attn_mma_tf32_bf16_d64"],
+        (128, true) => {
+            ["flash_attn_mma_tf32_f32_d128", "flash_attn_mma_tf32_f16_d128", "flash_attn_mma_tf32_bf16_d128"]
+        }
         _ => return None,
     };
     by_float(kv, names)
@@ -480,7 +486,9 @@ mod tests {
             for (head, rows) in [32, 64, 128].iter().flat_map(|&h| [(h, 1), (h, 2)]) {
                 chosen.extend(flash_attn(a, head, rows));
                 chosen.extend(flash_attn_combine(head));
-                chosen.extend(flash_attn_mma(a, head, head, FLASH_ATTN_MMA_MIN_ROWS));
+                for reduced in [false, true] {
+                    chosen.extend(flash_attn_mma(a, head, head, FLASH_ATTN_MMA_MIN_ROWS, reduced));
+                }
             }
             for max_ne0 in (0..16).map(|p| 1i64 << p) {
                 chosen.extend(soft_max_packed(a, max_ne0));

@@ -10,7 +10,7 @@ use crate::shaders::Shader;
 const MAX_DV: u32 = 1024;
 
 pub(super) fn plan(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dispatch, Why> {
-    let Op::FlashAttn { scale } = op else { return Err(no_shader(op, &[dst.dtype])) };
+    let Op::FlashAttn { scale, .. } = op else { return Err(no_shader(op, &[dst.dtype])) };
     let (q, k, v) = (src(srcs, 0)?, src(srcs, 1)?, src(srcs, 2)?);
     let mask = srcs.get(3).copied().flatten();
     let mt = mask.map_or(DType::F32, |m| m.dtype);
