@@ -412,6 +412,47 @@ fn a_gelu_fused_into_the_product_after_it_gives_the_bits_of_its_node() {
     }
 }
 
+/// Products of many columns after a fused layer norm, captured into a program: the norm also
+/// stores its result packed as the next product's GEMM takes it (f16 or bf16), and that product
+/// and the one after it read the copy instead of packing the result again. Their bits are those
+/// of the nodes one by one, and the residual ADD after them reads the norm's f32 result.
+#[test]
+fn gemm_products_after_a_fused_layer_norm_read_its_packed_copy() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    for wt in [DType::F16, DType::BF16] {
+        let (hidden, tokens, m) = (384, 300, 128);
+        let mut g = Graph::new();
+        let x = g.new_tensor(DType::F32, &[hidden, tokens]).unwrap();
+        let gamma = g.new_tensor(DType::F32, &[hidden]).unwrap();
+        let beta = g.new_tensor(DType::F32, &[hidden]).unwrap();
+        let w1 = g.new_tensor(wt, &[hidden, m]).unwrap();
+        let w2 = g.new_tensor(wt, &[hidden, m]).unwrap();
+        let w3 = g.new_tensor(wt, &[m, hidden]).unwrap();
+        let bias = g.new_tensor(DType::F32, &[m]).unwrap();
+        let n = g.norm(x, 1e-12).unwrap();
+        let n = g.mul(n, gamma).unwrap();
+        let n = g.add(n, beta).unwrap();
+        let y1 = g.mul_mat(w1, n).unwrap();
+        let y1 = g.add(y1, bias).unwrap();
+        let y2 = g.mul_mat(w2, n).unwrap();
+        let y2 = g.add(y2, bias).unwrap();
+        let sum = g.add(y1, y2).unwrap();
+        let back = g.mul_mat(w3, sum).unwrap(); // [hidden, tokens]: the residual's shape
+        let out = g.add(back, n).unwrap();
+        g.set_output(out).unwrap();
+        g.build_forward(out).unwrap();
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        for (i, leaf) in [x, gamma, beta, w1, w2, w3, bias].into_iter().enumerate() {
+            let count = g.tensor(leaf).unwrap().nelements();
+            let values: Vec<f32> = (0..count).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect();
+            g.set_f32(leaf, &values).unwrap();
+        }
+        let (one_by_one, fused) = one_by_one_and_captured(gpu, &g, out);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&fused), bits(&one_by_one), "{wt}: captured and one by one differ");
+    }
+}
+
 /// GEMM products of one activation (a layer's query, key and value projections) convert it
 /// once, packed to f16 or split into TF32 parts, and the copy is taken anew once a node has
 /// rewritten the activation in place. Node by node and captured into a program, the results

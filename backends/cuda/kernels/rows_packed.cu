@@ -213,17 +213,44 @@ __device__ __forceinline__ void store_q8_1(Q8_1 *out, int t, int n4, const float
     }
 }
 
+// Stores a row held as `load_row` holds it as 16-bit values (bf16 with BF, else f16) at `out`,
+// rounded as the packing kernels of mul_mat.cu round them.
+template <int GROUP, int V4, bool BF>
+__device__ __forceinline__ void store_row16(unsigned short *out, int t, int n4, const float (&x)[V4][4]) {
+#pragma unroll
+    for (int j = 0; j < V4; j++) {
+        const int c = t + GROUP * j;
+        if (c < n4) {
+            unsigned short h[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                h[k] = BF ? f32_to_bf16_bits(x[j][k]) : f32_to_f16_bits(x[j][k]);
+            }
+            ((uint2 *)out)[c] = make_uint2(h[0] | ((unsigned int)h[1] << 16), h[2] | ((unsigned int)h[3] << 16));
+        }
+    }
+}
+
+// What a norm also stores of its result, for the product that reads it next: nothing, Q8_1
+// blocks (`store_q8_1`, rows of a multiple of 32 values), or packed f16 or bf16 rows
+// (`store_row16`), row r at `copy` + r times the row's size.
+#define NORM_COPY_NONE 0
+#define NORM_COPY_Q8_1 1
+#define NORM_COPY_F16 2
+#define NORM_COPY_BF16 3
+
 // NORM: (x - mean) / sqrt(var + eps) with var = mean((x - mean)^2) taken from the registers;
 // RMS_NORM (`rms`): x / sqrt(mean(x^2) + eps). Both multiply by the inverse square root, as
 // the reference does. With `affine` 1 or 2 the result is then multiplied by the packed row `w`
 // and (2) `b` is added, each rounded as the MUL and ADD it replaces (a layer norm's weight and
 // bias fused into the norm: the same bits as the three ops one after another). With `residual`
 // the row of `r` (the source's shape, packed rows) is added to the source's first, as the ADD
-// of a residual connection before it. With `q8` (not null; rows of a multiple of 32 values)
-// each result row is also stored quantized, at q8 + row * (ne0 / 32) (`store_q8_1`).
+// of a residual connection before it. Each result row is also stored in `copy` as `copy_type`
+// says (NORM_COPY_*).
 template <int GROUP, int V4>
 __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float eps, int rms, const TensorArg &w,
-                            const TensorArg &b, int affine, const TensorArg &r, int residual, Q8_1 *q8) {
+                            const TensorArg &b, int affine, const TensorArg &r, int residual, void *copy,
+                            int copy_type) {
     __shared__ float partial[2][GROUP / 32];
     int parity = 0;
     const int t = threadIdx.x % GROUP;
@@ -305,8 +332,12 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
             }
         }
         store_row<GROUP, V4>(drow, t, n4, x);
-        if (q8 != nullptr) {
-            store_q8_1<GROUP, V4>(q8 + row * (n4 / 8), t, n4, x);
+        if (copy_type == NORM_COPY_Q8_1) {
+            store_q8_1<GROUP, V4>((Q8_1 *)copy + row * (n4 / 8), t, n4, x);
+        } else if (copy_type == NORM_COPY_F16) {
+            store_row16<GROUP, V4, false>((unsigned short *)copy + row * (4ll * n4), t, n4, x);
+        } else if (copy_type == NORM_COPY_BF16) {
+            store_row16<GROUP, V4, true>((unsigned short *)copy + row * (4ll * n4), t, n4, x);
         }
     }
 }
@@ -343,9 +374,9 @@ __device__ __forceinline__ void norm_prefetch_then_wait(const TensorArg &w, cons
     extern "C" __global__ void NORM_BOUNDS(GROUP)                                                                \
         name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, float eps, int rms,   \
              const __grid_constant__ TensorArg w, const __grid_constant__ TensorArg b, int affine,               \
-             const __grid_constant__ TensorArg r, int residual, Q8_1 *q8) {                                      \
+             const __grid_constant__ TensorArg r, int residual, void *copy, int copy_type) {                     \
         norm_prefetch_then_wait(w, b, affine, src.ne[0]);                                                        \
-        norm_packed<GROUP, V4>(src, dst, eps, rms, w, b, affine, r, residual, q8);                               \
+        norm_packed<GROUP, V4>(src, dst, eps, rms, w, b, affine, r, residual, copy, copy_type);                  \
     }
 
 // Named by the longest row each takes: rows of up to 128 * V4 values on a warp, of up to

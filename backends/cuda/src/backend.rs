@@ -182,7 +182,7 @@ impl CudaBackend {
                 // in the scratch, which a later report of that result would discard. (A fusion
                 // never writes what it reads quantized.)
                 self.written(graph, &ids[i..i + f.len()])?;
-                if self.launch_fusion(graph, f)? {
+                if self.launch_fusion(graph, f, ids.get(i + f.len()).copied())? {
                     if let (Some(profile), Some(start)) = (self.profile.as_mut(), start) {
                         let ne = graph.tensor(ids[i])?.ne();
                         profile.end(ctx, &self.stream, format!("{} {ne:?}", f.name()), start)?;
@@ -231,8 +231,8 @@ impl CudaBackend {
     }
 
     /// Queues fusion `f` as one kernel; `false` (nothing queued) when its kernel does not take
-    /// the operands.
-    fn launch_fusion(&mut self, graph: &Graph, f: Fusion) -> Result<bool> {
+    /// the operands. `next` is the node queued after it, if any.
+    fn launch_fusion(&mut self, graph: &Graph, f: Fusion, next: Option<TensorId>) -> Result<bool> {
         let (first, last) = match f {
             Fusion::NormAffine { residual, norm, last, .. } => (residual.unwrap_or(norm), last),
             Fusion::MulMatBias { gelu, mul_mat, last, .. } => (gelu.unwrap_or(mul_mat), last),
@@ -250,7 +250,7 @@ impl CudaBackend {
         let t = graph.tensor(first)?;
         let (Some(src0), dst) = (t.src(0), operand(last)?) else { return Ok(false) };
         match f {
-            Fusion::NormAffine { residual, weight, bias, eps, rms, .. } => {
+            Fusion::NormAffine { residual, weight, bias, eps, rms, last, .. } => {
                 let (src, w, b) = (operand(src0)?, operand(weight)?, bias.map(operand).transpose()?);
                 // With a residual ADD first, its two sources; else the norm's.
                 let r = match (residual, t.src(1)) {
@@ -258,9 +258,15 @@ impl CudaBackend {
                     (Some(_), None) => return Ok(false),
                     (None, _) => None,
                 };
-                // The result left quantized too, for the products that read it next.
+                // The result left converted too, for the products that read it next: the next
+                // node's, where it is a product of this GPU taking the result as its b.
+                let next = next.filter(|&id| !split::mul_mat::is_split_mul_mat(graph, id)).and_then(|id| {
+                    let t = graph.tensor(id).ok()?;
+                    let reads_result = t.op() == Op::MulMat && t.src(1) == Some(last);
+                    reads_result.then(|| Some((operand(t.src(0)?).ok()?, operand(id).ok()?))).flatten()
+                });
                 let scratch = &mut self.scratch;
-                kernels::launch_norm_affine(&self.kernels, &self.stream, src, r, dst, eps, rms, w, b, scratch, true)
+                kernels::launch_norm_affine(&self.kernels, &self.stream, src, r, dst, eps, rms, w, b, scratch, next)
             }
             Fusion::MulMatBias { gelu, mul_mat, bias, .. } => {
                 // With a GELU first, its source is the product's b taken through it.

@@ -346,9 +346,9 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             if let Some(max_ne0) = packed_rows((a, at), node.dst) {
                 let cfg = packed_rows_config(max_ne0, a.nrows());
                 // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w,
-                //               TensorArg b, int affine, TensorArg r, int residual, Q8_1 *q8):
-                //               no weight, bias, residual (never read) or quantized copy.
-                let (affine, residual, q8) = (0i32, 0i32, 0u64);
+                //               TensorArg b, int affine, TensorArg r, int residual, void *copy,
+                //               int copy_type): no weight, bias, residual (never read) or copy.
+                let (affine, residual, copy, copy_type) = (0i32, 0i32, 0u64, 0i32);
                 return launch_kernel!(
                     kernels,
                     stream,
@@ -363,7 +363,8 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
                     &affine,
                     &a,
                     &residual,
-                    &q8
+                    &copy,
+                    &copy_type
                 );
             }
             let cfg = row_config(a.ne[0], a.nrows());
@@ -577,11 +578,24 @@ pub(crate) fn copy(
     launch_kernel!(kernels, stream, kernel(names::cpy(at, dt))?, cfg, &a, &d)
 }
 
+/// What a fused norm also stores of its result (`NORM_COPY_*` in rows_packed.cu).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NormCopy {
+    None,
+    /// Q8_1 blocks at this address.
+    Q8_1(u64),
+    /// Packed f16 (or bf16) rows at `at`.
+    Packed16 {
+        at: u64,
+        bf16: bool,
+    },
+}
+
 /// A layer norm fused into one kernel: NORM or RMS_NORM (`rms`) of `src` (plus `residual`, of
 /// its shape, if given), times the row `w`, plus the row `b` if given, into `dst`, the same bits
 /// as the ops one after another. `Ok(false)` (nothing queued) unless the packed-row kernel
 /// takes `src`, `residual` and `dst` and `w` and `b` are packed f32 rows of `src`'s length on
-/// 16-byte boundaries.
+/// 16-byte boundaries. The result is also stored as `copy` says.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn norm_affine(
     kernels: &Kernels,
@@ -593,7 +607,7 @@ pub(crate) fn norm_affine(
     rms: bool,
     w: Operand,
     b: Option<Operand>,
-    q8: u64,
+    copy: NormCopy,
 ) -> Result<bool> {
     let Some(max_ne0) = packed_rows(src, dst) else { return Ok(false) };
     if residual.is_some_and(|r| r.0.ne != src.0.ne || packed_rows(r, dst).is_none()) {
@@ -608,10 +622,15 @@ pub(crate) fn norm_affine(
     let (rms, affine) = (i32::from(rms), if b.is_some() { 2i32 } else { 1 });
     let (r, has_r) = (residual.map_or(a, |r| r.0), i32::from(residual.is_some()));
     let cfg = packed_rows_config(max_ne0, a.nrows());
+    let (at, copy_type) = match copy {
+        NormCopy::None => (0u64, 0i32),
+        NormCopy::Q8_1(at) => (at, 1),
+        NormCopy::Packed16 { at, bf16 } => (at, if bf16 { 3 } else { 2 }),
+    };
     // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w, TensorArg b,
-    //               int affine, TensorArg r, int residual, Q8_1 *q8)
+    //               int affine, TensorArg r, int residual, void *copy, int copy_type)
     let name = kernel(names::norm_packed(max_ne0))?;
-    launch_kernel!(kernels, stream, name, cfg, &a, &d, &eps, &rms, &wt, &bt, &affine, &r, &has_r, &q8)?;
+    launch_kernel!(kernels, stream, name, cfg, &a, &d, &eps, &rms, &wt, &bt, &affine, &r, &has_r, &at, &copy_type)?;
     Ok(true)
 }
 

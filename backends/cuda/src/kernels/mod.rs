@@ -213,11 +213,12 @@ pub fn launch_swiglu(
 /// Queues a layer norm as one kernel: NORM (or RMS_NORM when `rms`) of `src` (plus
 /// `residual`, of its shape, if given: the ADD of a residual connection before the norm) times
 /// the row `w`, plus the row `b` if given, into `dst`, the bits of the nodes one after another.
-/// With `quantized` (`scratch` large enough, rows of a multiple of 32 values, at most
-/// [`MMV_MAX_COLS`] of them), the result is also left quantized in `scratch` for the
-/// matrix-vector products that read it next. `Ok(false)` (nothing queued) when the fused kernel
-/// does not take these operands; the nodes then run one by one. The addresses are as for
-/// [`launch`].
+/// The result is also left converted in `scratch` for the products that read it next: with at
+/// most [`MMV_MAX_COLS`] rows (of a multiple of 32 values, `scratch` large enough) quantized for
+/// the matrix-vector kernels; with more, packed as the GEMM of `next` (the weights and result
+/// of the MUL_MAT after the norm, which reads its result) takes it. `Ok(false)` (nothing queued)
+/// when the fused kernel does not take these operands; the nodes then run one by one. The
+/// addresses are as for [`launch`].
 #[allow(clippy::too_many_arguments)]
 pub fn launch_norm_affine(
     kernels: &Kernels,
@@ -230,7 +231,7 @@ pub fn launch_norm_affine(
     w: Operand,
     b: Option<Operand>,
     scratch: &mut Scratch,
-    quantized: bool,
+    next: Option<(Operand, Operand)>,
 ) -> Result<bool> {
     // Each row is read before it is written: the result may lie exactly on a source, but not
     // across other rows of it.
@@ -240,15 +241,22 @@ pub fn launch_norm_affine(
     }
     let rows = dst.0.nrows();
     let q8_bytes = usize::try_from(rows * (dst.0.ne[0] / 32)).unwrap_or(usize::MAX).saturating_mul(mul_mat::Q8_1_BYTES);
-    let quantize = quantized
-        && dst.1 == DType::F32
-        && dst.0.ne[0] % 32 == 0
-        && rows <= MMV_MAX_COLS
-        && q8_bytes <= scratch.capacity();
-    let q8 = if quantize { scratch.reserve(q8_bytes)? } else { 0 };
-    let launched = launch::norm_affine(kernels, stream, src, residual, dst, eps, rms, w, b, q8)?;
-    if launched && quantize {
-        scratch.set_converted(dst.0, BLayout::Blocks, 0);
+    let quantize =
+        dst.1 == DType::F32 && dst.0.ne[0] % 32 == 0 && rows <= MMV_MAX_COLS && q8_bytes <= scratch.capacity();
+    let packed = next
+        .and_then(|(a, d)| mul_mat::packed_b(a, dst, d))
+        .filter(|&(_, _, bytes)| !quantize && bytes <= scratch.capacity());
+    let (copy, layout, offset) = match packed {
+        _ if quantize => (launch::NormCopy::Q8_1(scratch.reserve(q8_bytes)?), BLayout::Blocks, 0),
+        Some((layout @ BLayout::Packed { gemm, .. }, offset, bytes)) => {
+            let at = scratch.reserve(bytes)? + offset as u64;
+            (launch::NormCopy::Packed16 { at, bf16: gemm == DType::BF16 }, layout, offset)
+        }
+        _ => (launch::NormCopy::None, BLayout::Blocks, 0),
+    };
+    let launched = launch::norm_affine(kernels, stream, src, residual, dst, eps, rms, w, b, copy)?;
+    if launched && copy != launch::NormCopy::None {
+        scratch.set_converted(dst.0, layout, offset);
     }
     Ok(launched)
 }

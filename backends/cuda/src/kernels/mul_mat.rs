@@ -581,6 +581,20 @@ fn pack_kernel(gemm: DType, b: &TensorArg, gelu: bool) -> Option<&'static str> {
     (b.ne[0] % 8 == 0 && rows_16_byte_aligned(b, 4)).then_some(name)
 }
 
+/// Where the GEMM of a MUL_MAT of `a` and `b` into `dst` takes `b` packed as 16-bit values
+/// (f16 or bf16) from the scratch, as its layout, offset and the plan's scratch bytes: what a
+/// kernel that produces `b` may leave there for it ([`Scratch::set_converted`]). `None` where
+/// the GEMM packs no b of these rows.
+pub(crate) fn packed_b(a: Operand, b: Operand, dst: Operand) -> Option<(BLayout, usize, usize)> {
+    let p = plan(a, b, dst);
+    match p.path {
+        Path::Gemm { gemm, convert_b: true, .. } if pack_kernel(gemm, &b.0, false).is_some() => {
+            Some((BLayout::Packed { gemm, gelu: false }, p.b_offset, p.scratch_bytes))
+        }
+        _ => None,
+    }
+}
+
 /// The operands of plan `p`'s GEMM: `a` and `b` as they are, or converted (queued) into the
 /// plan's scratch; and the scratch's address. With `gelu_b`, `b` is packed through GELU_ERF
 /// (the caller checked that [`pack_kernel`] takes it).
