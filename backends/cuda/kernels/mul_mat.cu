@@ -6,6 +6,8 @@
 // dst[i, j, i2, i3] = sum_k a[k, i, i2 / r2, i3 / r3] * b[k, j, i2, i3], with a: [K, M, a2, a3],
 // b: [K, N, b2, b3], dst: [M, N, b2, b3], and r2 = b2 / a2, r3 = b3 / a3 (the broadcast of a
 // over b's matrices).
+#include <type_traits>
+
 #include "kquant_low.cuh"
 #include "legacy_quant.cuh"
 
@@ -30,36 +32,49 @@ extern "C" __global__ void mul_mat_ptrs(const __grid_constant__ TensorArg a, con
 // The GEMM's operands packed as 16-bit values: rows of `a` (any row strides; a's values
 // decoded by `S`, then, with GELU, taken through gelu_erf_f32: a GELU_ERF node fused into the
 // product that reads it) written packed into `dst` as f16 (or bf16 where BF), each thread 8
-// consecutive values as one 16-byte store. Grid: x over runs of 2048 values of a row (256
-// threads a block), y strided over the rows, so that no thread divides its index (a flat index
-// unravelled a thread at a time held a q8_0 dequantization at half the memory bandwidth); the CPY
-// kernels, which this replaces here, store 2 bytes a thread.
-template <typename S, bool BF, bool GELU> __device__ void pack16(const TensorArg &a, const TensorArg &dst) {
+// consecutive values as one 16-byte store. Grid: x over runs of blockDim.x * 8 values of a row,
+// y strided over groups of ROWS rows, so that no thread divides its index (a flat index
+// unravelled a thread at a time held a q8_0 dequantization at half the memory bandwidth); the
+// CPY kernels, which this replaces here, store 2 bytes a thread. A thread loads its values of
+// the ROWS rows before it stores any: f32 rows (ROWS = 4) keep that many loads in flight.
+template <typename S, bool BF, bool GELU, int ROWS>
+__device__ void pack16(const TensorArg &a, const TensorArg &dst) {
     await_prior_kernel();
     const long long eighths = a.ne[0] / 8, e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= eighths) {
         return;
     }
     const long long nrows = nrows_of(a);
-    for (long long row = blockIdx.y; row < nrows; row += gridDim.y) {
-        long long i1, i2, i3;
-        unravel_row(row, a.ne[1], a.ne[2], i1, i2, i3);
-        float y[8];
-        S::load8(row_ptr(a, i1, i2, i3), e, y);
-        if constexpr (GELU) {
+    for (long long row0 = (long long)blockIdx.y * ROWS; row0 < nrows; row0 += (long long)gridDim.y * ROWS) {
+        float y[ROWS][8];
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                y[i] = gelu_erf_f32(y[i]);
+        for (int r = 0; r < ROWS; r++) {
+            if (row0 + r < nrows) {
+                long long i1, i2, i3;
+                unravel_row(row0 + r, a.ne[1], a.ne[2], i1, i2, i3);
+                S::load8(row_ptr(a, i1, i2, i3), e, y[r]);
             }
         }
-        unsigned int h[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const unsigned short lo = BF ? f32_to_bf16_bits(y[2 * i]) : f32_to_f16_bits(y[2 * i]);
-            const unsigned short hi = BF ? f32_to_bf16_bits(y[2 * i + 1]) : f32_to_f16_bits(y[2 * i + 1]);
-            h[i] = (unsigned int)lo | ((unsigned int)hi << 16);
+        for (int r = 0; r < ROWS; r++) {
+            if (row0 + r >= nrows) {
+                break;
+            }
+            if constexpr (GELU) {
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    y[r][i] = gelu_erf_f32(y[r][i]);
+                }
+            }
+            unsigned int h[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const unsigned short lo = BF ? f32_to_bf16_bits(y[r][2 * i]) : f32_to_f16_bits(y[r][2 * i]);
+                const unsigned short hi = BF ? f32_to_bf16_bits(y[r][2 * i + 1]) : f32_to_f16_bits(y[r][2 * i + 1]);
+                h[i] = (unsigned int)lo | ((unsigned int)hi << 16);
+            }
+            *(uint4 *)((char *)dst.data + ((row0 + r) * eighths + e) * 16) = make_uint4(h[0], h[1], h[2], h[3]);
         }
-        *(uint4 *)((char *)dst.data + (row * eighths + e) * 16) = make_uint4(h[0], h[1], h[2], h[3]);
     }
 }
 
@@ -70,33 +85,48 @@ template <typename S, bool BF, bool GELU> __device__ void pack16(const TensorArg
 // f32). Row row0 + r goes to row r of the packed `out`: three runs of K values, hi except in
 // the run `lo_run`, which holds lo. Infinities and NaN go whole into hi (lo = 0). With GELU,
 // x is gelu_erf_f32 of a's value (a GELU_ERF node fused into the product that reads it). Grid:
-// x over a row's values (256 a block), y strided over the rows.
+// x over a row's values (256 a block), y strided over groups of SPLIT_ROWS rows, whose values a
+// thread loads before it stores any (more loads in flight).
+#define SPLIT_ROWS 4
 template <bool GELU>
 __device__ void split_tf32(const TensorArg &a, float *out, int lo_run, long long row0, long long rows) {
     const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x, k = a.ne[0];
     if (e >= k) {
         return;
     }
-    for (long long r = blockIdx.y; r < rows; r += gridDim.y) {
-        long long i1, i2, i3;
-        unravel_row(row0 + r, a.ne[1], a.ne[2], i1, i2, i3);
-        float x = *(const float *)(row_ptr(a, i1, i2, i3) + e * a.nb[0]);
-        if constexpr (GELU) {
-            x = gelu_erf_f32(x);
-        }
-        float h = x, l = 0.0f;
-        if (isfinite(x)) {
-            const unsigned int u = __float_as_uint(x);
-            h = __uint_as_float((u + 0x1000u) & 0xffffe000u);
-            if (isinf(h)) {
-                h = __uint_as_float(u & 0xffffe000u);
-            }
-            l = x - h;
-        }
-        float *runs = out + r * 3 * k + e;
+    for (long long r0 = (long long)blockIdx.y * SPLIT_ROWS; r0 < rows; r0 += (long long)gridDim.y * SPLIT_ROWS) {
+        float xs[SPLIT_ROWS];
 #pragma unroll
-        for (int run = 0; run < 3; run++) {
-            runs[run * k] = run == lo_run ? l : h;
+        for (int i = 0; i < SPLIT_ROWS; i++) {
+            if (r0 + i < rows) {
+                long long i1, i2, i3;
+                unravel_row(row0 + r0 + i, a.ne[1], a.ne[2], i1, i2, i3);
+                xs[i] = *(const float *)(row_ptr(a, i1, i2, i3) + e * a.nb[0]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < SPLIT_ROWS; i++) {
+            if (r0 + i >= rows) {
+                break;
+            }
+            float x = xs[i];
+            if constexpr (GELU) {
+                x = gelu_erf_f32(x);
+            }
+            float h = x, l = 0.0f;
+            if (isfinite(x)) {
+                const unsigned int u = __float_as_uint(x);
+                h = __uint_as_float((u + 0x1000u) & 0xffffe000u);
+                if (isinf(h)) {
+                    h = __uint_as_float(u & 0xffffe000u);
+                }
+                l = x - h;
+            }
+            float *runs = out + (r0 + i) * 3 * k + e;
+#pragma unroll
+            for (int run = 0; run < 3; run++) {
+                runs[run * k] = run == lo_run ? l : h;
+            }
         }
     }
 }
@@ -174,13 +204,14 @@ template <typename Q> struct KQuantRow {
     }
 };
 
+// f32 rows are packed 4 rows a thread (PACK16_F32_ROWS in mul_mat.rs); quantized ones 1.
 #define PACK16_KERNEL(name, S, BF)                                                                               \
     extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
-        pack16<S, BF, false>(a, dst);                                                                            \
+        pack16<S, BF, false, std::is_same_v<S, F32Row> ? 4 : 1>(a, dst);                                         \
     }
 #define PACK16_GELU_KERNEL(name, BF)                                                                             \
     extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
-        pack16<F32Row, BF, true>(a, dst);                                                                        \
+        pack16<F32Row, BF, true, 4>(a, dst);                                                                     \
     }
 
 PACK16_KERNEL(pack_f32_f16, F32Row, false)

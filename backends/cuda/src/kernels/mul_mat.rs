@@ -621,7 +621,7 @@ fn gemm_operands(
         let t = TensorArg::contiguous(base + p.a_offset as u64, gemm, a.ne)?;
         match names::dequantize_f16(at).filter(|_| gemm == DType::F16) {
             // dequantize_f16_<type>(TensorArg a, TensorArg dst)
-            Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&a), &a, &t)?,
+            Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&a, 1), &a, &t)?,
             None => copy(kernels, stream, (a, at), (t, gemm))?,
         }
         t
@@ -633,7 +633,7 @@ fn gemm_operands(
         if !b_held {
             match pack_kernel(gemm, &b, gelu_b) {
                 // pack_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
-                Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&b), &b, &t)?,
+                Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&b, PACK16_F32_ROWS), &b, &t)?,
                 None if !gelu_b => copy(kernels, stream, (b, DType::F32), (t, gemm))?,
                 None => return Err(backend_error("GELU_ERF fused into a product whose b no kernel packs")),
             }
@@ -646,16 +646,24 @@ fn gemm_operands(
     Ok((ga, gb, base))
 }
 
-/// The launch of a kernel of mul_mat.cu packing the rows of `a` (`pack16`): x over runs of 2048
-/// values of a row, y over the rows.
-fn pack16_config(a: &TensorArg) -> cudarc::driver::LaunchConfig {
+/// Rows of f32 values a thread of the packing kernels takes (`pack16`'s ROWS for `F32Row`);
+/// the dequantizing kernels take 1.
+const PACK16_F32_ROWS: i64 = 4;
+
+/// The launch of a kernel of mul_mat.cu packing the rows of `a`, `rows` rows a thread
+/// (`pack16`): x over runs of a row's values, 8 a thread, at most 256 threads a block and no
+/// more warps than a row needs (a MiniLM row of 1536 values takes 192 threads, where blocks
+/// of 256 left a quarter idle); y over groups of `rows` rows.
+fn pack16_config(a: &TensorArg, rows: i64) -> cudarc::driver::LaunchConfig {
+    let eighths = a.ne[0] / 8;
+    let threads = (div_ceil(eighths, 32) * 32).clamp(32, 256);
     cudarc::driver::LaunchConfig {
         grid_dim: (
-            div_ceil(a.ne[0] / 8, 256).clamp(1, i64::from(u32::MAX)) as u32,
-            a.nrows().clamp(1, 65535) as u32,
+            div_ceil(eighths, threads).clamp(1, i64::from(u32::MAX)) as u32,
+            div_ceil(a.nrows(), rows).clamp(1, 65535) as u32,
             1,
         ),
-        block_dim: (256, 1, 1),
+        block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: 0,
     }
 }

@@ -102,8 +102,13 @@ fn split_rows(
     lo_run: i32,
     rows: (i64, i64),
 ) -> Result<()> {
+    // y over groups of SPLIT_ROWS (4) rows.
     let cfg = cudarc::driver::LaunchConfig {
-        grid_dim: (div_ceil(src.ne[0], 256).clamp(1, i64::from(u32::MAX)) as u32, rows.1.clamp(1, 65535) as u32, 1),
+        grid_dim: (
+            div_ceil(src.ne[0], 256).clamp(1, i64::from(u32::MAX)) as u32,
+            div_ceil(rows.1, 4).clamp(1, 65535) as u32,
+            1,
+        ),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
