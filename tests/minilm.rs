@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use tessera::runtime::placement::Placement;
 use tessera::{DType, Device};
-use tessera_models::{Embedder, LoadOptions, Recipe, MODULES};
+use tessera_models::{Embedder, Recipe, MODULES};
 use tessera_sim::{SimConfig, SimDevice};
 
 const MODEL: &str = "weights/all-MiniLM-L6-v2/model.safetensors";
@@ -111,7 +111,7 @@ fn worst_cosine_on_a_cuda_gpu(precision: tessera::Precision) -> Option<f64> {
     let tokens: Vec<Vec<u32>> = reference().tokens.iter().cycle().take(1024).cloned().collect();
     let on_cpu = load(&model, "", "", &cpu()).embed_tokens(&tokens).unwrap();
     let placement = Placement::resolve("cuda0", "", &MODULES, &[gpu, &tessera::cpu::CPU_DEVICE]).unwrap();
-    let options = LoadOptions { attention_precision: precision, ..LoadOptions::default() };
+    let options = tessera_models::LoadOptions { attention_precision: precision, ..Default::default() };
     let on_gpu = Embedder::load_with(&model, placement, options).unwrap().embed_tokens(&tokens).unwrap();
     let worst = on_gpu
         .iter()
