@@ -33,8 +33,8 @@ usage: bert_bench [--model FILE] [--backend SPEC] [--params-backend SPEC]
   --warmup N             untimed calls first [3]
   --flash-attn M         attention as one FLASH_ATTN node: on, off, or auto (where the
                          layer's device computes it faster) [auto]
-  --compute-type T       f32, or f16: FLASH_ATTN's products in half precision (sums in
-                         f32, as PyTorch's f16 attention) [f32]
+  --compute-type T       f32, or f16: FLASH_ATTN's products with 10-bit mantissas (sums in
+                         f32, as PyTorch's f16 attention; on CUDA one TF32 pass) [f32]
 ";
 
 type BoxError = Box<dyn std::error::Error>;

@@ -413,13 +413,14 @@ fn a_gelu_fused_into_the_product_after_it_gives_the_bits_of_its_node() {
 }
 
 /// Products of many columns after a fused layer norm, captured into a program: the norm also
-/// stores its result packed as the next product's GEMM takes it (f16 or bf16), and that product
-/// and the one after it read the copy instead of packing the result again. Their bits are those
-/// of the nodes one by one, and the residual ADD after them reads the norm's f32 result.
+/// stores its result packed as the next product's GEMM takes it (f16 or bf16; for q8_0 weights
+/// after the weights' f16 copy in the scratch), and that product and the one after it read the
+/// copy instead of packing the result again. Their bits are those of the nodes one by one, and
+/// the residual ADD after them reads the norm's f32 result.
 #[test]
 fn gemm_products_after_a_fused_layer_norm_read_its_packed_copy() {
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
-    for wt in [DType::F16, DType::BF16] {
+    for wt in [DType::F16, DType::BF16, DType::Q8_0] {
         let (hidden, tokens, m) = (384, 300, 128);
         let mut g = Graph::new();
         let x = g.new_tensor(DType::F32, &[hidden, tokens]).unwrap();

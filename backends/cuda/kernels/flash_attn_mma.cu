@@ -98,7 +98,7 @@ __device__ __forceinline__ bool fam_rows_aligned(const TensorArg &t, long long b
 
 // A block's tile of keys in shared memory: PARTS = 2 holds f32 keys and values as TF32 parts
 // [0] and remainders [1] (split once per block, not once per warp), PARTS = 1 16-bit ones as
-// they are. Key rows are padded by 8 values, value rows by 4: the pairs of adjacent key values,
+// they are (and f32 ones' TF32 parts in reduced precision). Key rows are padded by 8 values, value rows by 4: the pairs of adjacent key values,
 // and the values of two keys 1 apart, that a warp reads at once fall in distinct banks.
 template <int D, int KEYS, int PARTS> struct FamTile {
     __align__(16) float keys[PARTS][KEYS][D + 8];
@@ -398,8 +398,9 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
     }
 }
 
-// flash_attn_mma_<kv type>_d<head>(q, k, v, mask, dst, scale, has_mask, mask_f16): grid of
-// (query rows / 64, heads, batches) blocks of 128 threads.
+// flash_attn_mma_<kv type>_d<head> and, in reduced precision, flash_attn_mma_tf32_<kv type>_d<head>
+// (q, k, v, mask, dst, scale, has_mask, mask_f16): grid of (query rows / 64, heads, batches)
+// blocks of 128 threads.
 #define FLASH_ATTN_MMA_KERNEL(name, T, D, KEYS, BLOCKS, REDUCED)                                                 \
     extern "C" __global__ void __launch_bounds__(FAM_THREADS, BLOCKS)                                           \
         name(const __grid_constant__ TensorArg q, const __grid_constant__ TensorArg k,                          \

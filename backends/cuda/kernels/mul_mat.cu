@@ -85,8 +85,9 @@ __device__ void pack16(const TensorArg &a, const TensorArg &dst) {
 // f32). Row row0 + r goes to row r of the packed `out`: three runs of K values, hi except in
 // the run `lo_run`, which holds lo. Infinities and NaN go whole into hi (lo = 0). With GELU,
 // x is gelu_erf_f32 of a's value (a GELU_ERF node fused into the product that reads it). Grid:
-// x over a row's values (256 a block), y strided over groups of SPLIT_ROWS rows, whose values a
-// thread loads before it stores any (more loads in flight).
+// x over a row's values (256 a block), y strided over groups of SPLIT_ROWS rows (as
+// split_gemm.rs launches them), whose values a thread loads before it stores any (more loads in
+// flight).
 #define SPLIT_ROWS 4
 template <bool GELU>
 __device__ void split_tf32(const TensorArg &a, float *out, int lo_run, long long row0, long long rows) {
@@ -204,14 +205,16 @@ template <typename Q> struct KQuantRow {
     }
 };
 
-// f32 rows are packed 4 rows a thread (PACK16_F32_ROWS in mul_mat.rs); quantized ones 1.
+// f32 rows are packed PACK16_F32_ROWS rows a thread (as mul_mat.rs launches them); quantized
+// ones 1.
+#define PACK16_F32_ROWS 4
 #define PACK16_KERNEL(name, S, BF)                                                                               \
     extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
-        pack16<S, BF, false, std::is_same_v<S, F32Row> ? 4 : 1>(a, dst);                                         \
+        pack16<S, BF, false, std::is_same_v<S, F32Row> ? PACK16_F32_ROWS : 1>(a, dst);                           \
     }
 #define PACK16_GELU_KERNEL(name, BF)                                                                             \
     extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
-        pack16<F32Row, BF, true, 4>(a, dst);                                                                     \
+        pack16<F32Row, BF, true, PACK16_F32_ROWS>(a, dst);                                                       \
     }
 
 PACK16_KERNEL(pack_f32_f16, F32Row, false)

@@ -159,8 +159,8 @@ impl CudaBackend {
     }
 
     /// Queues `ids` as [`CudaBackend::launch_nodes`] does, inside a scratch run: every node's
-    /// result is reported as written, so that an operand quantized for one product is reused
-    /// by the next only while its memory is unchanged.
+    /// result is reported as written, so that an operand converted for one product (quantized,
+    /// packed or split) is reused by the next only while its memory is unchanged.
     fn launch_run(&mut self, graph: &Graph, ids: &[TensorId], consumers: Option<&[u32]>) -> Result<()> {
         let mut i = 0;
         while i < ids.len() {
@@ -178,9 +178,9 @@ impl CudaBackend {
             if let Some(f) = fused {
                 let ctx = self.device.context();
                 let start = self.profile.is_some().then(|| Profile::start(ctx, &self.stream)).transpose()?;
-                // Reported before the kernel is queued: a fused norm leaves its result quantized
+                // Reported before the kernel is queued: a fused norm leaves its result converted
                 // in the scratch, which a later report of that result would discard. (A fusion
-                // never writes what it reads quantized.)
+                // never writes what it reads converted.)
                 self.written(graph, &ids[i..i + f.len()])?;
                 if self.launch_fusion(graph, f, ids.get(i + f.len()).copied())? {
                     if let (Some(profile), Some(start)) = (self.profile.as_mut(), start) {

@@ -232,7 +232,8 @@ impl Graph {
         }
     }
 
-    /// Lets FLASH_ATTN node `id` compute its products in `precision` (see [`Precision`]).
+    /// Lets FLASH_ATTN node `id` compute its products in `precision` (see [`Precision`]). Set it
+    /// before the graph is scheduled: programs prepared earlier keep the kernels they chose.
     pub fn set_flash_attn_precision(&mut self, id: TensorId, precision: Precision) -> Result<()> {
         let t = self.tensor_mut(id)?;
         match t.op {

@@ -42,7 +42,8 @@
 //!   values, a block per row beyond, sums in f32;
 //! - MUL_MAT: up to 8 columns by matrix-vector kernels that read the weights once for all
 //!   columns (float weights times f32 activations in place; quantized weights with dp4a against
-//!   activations quantized once to 8 bits, once per run for all products of one activation;
+//!   activations quantized to 8 bits once per run for all products of one activation, as GEMMs
+//!   pack or split theirs once;
 //!   several columns of q8_0/q4_0 on int8 tensor cores),
 //!   optionally adding a fused ADD's operand as they store, or computing a gate and an up
 //!   projection and storing silu(gate) * up, or computing up to three products of one column
@@ -246,16 +247,18 @@ pub fn launch_norm_affine(
     let packed = next
         .and_then(|(a, d)| mul_mat::packed_b(a, dst, d))
         .filter(|&(_, _, bytes)| !quantize && bytes <= scratch.capacity());
-    let (copy, layout, offset) = match packed {
-        _ if quantize => (launch::NormCopy::Q8_1(scratch.reserve(q8_bytes)?), BLayout::Blocks, 0),
+    // The copy the kernel stores, and where the scratch holds it.
+    let copy = match packed {
+        _ if quantize => Some((launch::NormCopy::Q8_1(scratch.reserve(q8_bytes)?), BLayout::Blocks, 0)),
         Some((layout @ BLayout::Packed { gemm, .. }, offset, bytes)) => {
             let at = scratch.reserve(bytes)? + offset as u64;
-            (launch::NormCopy::Packed16 { at, bf16: gemm == DType::BF16 }, layout, offset)
+            Some((launch::NormCopy::Packed16 { at, bf16: gemm == DType::BF16 }, layout, offset))
         }
-        _ => (launch::NormCopy::None, BLayout::Blocks, 0),
+        _ => None,
     };
-    let launched = launch::norm_affine(kernels, stream, src, residual, dst, eps, rms, w, b, copy)?;
-    if launched && copy != launch::NormCopy::None {
+    let kind = copy.map_or(launch::NormCopy::None, |(kind, _, _)| kind);
+    let launched = launch::norm_affine(kernels, stream, src, residual, dst, eps, rms, w, b, kind)?;
+    if let (true, Some((_, layout, offset))) = (launched, copy) {
         scratch.set_converted(dst.0, layout, offset);
     }
     Ok(launched)

@@ -646,7 +646,7 @@ fn gemm_operands(
     Ok((ga, gb, base))
 }
 
-/// Rows of f32 values a thread of the packing kernels takes (`pack16`'s ROWS for `F32Row`);
+/// Rows of f32 values a thread of the packing kernels takes (`PACK16_F32_ROWS` in mul_mat.cu);
 /// the dequantizing kernels take 1.
 const PACK16_F32_ROWS: i64 = 4;
 
@@ -925,6 +925,22 @@ mod tests {
 
     fn t(dtype: DType, ne: [i64; 4]) -> Operand {
         (TensorArg::contiguous(0, dtype, ne).unwrap(), dtype)
+    }
+
+    #[test]
+    fn packing_launches_fit_rows_and_take_the_rows_a_thread_the_kernels_do() {
+        let config = |ne0, rows, per_thread| {
+            let c = pack16_config(&t(DType::F32, [ne0, rows, 1, 1]).0, per_thread);
+            (c.block_dim.0, c.grid_dim.0, c.grid_dim.1)
+        };
+        // MiniLM's rows: 1536 values take 192 threads, 384 take 64; 4 rows a thread.
+        assert_eq!(config(1536, 131072, PACK16_F32_ROWS), (192, 1, 32768));
+        assert_eq!(config(384, 10, PACK16_F32_ROWS), (64, 1, 3));
+        // Long rows in runs of 2048 values; rows beyond the grid are strided over.
+        assert_eq!(config(14336, 1 << 20, 1), (256, 7, 65535));
+        let source = include_str!("../../kernels/mul_mat.cu");
+        assert!(source.contains(&format!("#define PACK16_F32_ROWS {PACK16_F32_ROWS}\n")));
+        assert!(source.contains(&format!("#define SPLIT_ROWS {}\n", split_gemm::SPLIT_ROWS)));
     }
 
     fn permuted(dtype: DType, ne: [i64; 4], perm: [usize; 4]) -> Operand {

@@ -43,6 +43,9 @@ const MAX_A_BYTES: i64 = 256 << 20;
 /// the FFN's down projection, and a small last chunk.)
 const CHUNK_BYTES: i64 = 1 << 30;
 
+/// Rows a thread of the split kernels takes (`SPLIT_ROWS` in mul_mat.cu).
+pub(crate) const SPLIT_ROWS: i64 = 4;
+
 /// Bytes of the split copy of `values` f32 values (three runs of 4 bytes each).
 fn split_bytes(values: i64) -> i64 {
     values.saturating_mul(12)
@@ -102,11 +105,10 @@ fn split_rows(
     lo_run: i32,
     rows: (i64, i64),
 ) -> Result<()> {
-    // y over groups of SPLIT_ROWS (4) rows.
     let cfg = cudarc::driver::LaunchConfig {
         grid_dim: (
             div_ceil(src.ne[0], 256).clamp(1, i64::from(u32::MAX)) as u32,
-            div_ceil(rows.1, 4).clamp(1, 65535) as u32,
+            div_ceil(rows.1, SPLIT_ROWS).clamp(1, 65535) as u32,
             1,
         ),
         block_dim: (256, 1, 1),
