@@ -458,6 +458,16 @@ mod tests {
     use super::*;
     use crate::kernels::modules::MODULES;
 
+    /// Reduced precision takes the one-pass kernels; full precision, and prompts too short for
+    /// the tensor-core kernels, do not.
+    #[test]
+    fn reduced_flash_attn_takes_the_one_pass_kernels() {
+        assert_eq!(flash_attn_mma(DType::F32, 32, 32, 128, true), Some("flash_attn_mma_tf32_f32_d32"));
+        assert_eq!(flash_attn_mma(DType::BF16, 128, 128, 16, true), Some("flash_attn_mma_tf32_bf16_d128"));
+        assert_eq!(flash_attn_mma(DType::F32, 32, 32, 128, false), Some("flash_attn_mma_f32_d32"));
+        assert_eq!(flash_attn_mma(DType::F16, 64, 64, 15, true), None);
+    }
+
     #[test]
     fn every_kernel_chosen_here_is_in_a_module() {
         let known: BTreeSet<&str> = MODULES.iter().flat_map(|m| m.kernels.iter().copied()).collect();
