@@ -5,6 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 use ash::{ext, khr, vk, Device};
 use tessera_core::{Error, Result};
 
+use crate::coopmat2;
 use crate::instance::Vk;
 use crate::physical::Physical;
 use crate::pipelines::Pipelines;
@@ -53,6 +54,7 @@ impl Context {
         let core = vk::PhysicalDeviceFeatures::default().shader_int64(true);
         let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
         let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default().shader_integer_dot_product(true);
+        let mut coopmat2_features = coopmat2::Features::for_mul_mat();
         let mut extensions = Vec::new();
         if physical.memory_budget {
             extensions.push(ext::memory_budget::NAME.as_ptr());
@@ -65,6 +67,10 @@ impl Context {
         if physical.cooperative_matrix {
             extensions.push(khr::cooperative_matrix::NAME.as_ptr());
             info = info.push_next(&mut coopmat);
+        }
+        if physical.coopmat2_f16 {
+            extensions.push(coopmat2::NAME.as_ptr());
+            info = info.push_next(&mut coopmat2_features);
         }
         if physical.integer_dot {
             extensions.push(khr::shader_integer_dot_product::NAME.as_ptr());

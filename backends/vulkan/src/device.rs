@@ -68,6 +68,7 @@ impl VulkanDevice {
     pub(crate) fn caps(&self) -> ops::Caps {
         ops::Caps {
             coopmat_f16: self.ctx.physical.coopmat_f16 && !coopmat_disabled(),
+            coopmat2_f16: self.ctx.physical.coopmat2_f16 && !coopmat_disabled() && !coopmat2_disabled(),
             subgroup_arithmetic: self.ctx.physical.subgroup_arithmetic,
             integer_dot: self.ctx.physical.integer_dot && !integer_dot_disabled(),
         }
@@ -178,9 +179,14 @@ impl Device for VulkanDevice {
     }
 }
 
-/// `TESSERA_VULKAN_COOPMAT=0` keeps MUL_MAT off cooperative matrices (to compare paths).
+/// `TESSERA_VULKAN_COOPMAT=0` keeps MUL_MAT off cooperative matrices, `=khr` on the
+/// subgroup-scope ones of `VK_KHR_cooperative_matrix` (to compare paths).
 fn coopmat_disabled() -> bool {
     std::env::var("TESSERA_VULKAN_COOPMAT").is_ok_and(|v| v.trim() == "0")
+}
+
+fn coopmat2_disabled() -> bool {
+    std::env::var("TESSERA_VULKAN_COOPMAT").is_ok_and(|v| v.trim() == "khr")
 }
 
 /// `TESSERA_VULKAN_INTEGER_DOT=0`: q8_0 and q4_0 matrix-vector products dequantize to f32

@@ -16,6 +16,8 @@ pub(crate) struct Vk {
     /// The loaded library: kept open as long as the instance.
     pub entry: Entry,
     pub instance: Instance,
+    /// The Vulkan version the instance was created for (1.2 or 1.3).
+    pub api_version: u32,
 }
 
 static VALIDATION_ERRORS: AtomicUsize = AtomicUsize::new(0);
@@ -75,7 +77,7 @@ fn create() -> Result<Vk, String> {
     if validation {
         install_messenger(&entry, &instance);
     }
-    Ok(Vk { entry, instance })
+    Ok(Vk { entry, instance, api_version: vk::API_VERSION_1_3.min(version) })
 }
 
 fn has_layer(entry: &Entry, name: &CStr) -> bool {

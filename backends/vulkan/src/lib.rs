@@ -16,6 +16,7 @@ mod backend;
 mod barrier;
 mod buffer;
 mod context;
+mod coopmat2;
 mod device;
 mod event;
 mod instance;

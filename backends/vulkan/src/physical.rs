@@ -9,8 +9,13 @@ use std::ffi::CStr;
 
 use ash::{ext, khr, vk};
 
+use crate::coopmat2;
 use crate::instance::Vk;
 use tessera_core::DeviceType;
+
+/// The workgroup size and the smallest block (m, n, k) of `mul_mat_cm2.comp`.
+const CM2_INVOCATIONS: u32 = 256;
+const CM2_TILE: [u32; 3] = [128, 128, 32];
 
 /// A physical device tessera can run on, with what it was found to offer.
 pub(crate) struct Physical {
@@ -42,6 +47,9 @@ pub(crate) struct Physical {
     /// 16x16x16 f16 tiles accumulating in f32 over subgroups of 32: the tensor-core
     /// MUL_MAT shader runs here.
     pub coopmat_f16: bool,
+    /// `VK_NV_cooperative_matrix2` with workgroup-scope f16 products over the tiles of
+    /// `mul_mat_cm2.comp`: the MUL_MAT shader whose staging the driver schedules runs here.
+    pub coopmat2_f16: bool,
 }
 
 impl Physical {
@@ -55,7 +63,13 @@ impl Physical {
             yes(self.float16),
             yes(self.int8),
             yes(self.cooperative_matrix),
-            if self.coopmat_f16 { " (f16 16x16x16 MUL_MAT)" } else { "" },
+            if self.coopmat2_f16 {
+                " (f16 workgroup-scope MUL_MAT, NV cooperative matrix 2)"
+            } else if self.coopmat_f16 {
+                " (f16 16x16x16 MUL_MAT)"
+            } else {
+                ""
+            },
             yes(self.integer_dot),
             if self.integer_dot_accelerated { " (accelerated)" } else { "" },
             yes(self.timestamp_period.is_some()),
@@ -82,16 +96,21 @@ pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, S
 
     let has_coopmat = has(&extensions, khr::cooperative_matrix::NAME);
     let has_dot = has(&extensions, khr::shader_integer_dot_product::NAME);
+    let has_coopmat2 = has_coopmat && has(&extensions, coopmat2::NAME);
     let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
     let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
     let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
     let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
+    let mut coopmat2_features = coopmat2::Features::default();
     let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut f11).push_next(&mut f12);
     if has_coopmat {
         features = features.push_next(&mut coopmat);
     }
     if has_dot {
         features = features.push_next(&mut dot);
+    }
+    if has_coopmat2 {
+        features = features.push_next(&mut coopmat2_features);
     }
     // SAFETY: as above; the chained structures live through the call, and extension
     // structures are chained only where the extension exists.
@@ -147,6 +166,11 @@ pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, S
         vk::PhysicalDeviceType::CPU => DeviceType::Cpu,
         _ => DeviceType::Accel,
     };
+    let coopmat_f16 = has_coopmat
+        && coopmat.cooperative_matrix == vk::TRUE
+        && f12.vulkan_memory_model == vk::TRUE
+        && f12.shader_float16 == vk::TRUE
+        && subgroup.subgroup_size == 32;
     Ok(Physical {
         handle: device,
         name,
@@ -166,12 +190,14 @@ pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, S
         integer_dot: has_dot && dot.shader_integer_dot_product == vk::TRUE,
         integer_dot_accelerated: dot_props.integer_dot_product4x8_bit_packed_signed_accelerated == vk::TRUE,
         memory_model: f12.vulkan_memory_model == vk::TRUE,
-        coopmat_f16: has_coopmat
-            && coopmat.cooperative_matrix == vk::TRUE
-            && f12.vulkan_memory_model == vk::TRUE
-            && f12.shader_float16 == vk::TRUE
-            && subgroup.subgroup_size == 32
-            && has_f16_tiles(vk, device),
+        coopmat_f16: coopmat_f16 && has_f16_tiles(vk, device),
+        coopmat2_f16: coopmat_f16
+            // Its SPIR-V 1.6 needs Vulkan 1.3 of both the instance and the device.
+            && vk.api_version >= vk::API_VERSION_1_3
+            && props.api_version >= vk::API_VERSION_1_3
+            && has_coopmat2
+            && coopmat2_features.has_mul_mat()
+            && coopmat2::has_f16_workgroup_tiles(vk, device, CM2_INVOCATIONS, CM2_TILE),
     })
 }
 

@@ -27,6 +27,8 @@ shaders! {
     UnaryF32 => "unary_f32",
     BinaryF32 => "binary_f32",
     MulMatCoopmat => "mul_mat_coopmat",
+    MulMatCm2 => "mul_mat_cm2_128x128",
+    MulMatCm2Wide => "mul_mat_cm2_128x256",
     MulMatTiledF32 => "mul_mat_tiled_f32",
     MulMatTiledF16 => "mul_mat_tiled_f16",
     MulMatTiledBf16 => "mul_mat_tiled_bf16",

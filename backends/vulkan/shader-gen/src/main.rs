@@ -9,7 +9,8 @@
 //!
 //! Each `NAME.comp` gives `NAME.spv`. A source may ask for more variants with lines
 //! `// variant: SUFFIX DEFINE=VALUE ...`, each giving `NAME_SUFFIX.spv` compiled with those
-//! macros. `#include "FILE"` lines are replaced by that file of the shader directory (once
+//! macros. A source whose extensions need SPIR-V 1.6 says so with a line
+//! `// target: vulkan1.3` (the device must then offer Vulkan 1.3). `#include "FILE"` lines are replaced by that file of the shader directory (once
 //! each), so sources share their helpers without an include callback.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -112,13 +113,14 @@ fn compile_all(dir: &Path) -> Result<BTreeMap<String, Vec<u32>>, String> {
         let stem = path.file_stem().and_then(|s| s.to_str()).ok_or("a shader file name is not UTF-8")?;
         let text = fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         let expanded = expand_includes(dir, &text, &mut BTreeSet::new())?;
+        let vulkan13 = text.lines().any(|l| l.trim() == "// target: vulkan1.3");
         let mut variants = variants(&text);
         if variants.is_empty() {
             variants.push((String::new(), Vec::new()));
         }
         for (suffix, defines) in variants {
             let name = if suffix.is_empty() { stem.to_string() } else { format!("{stem}_{suffix}") };
-            let words = compile(compiler, &expanded, &defines).map_err(|e| format!("{name}: {e}"))?;
+            let words = compile(compiler, &expanded, &defines, vulkan13).map_err(|e| format!("{name}: {e}"))?;
             out.insert(name, words);
         }
     }
@@ -164,11 +166,16 @@ fn expand_includes(dir: &Path, text: &str, seen: &mut BTreeSet<String>) -> Resul
     Ok(out)
 }
 
-fn compile(compiler: &Compiler, text: &str, defines: &[(String, String)]) -> Result<Vec<u32>, String> {
+fn compile(compiler: &Compiler, text: &str, defines: &[(String, String)], vulkan13: bool) -> Result<Vec<u32>, String> {
     let source = ShaderSource::from(text.to_string());
+    let target = if vulkan13 {
+        Target::Vulkan { version: VulkanVersion::Vulkan1_3, spirv_version: SpirvVersion::SPIRV1_6 }
+    } else {
+        Target::Vulkan { version: VulkanVersion::Vulkan1_2, spirv_version: SpirvVersion::SPIRV1_5 }
+    };
     let options = CompilerOptions {
         source_language: SourceLanguage::GLSL,
-        target: Target::Vulkan { version: VulkanVersion::Vulkan1_2, spirv_version: SpirvVersion::SPIRV1_5 },
+        target,
         version_profile: None,
         messages: ShaderMessage::DEFAULT,
     };

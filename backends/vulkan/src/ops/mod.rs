@@ -10,6 +10,7 @@ mod elementwise;
 mod flash_attn;
 mod get_rows;
 mod mul_mat;
+mod mul_mat_cm2;
 mod mul_mat_coopmat;
 mod mul_mat_tiled;
 mod rope;
@@ -32,6 +33,8 @@ pub(crate) type Why = String;
 pub(crate) struct Caps {
     /// `mul_mat_coopmat.comp`: f16 cooperative matrices over subgroups of 32.
     pub coopmat_f16: bool,
+    /// `mul_mat_cm2.comp`: f16 workgroup-scope cooperative matrices (`VK_NV_cooperative_matrix2`).
+    pub coopmat2_f16: bool,
     /// Subgroup add and max: the packed-row shaders' `_sg` variants.
     pub subgroup_arithmetic: bool,
     /// Packed 8-bit dot products: `mul_mat_vec_q8.comp` for q8_0 and q4_0 weights.

@@ -1,16 +1,17 @@
 //! MUL_MAT: a (f32, f16, bf16 or quantized) times f32 b into f32, broadcasting a over dims 2
 //! and 3 as ggml does. One column (n = 1) takes the matrix-vector shader, where each
 //! workgroup reduces a few rows over k (`mul_mat_vec.comp`; for q8_0 and q4_0 weights on a
-//! device with packed 8-bit dot products, `mul_mat_vec_q8.comp`); wider products take the
-//! tensor-core shader where the device has it and the operands fit it
-//! (`mul_mat_coopmat.rs`), else float weights with aligned rows the 128 x 128 tiled shader
-//! (`mul_mat_tiled.rs`), else the general one, 64 x 64 results per workgroup
-//! (`mul_mat.comp`).
+//! device with packed 8-bit dot products, `mul_mat_vec_q8.comp`); wider products take a
+//! tensor-core shader where the device has one and the operands fit it (workgroup-scope
+//! matrices, `mul_mat_cm2.rs`, before subgroup-scope ones, `mul_mat_coopmat.rs`), else
+//! float weights with aligned rows the 128 x 128 tiled shader (`mul_mat_tiled.rs`), else
+//! the general one, 64 x 64 results per workgroup (`mul_mat.comp`).
 
 use tessera_core::{DType, Op};
 
 use super::{
-    args_of, linear_groups, mul_mat_coopmat, mul_mat_tiled, need, no_shader, src, Caps, Dispatch, Operand, Why,
+    args_of, linear_groups, mul_mat_cm2, mul_mat_coopmat, mul_mat_tiled, need, no_shader, src, Caps, Dispatch, Operand,
+    Why,
 };
 use crate::shaders::Shader;
 
@@ -44,6 +45,11 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
         .checked_mul(b3)
         .filter(|&z| z <= MAX_GROUPS)
         .ok_or_else(|| format!("{b2} x {b3} matrices are more than the {MAX_GROUPS} workgroup layers of a dispatch"))?;
+    if caps.coopmat2_f16 {
+        if let Some(d) = mul_mat_cm2::plan(a, b, dst, srcs) {
+            return Ok(d);
+        }
+    }
     if caps.coopmat_f16 {
         if let Some(d) = mul_mat_coopmat::plan(a, b, dst, srcs) {
             return Ok(d);

@@ -14,10 +14,11 @@ const BLOCK: u32 = 128;
 /// Columns of b below which the matrix-vector shader is faster.
 const MIN_COLUMNS: u32 = 16;
 
-/// The tensor-core dispatch of a validated MUL_MAT, or `None` where it does not apply.
-pub(super) fn plan(a: Operand, b: Operand, dst: Operand, srcs: &[Option<Operand>]) -> Option<Dispatch> {
+/// Whether a product has f16 weights, f32 b and dst, k a multiple of 8, 16-byte aligned rows
+/// of a and b and enough columns for tensor cores: what both tensor-core shaders take.
+pub(super) fn f16_product_fits(a: &Operand, b: &Operand, dst: &Operand) -> bool {
     let (ad, bd, dd) = (&a.desc, &b.desc, &dst.desc);
-    let fits = a.dtype == DType::F16
+    a.dtype == DType::F16
         && b.dtype == DType::F32
         && dst.dtype == DType::F32
         && ad.ne[0] % 8 == 0
@@ -26,10 +27,15 @@ pub(super) fn plan(a: Operand, b: Operand, dst: Operand, srcs: &[Option<Operand>
         && dd.nb[0] == 4
         && aligned_rows(ad)
         && aligned_rows(bd)
-        && bd.ne[1] >= MIN_COLUMNS;
-    if !fits {
+        && bd.ne[1] >= MIN_COLUMNS
+}
+
+/// The tensor-core dispatch of a validated MUL_MAT, or `None` where it does not apply.
+pub(super) fn plan(a: Operand, b: Operand, dst: Operand, srcs: &[Option<Operand>]) -> Option<Dispatch> {
+    if !f16_product_fits(&a, &b, &dst) {
         return None;
     }
+    let dd = &dst.desc;
     let x = dd.ne[0].div_ceil(BLOCK);
     let y = dd.ne[1].div_ceil(BLOCK);
     let z = dd.ne[2].checked_mul(dd.ne[3])?;

@@ -1,0 +1,148 @@
+//! `VK_NV_cooperative_matrix2`: workgroup-scope cooperative matrices with tensor-addressed
+//! loads and stores, whose staging through shared memory the driver schedules.
+//!
+//! ash 0.38 predates the extension, so its structures and the one query are declared here
+//! from the Vulkan registry (`VkPhysicalDeviceCooperativeMatrix2FeaturesNV`,
+//! `VkCooperativeMatrixFlexibleDimensionsPropertiesNV`).
+
+use std::ffi::{c_void, CStr};
+
+use ash::vk;
+
+use crate::instance::Vk;
+
+pub(crate) const NAME: &CStr = c"VK_NV_cooperative_matrix2";
+
+const FEATURES_TYPE: vk::StructureType = vk::StructureType::from_raw(1_000_593_000);
+const FLEXIBLE_TYPE: vk::StructureType = vk::StructureType::from_raw(1_000_593_001);
+
+/// `VkPhysicalDeviceCooperativeMatrix2FeaturesNV`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Features {
+    s_type: vk::StructureType,
+    p_next: *mut c_void,
+    pub workgroup_scope: vk::Bool32,
+    pub flexible_dimensions: vk::Bool32,
+    pub reductions: vk::Bool32,
+    pub conversions: vk::Bool32,
+    pub per_element_operations: vk::Bool32,
+    pub tensor_addressing: vk::Bool32,
+    pub block_loads: vk::Bool32,
+}
+
+impl Default for Features {
+    fn default() -> Features {
+        Features {
+            s_type: FEATURES_TYPE,
+            p_next: std::ptr::null_mut(),
+            workgroup_scope: vk::FALSE,
+            flexible_dimensions: vk::FALSE,
+            reductions: vk::FALSE,
+            conversions: vk::FALSE,
+            per_element_operations: vk::FALSE,
+            tensor_addressing: vk::FALSE,
+            block_loads: vk::FALSE,
+        }
+    }
+}
+
+impl Features {
+    /// What `mul_mat_cm2.comp` uses.
+    pub(crate) fn for_mul_mat() -> Features {
+        Features {
+            workgroup_scope: vk::TRUE,
+            flexible_dimensions: vk::TRUE,
+            tensor_addressing: vk::TRUE,
+            ..Features::default()
+        }
+    }
+
+    pub(crate) fn has_mul_mat(&self) -> bool {
+        [self.workgroup_scope, self.flexible_dimensions, self.tensor_addressing].iter().all(|&f| f == vk::TRUE)
+    }
+}
+
+// SAFETY: `Features` is the registry's structure, `sType` and `pNext` first, so the chains of
+// these create and query infos may hold it.
+unsafe impl vk::ExtendsPhysicalDeviceFeatures2 for Features {}
+// SAFETY: as above.
+unsafe impl vk::ExtendsDeviceCreateInfo for Features {}
+
+/// `VkCooperativeMatrixFlexibleDimensionsPropertiesNV`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Flexible {
+    s_type: vk::StructureType,
+    p_next: *mut c_void,
+    m_granularity: u32,
+    n_granularity: u32,
+    k_granularity: u32,
+    a_type: vk::ComponentTypeKHR,
+    b_type: vk::ComponentTypeKHR,
+    c_type: vk::ComponentTypeKHR,
+    result_type: vk::ComponentTypeKHR,
+    saturating_accumulation: vk::Bool32,
+    scope: vk::ScopeKHR,
+    workgroup_invocations: u32,
+}
+
+impl Default for Flexible {
+    fn default() -> Flexible {
+        Flexible {
+            s_type: FLEXIBLE_TYPE,
+            p_next: std::ptr::null_mut(),
+            m_granularity: 0,
+            n_granularity: 0,
+            k_granularity: 0,
+            a_type: vk::ComponentTypeKHR::FLOAT16,
+            b_type: vk::ComponentTypeKHR::FLOAT16,
+            c_type: vk::ComponentTypeKHR::FLOAT32,
+            result_type: vk::ComponentTypeKHR::FLOAT32,
+            saturating_accumulation: vk::FALSE,
+            scope: vk::ScopeKHR::SUBGROUP,
+            workgroup_invocations: 0,
+        }
+    }
+}
+
+type GetFlexible = unsafe extern "system" fn(vk::PhysicalDevice, *mut u32, *mut Flexible) -> vk::Result;
+
+/// Whether the device multiplies f16 matrices into f32 at workgroup scope, over
+/// `invocations` invocations, with dimensions that are multiples of `tile` (m, n, k).
+pub(crate) fn has_f16_workgroup_tiles(vk: &Vk, device: vk::PhysicalDevice, invocations: u32, tile: [u32; 3]) -> bool {
+    // SAFETY: a query of the instance's own function table by a NUL-terminated name.
+    let f = unsafe {
+        vk.entry.get_instance_proc_addr(
+            vk.instance.handle(),
+            c"vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV".as_ptr(),
+        )
+    };
+    let Some(f) = f else { return false };
+    // SAFETY: the loader returned this entry point for that name, whose C signature is
+    // `GetFlexible`.
+    let get: GetFlexible = unsafe { std::mem::transmute::<unsafe extern "system" fn(), GetFlexible>(f) };
+    let mut count = 0u32;
+    // SAFETY: the two-call idiom: first the count, then that many structures.
+    if unsafe { get(device, &mut count, std::ptr::null_mut()) } != vk::Result::SUCCESS {
+        return false;
+    }
+    let mut shapes = vec![Flexible::default(); count as usize];
+    // SAFETY: `shapes` holds `count` initialised structures.
+    if unsafe { get(device, &mut count, shapes.as_mut_ptr()) } != vk::Result::SUCCESS {
+        return false;
+    }
+    shapes.truncate(count as usize);
+    let (f16, f32) = (vk::ComponentTypeKHR::FLOAT16, vk::ComponentTypeKHR::FLOAT32);
+    shapes.iter().any(|p| {
+        p.scope == vk::ScopeKHR::WORKGROUP
+            && p.workgroup_invocations == invocations
+            && (p.a_type, p.b_type, p.c_type, p.result_type) == (f16, f16, f32, f32)
+            && p.m_granularity > 0
+            && p.n_granularity > 0
+            && p.k_granularity > 0
+            && tile[0] % p.m_granularity == 0
+            && tile[1] % p.n_granularity == 0
+            && tile[2] % p.k_granularity == 0
+    })
+}
