@@ -1,6 +1,7 @@
 // MUL_MAT on tensor cores through workgroup-scope cooperative matrices
-// (VK_NV_cooperative_matrix2): dst[m, n] = sum_k a[k, m] * b[k, n] for f16 weights `a` and
-// f32 activations `b` (rounded to f16 as they are loaded), accumulated in f32.
+// (VK_NV_cooperative_matrix2): dst[m, n] = sum_k a[k, m] * b[k, n] for f16 (or, with BF16,
+// bf16) weights `a` and f32 activations `b` (rounded to the weights' type as they are
+// loaded), accumulated in f32.
 //
 // A workgroup computes the transpose of a TN x TM block of dst: TN columns of b (the left
 // operand, rows of k) times TM rows of a (the right operand, read through a transposed
@@ -16,6 +17,8 @@
 //
 // variant: 128x256 TN=128 TM=256
 // variant: 128x128 TN=128 TM=128
+// variant: bf16_128x256 TN=128 TM=256 BF16=1
+// variant: bf16_128x128 TN=128 TM=128 BF16=1
 // target: vulkan1.3
 #include "version.glsl"
 #extension GL_KHR_cooperative_matrix : require
@@ -24,6 +27,12 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int32 : require
 #extension GL_EXT_control_flow_attributes : require
+#ifdef BF16
+#extension GL_EXT_bfloat16 : require
+#define ELEM bfloat16_t
+#else
+#define ELEM float16_t
+#endif
 #include "common.glsl"
 
 #ifndef TN
@@ -42,13 +51,13 @@ layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer F3
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32Out { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer F32One { float v; };
 
-// b's f32 values rounded to f16 as the left operand is loaded.
-float16_t f32_to_f16(const in F32One p, const in uint32_t block[2], const in uint32_t inner[2]) {
-    return float16_t(p.v);
+// b's f32 values rounded to the weights' type as the left operand is loaded.
+ELEM f32_to_elem(const in F32One p, const in uint32_t block[2], const in uint32_t inner[2]) {
+    return ELEM(p.v);
 }
 
-#define LEFT coopmat<float16_t, gl_ScopeWorkgroup, TN, BK, gl_MatrixUseA>
-#define RIGHT coopmat<float16_t, gl_ScopeWorkgroup, BK, TM, gl_MatrixUseB>
+#define LEFT coopmat<ELEM, gl_ScopeWorkgroup, TN, BK, gl_MatrixUseA>
+#define RIGHT coopmat<ELEM, gl_ScopeWorkgroup, BK, TM, gl_MatrixUseB>
 #define ACC coopmat<float, gl_ScopeWorkgroup, TN, TM, gl_MatrixUseAccumulator>
 
 // One step of k over the layouts `la` (a) and `lb` (b).
@@ -56,7 +65,7 @@ float16_t f32_to_f16(const in F32One p, const in uint32_t block[2], const in uin
     {                                                                                                    \
         LEFT left;                                                                                       \
         RIGHT right;                                                                                     \
-        coopMatLoadTensorNV(left, F32Array(b_base).v, 0, sliceTensorLayoutNV(lb, n0, TN, k0, BK), f32_to_f16); \
+        coopMatLoadTensorNV(left, F32Array(b_base).v, 0, sliceTensorLayoutNV(lb, n0, TN, k0, BK), f32_to_elem); \
         coopMatLoadTensorNV(right, F16Array(a_base).v, 0, sliceTensorLayoutNV(la, m0, TM, k0, BK), transposed); \
         acc = coopMatMulAdd(left, right, acc);                                                           \
         k0 += BK;                                                                                        \

@@ -1,6 +1,6 @@
-// MUL_MAT on tensor cores (VK_KHR_cooperative_matrix, 16x16x16 f16 tiles with f32
-// accumulation, subgroups of 32): dst[m, n] = sum_k a[k, m] * b[k, n] for f16 weights `a`
-// and f32 activations `b` (rounded to f16 as they are staged), dst f32.
+// MUL_MAT on tensor cores (VK_KHR_cooperative_matrix, 16x16x16 f16 or bf16 tiles with f32
+// accumulation, subgroups of 32): dst[m, n] = sum_k a[k, m] * b[k, n] for f16 (or, with
+// BF16, bf16) weights `a` and f32 activations `b` (rounded to f16 as they are staged), dst f32.
 //
 // A workgroup computes a BM x BN block of dst (BM weight rows by BN columns of b) with 8
 // subgroups, each 32 rows by 64 columns (2 x 4 accumulator tiles). Per step of BK values of
@@ -12,12 +12,22 @@
 // dst is [M, N, b2, b3]; a is [K, M, a2, a3] and repeats over b's dims 2 and 3. Every loop
 // over accumulators and fragments is unrolled: arrays of cooperative matrices indexed at
 // run time would live in memory (3.5x slower on an H100).
+//
+// variant: f16
+// variant: bf16 BF16=1
 #include "version.glsl"
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
+#ifdef BF16
+#extension GL_EXT_bfloat16 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
+#define ELEM bfloat16_t
+#else
+#define ELEM float16_t
+#endif
 #include "common.glsl"
 
 #define BM 128
@@ -35,8 +45,8 @@ layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4Ref { vec4 v; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32Array { float v[]; };
 
-shared float16_t As[BM * SK];
-shared float16_t Bs[BN * SK];
+shared ELEM As[BM * SK];
+shared ELEM Bs[BN * SK];
 // One 16x16 f32 tile per subgroup, for stores at the edges.
 shared float Cs[8 * 256];
 
@@ -73,16 +83,21 @@ void store_step() {
         uint row = q / (BK / 8);
         uint k = (q % (BK / 8)) * 8;
         [[unroll]] for (uint w = 0; w < 4; w++) {
+#ifdef BF16
+            As[row * SK + k + 2 * w] = uintBitsToBFloat16EXT(uint16_t(ra[i][w] & 0xffffu));
+            As[row * SK + k + 2 * w + 1] = uintBitsToBFloat16EXT(uint16_t(ra[i][w] >> 16));
+#else
             f16vec2 h = unpackFloat2x16(ra[i][w]);
             As[row * SK + k + 2 * w] = h.x;
             As[row * SK + k + 2 * w + 1] = h.y;
+#endif
         }
     }
     [[unroll]] for (uint i = 0; i < B_LOADS; i++) {
         uint q = t + i * 256;
         uint at = (q / (BK / 4)) * SK + (q % (BK / 4)) * 4;
         [[unroll]] for (uint w = 0; w < 4; w++) {
-            Bs[at + w] = float16_t(rb[i][w]);
+            Bs[at + w] = ELEM(rb[i][w]);
         }
     }
 }
@@ -121,8 +136,8 @@ void main() {
         }
         [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
             // C tile (n, m) = B rows (n, k) x A^T (k, m): b is the left operand.
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> fb[4];
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> fa[2];
+            coopmat<ELEM, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> fb[4];
+            coopmat<ELEM, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> fa[2];
             [[unroll]] for (uint i = 0; i < 4; i++) {
                 coopMatLoad(fb[i], Bs, (wn + i * 16) * SK + kk, SK, gl_CooperativeMatrixLayoutRowMajor);
             }

@@ -5,6 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 use ash::{ext, khr, vk, Device};
 use tessera_core::{Error, Result};
 
+use crate::bfloat16;
 use crate::coopmat2;
 use crate::instance::Vk;
 use crate::physical::Physical;
@@ -51,10 +52,11 @@ impl Context {
             .shader_float16(physical.float16)
             .shader_int8(physical.int8)
             .vulkan_memory_model(physical.memory_model);
-        let core = vk::PhysicalDeviceFeatures::default().shader_int64(true);
+        let core = vk::PhysicalDeviceFeatures::default().shader_int64(true).shader_int16(physical.coopmat_bf16);
         let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
         let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default().shader_integer_dot_product(true);
         let mut coopmat2_features = coopmat2::Features::for_mul_mat();
+        let mut bf16_features = bfloat16::Features::for_mul_mat();
         let mut extensions = Vec::new();
         if physical.memory_budget {
             extensions.push(ext::memory_budget::NAME.as_ptr());
@@ -68,9 +70,13 @@ impl Context {
             extensions.push(khr::cooperative_matrix::NAME.as_ptr());
             info = info.push_next(&mut coopmat);
         }
-        if physical.coopmat2_f16 {
+        if physical.coopmat2_f16 || physical.coopmat2_bf16 {
             extensions.push(coopmat2::NAME.as_ptr());
             info = info.push_next(&mut coopmat2_features);
+        }
+        if physical.coopmat_bf16 || physical.coopmat2_bf16 {
+            extensions.push(bfloat16::NAME.as_ptr());
+            info = info.push_next(&mut bf16_features);
         }
         if physical.integer_dot {
             extensions.push(khr::shader_integer_dot_product::NAME.as_ptr());

@@ -108,9 +108,15 @@ impl Default for Flexible {
 
 type GetFlexible = unsafe extern "system" fn(vk::PhysicalDevice, *mut u32, *mut Flexible) -> vk::Result;
 
-/// Whether the device multiplies f16 matrices into f32 at workgroup scope, over
-/// `invocations` invocations, with dimensions that are multiples of `tile` (m, n, k).
-pub(crate) fn has_f16_workgroup_tiles(vk: &Vk, device: vk::PhysicalDevice, invocations: u32, tile: [u32; 3]) -> bool {
+/// Whether the device multiplies matrices of `ab` (f16 or bf16) into f32 at workgroup scope,
+/// over `invocations` invocations, with dimensions that are multiples of `tile` (m, n, k).
+pub(crate) fn has_workgroup_tiles(
+    vk: &Vk,
+    device: vk::PhysicalDevice,
+    ab: vk::ComponentTypeKHR,
+    invocations: u32,
+    tile: [u32; 3],
+) -> bool {
     // SAFETY: a query of the instance's own function table by a NUL-terminated name.
     let f = unsafe {
         vk.entry.get_instance_proc_addr(
@@ -133,11 +139,11 @@ pub(crate) fn has_f16_workgroup_tiles(vk: &Vk, device: vk::PhysicalDevice, invoc
         return false;
     }
     shapes.truncate(count as usize);
-    let (f16, f32) = (vk::ComponentTypeKHR::FLOAT16, vk::ComponentTypeKHR::FLOAT32);
+    let f32 = vk::ComponentTypeKHR::FLOAT32;
     shapes.iter().any(|p| {
         p.scope == vk::ScopeKHR::WORKGROUP
             && p.workgroup_invocations == invocations
-            && (p.a_type, p.b_type, p.c_type, p.result_type) == (f16, f16, f32, f32)
+            && (p.a_type, p.b_type, p.c_type, p.result_type) == (ab, ab, f32, f32)
             && p.m_granularity > 0
             && p.n_granularity > 0
             && p.k_granularity > 0

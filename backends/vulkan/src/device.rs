@@ -69,6 +69,8 @@ impl VulkanDevice {
         ops::Caps {
             coopmat_f16: self.ctx.physical.coopmat_f16 && !coopmat_disabled(),
             coopmat2_f16: self.ctx.physical.coopmat2_f16 && !coopmat_disabled() && !coopmat2_disabled(),
+            coopmat_bf16: self.ctx.physical.coopmat_bf16 && !coopmat_disabled(),
+            coopmat2_bf16: self.ctx.physical.coopmat2_bf16 && !coopmat_disabled() && !coopmat2_disabled(),
             subgroup_arithmetic: self.ctx.physical.subgroup_arithmetic,
             integer_dot: self.ctx.physical.integer_dot && !integer_dot_disabled(),
         }

@@ -14,6 +14,7 @@
 mod args;
 mod backend;
 mod barrier;
+mod bfloat16;
 mod buffer;
 mod context;
 mod coopmat2;

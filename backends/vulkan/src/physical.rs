@@ -9,6 +9,7 @@ use std::ffi::CStr;
 
 use ash::{ext, khr, vk};
 
+use crate::bfloat16;
 use crate::coopmat2;
 use crate::instance::Vk;
 use tessera_core::DeviceType;
@@ -50,6 +51,10 @@ pub(crate) struct Physical {
     /// `VK_NV_cooperative_matrix2` with workgroup-scope f16 products over the tiles of
     /// `mul_mat_cm2.comp`: the MUL_MAT shader whose staging the driver schedules runs here.
     pub coopmat2_f16: bool,
+    /// As `coopmat_f16` and `coopmat2_f16` for bf16 (`VK_KHR_shader_bfloat16`, whose
+    /// features are then enabled, with 16-bit integers for the subgroup-scope shader).
+    pub coopmat_bf16: bool,
+    pub coopmat2_bf16: bool,
 }
 
 impl Physical {
@@ -63,17 +68,34 @@ impl Physical {
             yes(self.float16),
             yes(self.int8),
             yes(self.cooperative_matrix),
-            if self.coopmat2_f16 {
-                " (f16 workgroup-scope MUL_MAT, NV cooperative matrix 2)"
-            } else if self.coopmat_f16 {
-                " (f16 16x16x16 MUL_MAT)"
-            } else {
-                ""
-            },
+            mul_mat_paths(self),
             yes(self.integer_dot),
             if self.integer_dot_accelerated { " (accelerated)" } else { "" },
             yes(self.timestamp_period.is_some()),
         )
+    }
+}
+
+/// The tensor-core MUL_MAT paths of a device, for its summary.
+fn mul_mat_paths(p: &Physical) -> String {
+    let path = |workgroup: bool, subgroup: bool, t: &str| {
+        if workgroup {
+            Some(format!("{t} workgroup-scope MUL_MAT (NV cooperative matrix 2)"))
+        } else if subgroup {
+            Some(format!("{t} 16x16x16 MUL_MAT"))
+        } else {
+            None
+        }
+    };
+    let paths: Vec<String> =
+        [path(p.coopmat2_f16, p.coopmat_f16, "f16"), path(p.coopmat2_bf16, p.coopmat_bf16, "bf16")]
+            .into_iter()
+            .flatten()
+            .collect();
+    if paths.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", paths.join(", "))
     }
 }
 
@@ -97,11 +119,13 @@ pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, S
     let has_coopmat = has(&extensions, khr::cooperative_matrix::NAME);
     let has_dot = has(&extensions, khr::shader_integer_dot_product::NAME);
     let has_coopmat2 = has_coopmat && has(&extensions, coopmat2::NAME);
+    let has_bf16 = has_coopmat && has(&extensions, bfloat16::NAME);
     let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
     let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
     let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
     let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
     let mut coopmat2_features = coopmat2::Features::default();
+    let mut bf16_features = bfloat16::Features::default();
     let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut f11).push_next(&mut f12);
     if has_coopmat {
         features = features.push_next(&mut coopmat);
@@ -111,6 +135,9 @@ pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, S
     }
     if has_coopmat2 {
         features = features.push_next(&mut coopmat2_features);
+    }
+    if has_bf16 {
+        features = features.push_next(&mut bf16_features);
     }
     // SAFETY: as above; the chained structures live through the call, and extension
     // structures are chained only where the extension exists.
@@ -171,6 +198,15 @@ pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, S
         && f12.vulkan_memory_model == vk::TRUE
         && f12.shader_float16 == vk::TRUE
         && subgroup.subgroup_size == 32;
+    // The workgroup-scope shaders' SPIR-V 1.6 needs Vulkan 1.3 of both the instance and the
+    // device.
+    let coopmat2 = coopmat_f16
+        && vk.api_version >= vk::API_VERSION_1_3
+        && props.api_version >= vk::API_VERSION_1_3
+        && has_coopmat2
+        && coopmat2_features.has_mul_mat();
+    let bf16 = coopmat_f16 && has_bf16 && bf16_features.has_mul_mat();
+    let f16 = vk::ComponentTypeKHR::FLOAT16;
     Ok(Physical {
         handle: device,
         name,
@@ -190,27 +226,25 @@ pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, S
         integer_dot: has_dot && dot.shader_integer_dot_product == vk::TRUE,
         integer_dot_accelerated: dot_props.integer_dot_product4x8_bit_packed_signed_accelerated == vk::TRUE,
         memory_model: f12.vulkan_memory_model == vk::TRUE,
-        coopmat_f16: coopmat_f16 && has_f16_tiles(vk, device),
-        coopmat2_f16: coopmat_f16
-            // Its SPIR-V 1.6 needs Vulkan 1.3 of both the instance and the device.
-            && vk.api_version >= vk::API_VERSION_1_3
-            && props.api_version >= vk::API_VERSION_1_3
-            && has_coopmat2
-            && coopmat2_features.has_mul_mat()
-            && coopmat2::has_f16_workgroup_tiles(vk, device, CM2_INVOCATIONS, CM2_TILE),
+        coopmat_f16: coopmat_f16 && has_tiles(vk, device, f16),
+        coopmat2_f16: coopmat2 && coopmat2::has_workgroup_tiles(vk, device, f16, CM2_INVOCATIONS, CM2_TILE),
+        coopmat_bf16: bf16 && core.shader_int16 == vk::TRUE && has_tiles(vk, device, bfloat16::COMPONENT),
+        coopmat2_bf16: bf16
+            && coopmat2
+            && coopmat2::has_workgroup_tiles(vk, device, bfloat16::COMPONENT, CM2_INVOCATIONS, CM2_TILE),
     })
 }
 
-/// Whether the device multiplies 16x16x16 f16 tiles into f32 at subgroup scope.
-fn has_f16_tiles(vk: &Vk, device: vk::PhysicalDevice) -> bool {
+/// Whether the device multiplies 16x16x16 tiles of `ab` (f16 or bf16) into f32 at subgroup
+/// scope.
+fn has_tiles(vk: &Vk, device: vk::PhysicalDevice, ab: vk::ComponentTypeKHR) -> bool {
     let coopmat = khr::cooperative_matrix::Instance::new(&vk.entry, &vk.instance);
     // SAFETY: the device has the extension (checked by the caller) and belongs to the instance.
     let shapes = unsafe { coopmat.get_physical_device_cooperative_matrix_properties(device) }.unwrap_or_default();
-    let f16 = vk::ComponentTypeKHR::FLOAT16;
     let f32 = vk::ComponentTypeKHR::FLOAT32;
     shapes.iter().any(|p| {
         (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
-            && (p.a_type, p.b_type, p.c_type, p.result_type) == (f16, f16, f32, f32)
+            && (p.a_type, p.b_type, p.c_type, p.result_type) == (ab, ab, f32, f32)
             && p.scope == vk::ScopeKHR::SUBGROUP
     })
 }

@@ -25,7 +25,7 @@ pub(crate) struct Profile {
 
 pub(crate) type Shared = Arc<Mutex<Profile>>;
 
-/// "MulMatCoopmat f16 x f32 -> [4096, 4096, 1, 1]": what a dispatch computes.
+/// "MulMatCoopmatF16 f16 x f32 -> [4096, 4096, 1, 1]": what a dispatch computes.
 pub(crate) fn label(d: &Dispatch) -> String {
     let name =
         |code: u32| DType::ALL.iter().find(|&&t| dtype_code(t) == code).map_or("?".to_string(), |t| t.to_string());

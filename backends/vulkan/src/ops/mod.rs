@@ -35,6 +35,9 @@ pub(crate) struct Caps {
     pub coopmat_f16: bool,
     /// `mul_mat_cm2.comp`: f16 workgroup-scope cooperative matrices (`VK_NV_cooperative_matrix2`).
     pub coopmat2_f16: bool,
+    /// The two for bf16 weights.
+    pub coopmat_bf16: bool,
+    pub coopmat2_bf16: bool,
     /// Subgroup add and max: the packed-row shaders' `_sg` variants.
     pub subgroup_arithmetic: bool,
     /// Packed 8-bit dot products: `mul_mat_vec_q8.comp` for q8_0 and q4_0 weights.

@@ -45,15 +45,8 @@ pub(super) fn plan(caps: &Caps, op: Op, dst: Operand, srcs: &[Option<Operand>]) 
         .checked_mul(b3)
         .filter(|&z| z <= MAX_GROUPS)
         .ok_or_else(|| format!("{b2} x {b3} matrices are more than the {MAX_GROUPS} workgroup layers of a dispatch"))?;
-    if caps.coopmat2_f16 {
-        if let Some(d) = mul_mat_cm2::plan(a, b, dst, srcs) {
-            return Ok(d);
-        }
-    }
-    if caps.coopmat_f16 {
-        if let Some(d) = mul_mat_coopmat::plan(a, b, dst, srcs) {
-            return Ok(d);
-        }
+    if let Some(d) = mul_mat_cm2::plan(caps, a, b, dst, srcs).or_else(|| mul_mat_coopmat::plan(caps, a, b, dst, srcs)) {
+        return Ok(d);
     }
     let args = args_of(dst, srcs);
     // q8_0 and q4_0 weights take packed 8-bit dot products where the device has them.
@@ -127,11 +120,18 @@ mod tests {
     }
 
     #[test]
-    fn tensor_cores_take_the_f16_products_that_fit_them_where_the_device_has_them() {
+    fn tensor_cores_take_the_16_bit_products_that_fit_them_where_the_device_has_them() {
         let (a, b) = (dense(DType::F16, [256, 64, 1, 1]), dense(DType::F32, [256, 64, 1, 1]));
         let with = Caps { coopmat_f16: true, ..Caps::default() };
-        assert_eq!(product(&with, a, b).map(|d| d.shader), Ok(Shader::MulMatCoopmat));
+        assert_eq!(product(&with, a, b).map(|d| d.shader), Ok(Shader::MulMatCoopmatF16));
         assert_eq!(product(&Caps::default(), a, b).map(|d| d.shader), Ok(Shader::MulMatTiledF16));
+        // Workgroup-scope matrices first; bf16 weights by their own flags.
+        let both = Caps { coopmat2_f16: true, ..with };
+        assert_eq!(product(&both, a, b).map(|d| d.shader), Ok(Shader::MulMatCm2));
+        let h = dense(DType::BF16, [256, 64, 1, 1]);
+        assert_eq!(product(&both, h, b).map(|d| d.shader), Ok(Shader::MulMatTiledBf16));
+        let bf16 = Caps { coopmat_bf16: true, ..Caps::default() };
+        assert_eq!(product(&bf16, h, b).map(|d| d.shader), Ok(Shader::MulMatCoopmatBf16));
         let q = dense(DType::Q8_0, [256, 64, 1, 1]);
         assert_eq!(product(&with, q, b).map(|d| d.shader), Ok(Shader::MulMat));
         // A few columns of a small matrix: one matrix-vector product per column.

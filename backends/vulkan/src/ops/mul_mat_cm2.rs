@@ -1,10 +1,12 @@
-//! MUL_MAT of f16 weights on workgroup-scope cooperative matrices (`mul_mat_cm2.comp`),
+//! MUL_MAT of f16 or bf16 weights on workgroup-scope cooperative matrices (`mul_mat_cm2.comp`),
 //! where the device has `VK_NV_cooperative_matrix2` and every operand's base and rows are
 //! 16-byte aligned.
 
-use super::mul_mat_coopmat::f16_product_fits;
+use tessera_core::DType;
+
+use super::mul_mat_coopmat::float16_product_fits;
 use super::mul_mat_tiled::aligned_rows;
-use super::{args_of, Dispatch, Operand};
+use super::{args_of, Caps, Dispatch, Operand};
 use crate::shaders::Shader;
 
 /// Columns of b per workgroup (`TN` in the shader).
@@ -17,16 +19,21 @@ const COLUMNS: u32 = 128;
 const WIDE_GROUPS: u32 = 256;
 
 /// The dispatch of a validated MUL_MAT, or `None` where it does not apply.
-pub(super) fn plan(a: Operand, b: Operand, dst: Operand, srcs: &[Option<Operand>]) -> Option<Dispatch> {
+pub(super) fn plan(caps: &Caps, a: Operand, b: Operand, dst: Operand, srcs: &[Option<Operand>]) -> Option<Dispatch> {
+    let (narrow, wide) = match a.dtype {
+        DType::F16 if caps.coopmat2_f16 => (Shader::MulMatCm2, Shader::MulMatCm2Wide),
+        DType::BF16 if caps.coopmat2_bf16 => (Shader::MulMatCm2Bf16, Shader::MulMatCm2Bf16Wide),
+        _ => return None,
+    };
     let dd = &dst.desc;
     // The store's base must be 16-byte aligned too.
-    if !f16_product_fits(&a, &b, &dst) || !aligned_rows(dd) {
+    if !float16_product_fits(&a, &b, &dst) || !aligned_rows(dd) {
         return None;
     }
     let y = dd.ne[1].div_ceil(COLUMNS);
     let z = dd.ne[2].checked_mul(dd.ne[3])?;
-    let wide = dd.ne[0].div_ceil(256).saturating_mul(y).saturating_mul(z) >= WIDE_GROUPS;
-    let (shader, rows) = if wide { (Shader::MulMatCm2Wide, 256) } else { (Shader::MulMatCm2, 128) };
+    let fills = dd.ne[0].div_ceil(256).saturating_mul(y).saturating_mul(z) >= WIDE_GROUPS;
+    let (shader, rows) = if fills { (wide, 256) } else { (narrow, 128) };
     let x = dd.ne[0].div_ceil(rows);
     if x > 65535 || y > 65535 || z > 65535 {
         return None;
@@ -36,14 +43,16 @@ pub(super) fn plan(a: Operand, b: Operand, dst: Operand, srcs: &[Option<Operand>
 
 #[cfg(test)]
 mod tests {
-    use tessera_core::DType;
-
     use super::*;
     use crate::ops::rows::dense;
 
+    fn product_of(caps: &Caps, weights: DType, m: usize, n: usize, k: usize) -> Option<Dispatch> {
+        let (a, b) = (dense(weights, [k, m, 1, 1]), dense(DType::F32, [k, n, 1, 1]));
+        plan(caps, a, b, dense(DType::F32, [m, n, 1, 1]), &[Some(a), Some(b)])
+    }
+
     fn product(m: usize, n: usize, k: usize) -> Option<Dispatch> {
-        let (a, b) = (dense(DType::F16, [k, m, 1, 1]), dense(DType::F32, [k, n, 1, 1]));
-        plan(a, b, dense(DType::F32, [m, n, 1, 1]), &[Some(a), Some(b)])
+        product_of(&Caps { coopmat2_f16: true, ..Caps::default() }, DType::F16, m, n, k)
     }
 
     #[test]
@@ -54,5 +63,14 @@ mod tests {
         assert_eq!((d.shader, d.groups), (Shader::MulMatCm2, [32, 4, 1]));
         assert!(product(4096, 8, 4096).is_none(), "few columns take the matrix-vector shader");
         assert!(product(4096, 64, 4100).is_none(), "k not a multiple of 8");
+    }
+
+    #[test]
+    fn each_weight_type_takes_its_shader_where_the_device_has_it() {
+        let bf16 = Caps { coopmat2_bf16: true, ..Caps::default() };
+        let d = product_of(&bf16, DType::BF16, 4096, 512, 4096).expect("a bf16 product");
+        assert_eq!(d.shader, Shader::MulMatCm2Bf16);
+        assert!(product_of(&bf16, DType::F16, 4096, 512, 4096).is_none(), "no f16 workgroup-scope matrices");
+        assert!(product_of(&bf16, DType::F32, 4096, 512, 4096).is_none(), "f32 weights");
     }
 }
