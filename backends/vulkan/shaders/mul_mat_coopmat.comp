@@ -1,6 +1,7 @@
 // MUL_MAT on tensor cores (VK_KHR_cooperative_matrix, 16x16x16 f16 or bf16 tiles with f32
 // accumulation, subgroups of 32): dst[m, n] = sum_k a[k, m] * b[k, n] for f16 (or, with
-// BF16, bf16) weights `a` and f32 activations `b` (rounded to f16 as they are staged), dst f32.
+// BF16, bf16) weights `a` and f32 activations `b` (rounded to the weights' type as they are
+// staged), dst f32.
 //
 // A workgroup computes a BM x BN block of dst (BM weight rows by BN columns of b) with 8
 // subgroups, each 32 rows by 64 columns (2 x 4 accumulator tiles). Per step of BK values of

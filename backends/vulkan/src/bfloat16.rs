@@ -54,3 +54,14 @@ impl Features {
 unsafe impl vk::ExtendsPhysicalDeviceFeatures2 for Features {}
 // SAFETY: as above.
 unsafe impl vk::ExtendsDeviceCreateInfo for Features {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn features_have_the_registry_layout() {
+        assert_eq!(std::mem::size_of::<Features>(), 16 + 3 * 4 + 4);
+        assert_eq!(std::mem::offset_of!(Features, cooperative_matrix), 16 + 2 * 4);
+    }
+}

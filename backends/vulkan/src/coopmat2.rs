@@ -3,6 +3,7 @@
 //!
 //! ash 0.38 predates the extension, so its structures and the one query are declared here
 //! from the Vulkan registry (`VkPhysicalDeviceCooperativeMatrix2FeaturesNV`,
+//! `VkPhysicalDeviceCooperativeMatrix2PropertiesNV`,
 //! `VkCooperativeMatrixFlexibleDimensionsPropertiesNV`).
 
 use std::ffi::{c_void, CStr};
@@ -15,6 +16,7 @@ pub(crate) const NAME: &CStr = c"VK_NV_cooperative_matrix2";
 
 const FEATURES_TYPE: vk::StructureType = vk::StructureType::from_raw(1_000_593_000);
 const FLEXIBLE_TYPE: vk::StructureType = vk::StructureType::from_raw(1_000_593_001);
+const PROPERTIES_TYPE: vk::StructureType = vk::StructureType::from_raw(1_000_593_002);
 
 /// `VkPhysicalDeviceCooperativeMatrix2FeaturesNV`.
 #[repr(C)]
@@ -48,18 +50,21 @@ impl Default for Features {
 }
 
 impl Features {
-    /// What `mul_mat_cm2.comp` uses.
+    /// What `mul_mat_cm2.comp` uses (block loads: its decode function, which rounds b).
     pub(crate) fn for_mul_mat() -> Features {
         Features {
             workgroup_scope: vk::TRUE,
             flexible_dimensions: vk::TRUE,
             tensor_addressing: vk::TRUE,
+            block_loads: vk::TRUE,
             ..Features::default()
         }
     }
 
     pub(crate) fn has_mul_mat(&self) -> bool {
-        [self.workgroup_scope, self.flexible_dimensions, self.tensor_addressing].iter().all(|&f| f == vk::TRUE)
+        [self.workgroup_scope, self.flexible_dimensions, self.tensor_addressing, self.block_loads]
+            .iter()
+            .all(|&f| f == vk::TRUE)
     }
 }
 
@@ -68,6 +73,32 @@ impl Features {
 unsafe impl vk::ExtendsPhysicalDeviceFeatures2 for Features {}
 // SAFETY: as above.
 unsafe impl vk::ExtendsDeviceCreateInfo for Features {}
+
+/// `VkPhysicalDeviceCooperativeMatrix2PropertiesNV`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Properties {
+    s_type: vk::StructureType,
+    p_next: *mut c_void,
+    pub max_workgroup_size: u32,
+    pub max_dimension: u32,
+    pub reserved_shared_memory: u32,
+}
+
+impl Default for Properties {
+    fn default() -> Properties {
+        Properties {
+            s_type: PROPERTIES_TYPE,
+            p_next: std::ptr::null_mut(),
+            max_workgroup_size: 0,
+            max_dimension: 0,
+            reserved_shared_memory: 0,
+        }
+    }
+}
+
+// SAFETY: `Properties` is the registry's structure, `sType` and `pNext` first.
+unsafe impl vk::ExtendsPhysicalDeviceProperties2 for Properties {}
 
 /// `VkCooperativeMatrixFlexibleDimensionsPropertiesNV`.
 #[repr(C)]
@@ -108,8 +139,8 @@ impl Default for Flexible {
 
 type GetFlexible = unsafe extern "system" fn(vk::PhysicalDevice, *mut u32, *mut Flexible) -> vk::Result;
 
-/// Whether the device multiplies matrices of `ab` (f16 or bf16) into f32 at workgroup scope,
-/// over `invocations` invocations, with dimensions that are multiples of `tile` (m, n, k).
+/// Whether the device multiplies matrices of `ab` (f16 or bf16) into f32 at workgroup scope
+/// over `invocations` invocations, with granularities that divide `tile` (m, n, k).
 pub(crate) fn has_workgroup_tiles(
     vk: &Vk,
     device: vk::PhysicalDevice,
@@ -151,4 +182,21 @@ pub(crate) fn has_workgroup_tiles(
             && tile[1] % p.n_granularity == 0
             && tile[2] % p.k_granularity == 0
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structures_have_the_registry_layout() {
+        // sType (4), padding (4), pNext (8), then 32-bit members: 7 booleans, and 3 + 4 + 1 +
+        // 1 + 1 words.
+        assert_eq!(std::mem::size_of::<Features>(), 16 + 7 * 4 + 4);
+        assert_eq!(std::mem::offset_of!(Features, workgroup_scope), 16);
+        assert_eq!(std::mem::offset_of!(Features, block_loads), 16 + 6 * 4);
+        assert_eq!(std::mem::size_of::<Flexible>(), 16 + 10 * 4);
+        assert_eq!(std::mem::offset_of!(Flexible, workgroup_invocations), 16 + 9 * 4);
+        assert_eq!(std::mem::size_of::<Properties>(), 16 + 3 * 4 + 4);
+    }
 }

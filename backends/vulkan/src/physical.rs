@@ -14,9 +14,11 @@ use crate::coopmat2;
 use crate::instance::Vk;
 use tessera_core::DeviceType;
 
-/// The workgroup size and the smallest block (m, n, k) of `mul_mat_cm2.comp`.
+/// The workgroup size, the smallest block (m, n, k) and the longest side of a matrix of
+/// `mul_mat_cm2.comp`.
 const CM2_INVOCATIONS: u32 = 256;
 const CM2_TILE: [u32; 3] = [128, 128, 32];
+const CM2_SIDE: u32 = 256;
 
 /// A physical device tessera can run on, with what it was found to offer.
 pub(crate) struct Physical {
@@ -45,8 +47,8 @@ pub(crate) struct Physical {
     pub integer_dot_accelerated: bool,
     /// The Vulkan memory model (the cooperative-matrix shaders are written against it).
     pub memory_model: bool,
-    /// 16x16x16 f16 tiles accumulating in f32 over subgroups of 32: the tensor-core
-    /// MUL_MAT shader runs here.
+    /// 16x16x16 f16 tiles accumulating in f32 over subgroups of 32: the subgroup-scope
+    /// MUL_MAT shader (`mul_mat_coopmat.comp`) runs here.
     pub coopmat_f16: bool,
     /// `VK_NV_cooperative_matrix2` with workgroup-scope f16 products over the tiles of
     /// `mul_mat_cm2.comp`: the MUL_MAT shader whose staging the driver schedules runs here.
@@ -170,14 +172,18 @@ pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, S
     let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
     let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
     let mut dot_props = vk::PhysicalDeviceShaderIntegerDotProductProperties::default();
+    let mut coopmat2_props = coopmat2::Properties::default();
     let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maintenance3).push_next(&mut subgroup);
+    if has_coopmat2 {
+        props2 = props2.push_next(&mut coopmat2_props);
+    }
     if has_dot {
         props2 = props2.push_next(&mut dot_props);
     }
     if pci {
         props2 = props2.push_next(&mut pci_info);
     }
-    // SAFETY: as above; the chained structures live through the call, and the PCI one is
+    // SAFETY: as above; the chained structures live through the call, and extension ones are
     // chained only where the extension exists.
     unsafe { instance.get_physical_device_properties2(device, &mut props2) };
     let pci_bus_id = pci.then(|| {
@@ -204,7 +210,9 @@ pub(crate) fn inspect(vk: &Vk, device: vk::PhysicalDevice) -> Result<Physical, S
         && vk.api_version >= vk::API_VERSION_1_3
         && props.api_version >= vk::API_VERSION_1_3
         && has_coopmat2
-        && coopmat2_features.has_mul_mat();
+        && coopmat2_features.has_mul_mat()
+        && coopmat2_props.max_workgroup_size >= CM2_INVOCATIONS
+        && coopmat2_props.max_dimension >= CM2_SIDE;
     let bf16 = coopmat_f16 && has_bf16 && bf16_features.has_mul_mat();
     let f16 = vk::ComponentTypeKHR::FLOAT16;
     Ok(Physical {

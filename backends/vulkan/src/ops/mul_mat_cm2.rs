@@ -26,8 +26,9 @@ pub(super) fn plan(caps: &Caps, a: Operand, b: Operand, dst: Operand, srcs: &[Op
         _ => return None,
     };
     let dd = &dst.desc;
-    // The store's base must be 16-byte aligned too.
-    if !float16_product_fits(&a, &b, &dst) || !aligned_rows(dd) {
+    // The store's base must be 16-byte aligned too, and a tensor layout's rows may not overlap.
+    let apart = |t: &Operand| t.desc.ne[1] <= 1 || t.desc.nb[1] >= t.desc.ne[0] as u64 * t.desc.nb[0];
+    if !float16_product_fits(&a, &b, &dst) || !aligned_rows(dd) || ![a, b, dst].iter().all(apart) {
         return None;
     }
     let y = dd.ne[1].div_ceil(COLUMNS);
@@ -63,6 +64,13 @@ mod tests {
         assert_eq!((d.shader, d.groups), (Shader::MulMatCm2, [32, 4, 1]));
         assert!(product(4096, 8, 4096).is_none(), "few columns take the matrix-vector shader");
         assert!(product(4096, 64, 4100).is_none(), "k not a multiple of 8");
+        let (a, b) = (dense(DType::F16, [64, 256, 1, 1]), dense(DType::F32, [64, 32, 1, 1]));
+        let mut overlapping = b;
+        overlapping.desc.nb[1] = 16;
+        let caps = Caps { coopmat2_f16: true, ..Caps::default() };
+        let dst = dense(DType::F32, [256, 32, 1, 1]);
+        assert!(plan(&caps, a, b, dst, &[Some(a), Some(b)]).is_some());
+        assert!(plan(&caps, a, overlapping, dst, &[Some(a), Some(overlapping)]).is_none(), "rows overlap");
     }
 
     #[test]
