@@ -566,6 +566,10 @@ fn mul_mat(v: &mut Vec<Case>) {
             list.push((67, 33, 256, [1, 1], [1, 1], Layout::Plain));
             list.push((150, 130, 264, [2, 1], [1, 2], Layout::Plain));
             list.push((520, 300, 136, [1, 1], [1, 1], Layout::Plain));
+            // 2 x 2 blocks of 256 x 128 over 64 matrices of b repeating one a: enough
+            // workgroups for the wide blocks of Vulkan's workgroup-scope shader, partial on both
+            // edges.
+            list.push((300, 129, 32, [1, 1], [8, 8], Layout::Plain));
         }
         for (m, n, k, bs, nr, layout) in list {
             let e = [bs[0] * nr[0], bs[1] * nr[1]];

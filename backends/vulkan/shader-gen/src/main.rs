@@ -10,8 +10,9 @@
 //! Each `NAME.comp` gives `NAME.spv`. A source may ask for more variants with lines
 //! `// variant: SUFFIX DEFINE=VALUE ...`, each giving `NAME_SUFFIX.spv` compiled with those
 //! macros. A source whose extensions need SPIR-V 1.6 says so with a line
-//! `// target: vulkan1.3` (the device must then offer Vulkan 1.3). `#include "FILE"` lines are replaced by that file of the shader directory (once
-//! each), so sources share their helpers without an include callback.
+//! `// target: vulkan1.3` (the device must then offer Vulkan 1.3). `#include "FILE"` lines
+//! are replaced by that file of the shader directory (once each), so sources share their
+//! helpers without an include callback.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

@@ -64,6 +64,11 @@ mod tests {
         assert_eq!((d.shader, d.groups), (Shader::MulMatCm2, [32, 4, 1]));
         assert!(product(4096, 8, 4096).is_none(), "few columns take the matrix-vector shader");
         assert!(product(4096, 64, 4100).is_none(), "k not a multiple of 8");
+        // The conformance suite's case for the wide blocks: 2 x 2 blocks over 64 matrices.
+        let (a, b) = (dense(DType::F16, [32, 300, 1, 1]), dense(DType::F32, [32, 129, 8, 8]));
+        let caps = Caps { coopmat2_f16: true, ..Caps::default() };
+        let d = plan(&caps, a, b, dense(DType::F32, [300, 129, 8, 8]), &[Some(a), Some(b)]).expect("batched");
+        assert_eq!((d.shader, d.groups), (Shader::MulMatCm2Wide, [2, 2, 64]));
         let (a, b) = (dense(DType::F16, [64, 256, 1, 1]), dense(DType::F32, [64, 32, 1, 1]));
         let mut overlapping = b;
         overlapping.desc.nb[1] = 16;
