@@ -718,3 +718,55 @@ fn large_f32_products_keep_f32_accuracy() {
         assert!(worst <= 2e-6, "{m}x{n}x{k} (x{batch}): worst error {worst:e} of the terms' magnitudes");
     }
 }
+
+/// A GEMM whose shape a backend has not timed yet, met first while a split is captured (when
+/// nothing may run), has its cuBLASLt algorithm chosen after the capture and the split
+/// captured again: the prepared program's results are the float64 sums of its 16-bit
+/// weights and activations (rounded once each to the weights' type) within f32 summation
+/// error, and a second program prepared for the same shape (now timed) gives the same bits.
+#[test]
+fn products_first_met_while_captured_are_timed_and_captured_again() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    for (wt, m, n, k, bias) in [(DType::F16, 320usize, 96usize, 448usize, false), (DType::BF16, 192, 80, 512, true)] {
+        let mut g = Graph::new();
+        let w = g.new_tensor(wt, &[k, m]).unwrap();
+        let x = g.new_tensor(DType::F32, &[k, n]).unwrap();
+        let b = g.new_tensor(DType::F32, &[m]).unwrap();
+        let y = g.mul_mat(w, x).unwrap();
+        let out = if bias { g.add(y, b).unwrap() } else { y };
+        g.set_output(out).unwrap();
+        g.build_forward(out).unwrap();
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        // Values exact in both 16-bit types: multiples of 1/64 within [-1, 1].
+        let values = |count: usize, salt: usize| -> Vec<f32> {
+            (0..count).map(|j| ((j * 37 + salt) % 129) as f32 / 64.0 - 1.0).collect()
+        };
+        let (wv, xv, bv) = (values(k * m, 3), values(k * n, 11), values(m, 5));
+        g.set_f32(w, &wv).unwrap();
+        g.set_f32(x, &xv).unwrap();
+        g.set_f32(b, &bv).unwrap();
+        let consumers = tessera::consumer_counts(&g).unwrap();
+        let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
+        let mut backend = gpu.init_backend().unwrap();
+        let mut results = Vec::new();
+        for _program in 0..2 {
+            g.set_f32(out, &vec![0.0; m * n]).unwrap();
+            let mut program = backend.prepare(&split).unwrap();
+            backend.run(&mut *program, &g).unwrap();
+            backend.synchronize().unwrap();
+            results.push(g.get_f32(out).unwrap());
+        }
+        let mut worst = 0.0f64;
+        for col in 0..n {
+            for row in 0..m {
+                let mut exact = if bias { f64::from(bv[row]) } else { 0.0 };
+                for i in 0..k {
+                    exact += f64::from(wv[row * k + i]) * f64::from(xv[col * k + i]);
+                }
+                worst = worst.max((f64::from(results[0][col * m + row]) - exact).abs());
+            }
+        }
+        assert!(worst <= 1e-3, "{wt} {m}x{n}x{k}: off by {worst} from the float64 sums");
+        assert_eq!(results[0], results[1], "{wt} {m}x{n}x{k}: the second program's bits differ");
+    }
+}

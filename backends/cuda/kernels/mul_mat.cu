@@ -217,6 +217,46 @@ template <typename Q> struct KQuantRow {
         pack16<F32Row, BF, true, PACK16_F32_ROWS>(a, dst);                                                       \
     }
 
+// Packed f32 tensors (a multiple of 8 values on a 16-byte boundary) as one run of groups of 8
+// values, each thread converting groups a grid apart: the launcher sizes the grid to one wave
+// of resident blocks. Streaming loads leave the cache to the GEMM that reads the result. On an
+// H200, 14336 x 512 values packed in 8.4 us where pack16's grid of a block per 4 rows took 11.8.
+template <bool BF, bool GELU>
+__device__ void pack16_flat(const TensorArg &a, const TensorArg &dst) {
+    await_prior_kernel();
+    const long long groups = a.ne[0] * a.ne[1] * a.ne[2] * a.ne[3] / 8;
+    const float4 *in = (const float4 *)a.data;
+    uint4 *out = (uint4 *)dst.data;
+    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < groups;
+         g += (long long)gridDim.x * blockDim.x) {
+        const float4 lo = __ldcs(in + 2 * g), hi = __ldcs(in + 2 * g + 1);
+        float y[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        unsigned int h[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float x0 = y[2 * i], x1 = y[2 * i + 1];
+            if constexpr (GELU) {
+                x0 = gelu_erf_f32(x0);
+                x1 = gelu_erf_f32(x1);
+            }
+            const unsigned short l = BF ? f32_to_bf16_bits(x0) : f32_to_f16_bits(x0);
+            const unsigned short u = BF ? f32_to_bf16_bits(x1) : f32_to_f16_bits(x1);
+            h[i] = (unsigned int)l | ((unsigned int)u << 16);
+        }
+        out[g] = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+}
+
+#define PACK16_FLAT_KERNEL(name, BF, GELU)                                                                       \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
+        pack16_flat<BF, GELU>(a, dst);                                                                           \
+    }
+
+PACK16_FLAT_KERNEL(pack_flat_f32_f16, false, false)
+PACK16_FLAT_KERNEL(pack_flat_f32_bf16, true, false)
+PACK16_FLAT_KERNEL(pack_flat_gelu_erf_f32_f16, false, true)
+PACK16_FLAT_KERNEL(pack_flat_gelu_erf_f32_bf16, true, true)
+
 PACK16_KERNEL(pack_f32_f16, F32Row, false)
 PACK16_KERNEL(pack_f32_bf16, F32Row, true)
 PACK16_GELU_KERNEL(pack_gelu_erf_f32_f16, false)

@@ -474,7 +474,15 @@ impl Backend for CudaBackend {
         if !has_kernels || !graphs_enabled() || splits_gpus {
             return Ok(Box::new(NodeByNode { nodes: split.nodes.clone() }));
         }
-        Ok(Box::new(CapturedSplit { graph: self.capture(split)? }))
+        let graph = self.capture(split)?;
+        // SAFETY: the products queued while capturing read the split's operands and scratch,
+        // all still allocated; the scratch results they are timed into are their own.
+        if unsafe { self.scratch.tune_captured() }? {
+            // Their algorithms are chosen now: captured again, the graph replays those.
+            drop(graph);
+            return Ok(Box::new(CapturedSplit { graph: self.capture(split)? }));
+        }
+        Ok(Box::new(CapturedSplit { graph }))
     }
     fn run(&mut self, program: &mut dyn Program, graph: &Graph) -> Result<()> {
         if let Some(p) = program.as_any_mut().downcast_mut::<NodeByNode>() {

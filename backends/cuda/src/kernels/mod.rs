@@ -96,6 +96,8 @@ pub struct Kernels {
     /// capability 9.0 and later, where every kernel waits for its predecessor itself
     /// (`await_prior_kernel` in common.cuh). `TESSERA_CUDA_OVERLAP=0` turns it off.
     overlap: bool,
+    /// The device's multiprocessors.
+    multiprocessors: i64,
 }
 
 impl Kernels {
@@ -119,8 +121,16 @@ impl Kernels {
         let major = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
             .map_err(|e| backend_error(&format!("reading the compute capability failed: {e}")))?;
+        let multiprocessors = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| backend_error(&format!("reading the multiprocessor count failed: {e}")))?;
         let allowed = std::env::var("TESSERA_CUDA_OVERLAP").map_or(true, |v| v.trim() != "0");
-        Ok(Kernels { functions, overlap: major >= 9 && allowed })
+        Ok(Kernels { functions, overlap: major >= 9 && allowed, multiprocessors: i64::from(multiprocessors.max(1)) })
+    }
+
+    /// The device's multiprocessors.
+    pub(crate) fn multiprocessors(&self) -> i64 {
+        self.multiprocessors
     }
 
     pub(crate) fn get(&self, name: &str) -> Result<&CudaFunction> {

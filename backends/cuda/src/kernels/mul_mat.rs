@@ -31,7 +31,7 @@ use cudarc::driver::CudaStream;
 use tessera_core::{DType, Op, Result};
 
 use super::arg::TensorArg;
-use super::gemm_lt::{matmul_bias, BiasGemm};
+use super::gemm_lt::LtGemm;
 use super::launch::{copy, div_ceil, elementwise_config, launch_kernel, rows_16_byte_aligned};
 use super::scratch::{f32_products, BLayout, F32Products};
 use super::split_gemm::{self, SplitProduct};
@@ -318,9 +318,8 @@ pub(crate) fn launch(
 ) -> Result<()> {
     let p = plan(a, b, dst);
     let ((a, at), (b, _), (d, _)) = (a, b, dst);
-    let [_, m, a2, a3] = a.ne;
+    let m = a.ne[1];
     let [_, n, b2, b3] = b.ne;
-    let (r2, r3) = (b2 / a2, b3 / a3);
     match p.path {
         Path::Fill => {
             let zero = 0.0f32;
@@ -351,35 +350,90 @@ pub(crate) fn launch(
             let lda = leading_dim(&ga, es, k).ok_or_else(|| backend_error("a is not a cuBLAS matrix"))?;
             let ldb = leading_dim(&gb, es, k).ok_or_else(|| backend_error("b is not a cuBLAS matrix"))?;
             let ldc = leading_dim(&d, 4, m).ok_or_else(|| backend_error("dst is not a cuBLAS matrix"))?;
-            let handle = scratch.blas()?;
-            let gemm_args = Gemm::new(handle, int(m)?, int(k)?, cuda_type(gemm));
-            match batch {
-                Batch::Single => gemm_args.single(ga.data, int(lda)?, gb.data, int(ldb)?, d.data, int(ldc)?, int(n)?),
-                Batch::Folded { ldb, ldc } => {
-                    let cols = int(n * b2 * b3)?;
-                    gemm_args.single(ga.data, int(lda)?, gb.data, int(ldb)?, d.data, int(ldc)?, cols)
+            let single = |(cols, ldb, ldc): (i64, i64, i64)| {
+                lt_gemm(gemm, (m, cols, k), (ga.data, lda), (gb.data, ldb), (d.data, ldc), None)
+            };
+            let product = match batch {
+                Batch::Single => single((n, ldb, ldc))?,
+                Batch::Folded { ldb, ldc } => single((n * b2 * b3, ldb, ldc))?,
+                Batch::Strided { .. } | Batch::Pointers => {
+                    return batched(kernels, stream, scratch, (ga, gb, d), (gemm, batch), base + p.ptr_offset as u64)
                 }
-                Batch::Strided { stride_a, stride_b, stride_c } => gemm_args.strided(
-                    (ga.data, int(lda)?, stride_a),
-                    (gb.data, int(ldb)?, stride_b),
-                    (d.data, int(ldc)?, stride_c),
-                    int(n)?,
-                    int(b2 * b3)?,
-                ),
-                Batch::Pointers => {
-                    let nmat = b2 * b3;
-                    let ptrs = base + p.ptr_offset as u64;
-                    let cfg = cudarc::driver::LaunchConfig {
-                        grid_dim: (div_ceil(nmat, 256).clamp(1, 65535) as u32, 1, 1),
-                        block_dim: (256, 1, 1),
-                        shared_mem_bytes: 0,
-                    };
-                    // mul_mat_ptrs(TensorArg a, TensorArg b, TensorArg dst, long long r2,
-                    //              long long r3, unsigned long long *out)
-                    launch_kernel!(kernels, stream, names::MUL_MAT_PTRS, cfg, &ga, &gb, &d, &r2, &r3, &ptrs)?;
-                    gemm_args.pointers(ptrs, int(nmat)?, int(lda)?, int(ldb)?, int(ldc)?, int(n)?)
-                }
+            };
+            if [(ga, gemm), (gb, gemm)].into_iter().any(|s| TensorArg::overlap((d, DType::F32), s)) {
+                return Err(backend_error("a MUL_MAT's result overlaps its operands"));
             }
+            // SAFETY: the operands are validated device matrices of the stream's context
+            // (converted ones in scratch reserved for them), the result apart from them.
+            unsafe { scratch.matmul(&product) }
+        }
+    }
+}
+
+/// The cuBLASLt product `c (m x n, f32) = a^T b` of matrices of type `gemm` given as (device
+/// address, leading dimension in values), plus `bias` where given.
+fn lt_gemm(
+    gemm: DType,
+    (m, n, k): (i64, i64, i64),
+    a: (u64, i64),
+    b: (u64, i64),
+    c: (u64, i64),
+    bias: Option<u64>,
+) -> Result<LtGemm> {
+    let dims = |v: i64| u64::try_from(v).map_err(|_| backend_error("a negative MUL_MAT size"));
+    Ok(LtGemm {
+        m: dims(m)?,
+        n: dims(n)?,
+        k: dims(k)?,
+        ty: match gemm {
+            DType::F16 => cudarc::cublaslt::sys::cudaDataType::CUDA_R_16F,
+            DType::BF16 => cudarc::cublaslt::sys::cudaDataType::CUDA_R_16BF,
+            _ => cudarc::cublaslt::sys::cudaDataType::CUDA_R_32F,
+        },
+        a,
+        b,
+        c,
+        bias,
+        tf32: f32_products() == F32Products::Tf32,
+    })
+}
+
+/// Queues the batched cuBLAS GEMM of a plan's `batch` (strided, or through pointer arrays
+/// written at device address `ptrs`) over the matrices of `a`, `b` and `d`.
+fn batched(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    scratch: &mut Scratch,
+    (a, b, d): (TensorArg, TensorArg, TensorArg),
+    (gemm, batch): (DType, Batch),
+    ptrs: u64,
+) -> Result<()> {
+    let es = gemm.block_bytes() as i64;
+    let ([k, m, a2, a3], [_, n, b2, b3]) = (a.ne, b.ne);
+    let lda = leading_dim(&a, es, k).ok_or_else(|| backend_error("a is not a cuBLAS matrix"))?;
+    let ldb = leading_dim(&b, es, k).ok_or_else(|| backend_error("b is not a cuBLAS matrix"))?;
+    let ldc = leading_dim(&d, 4, m).ok_or_else(|| backend_error("dst is not a cuBLAS matrix"))?;
+    let gemm_args = Gemm::new(scratch.blas()?, int(m)?, int(k)?, cuda_type(gemm));
+    match batch {
+        Batch::Strided { stride_a, stride_b, stride_c } => gemm_args.strided(
+            (a.data, int(lda)?, stride_a),
+            (b.data, int(ldb)?, stride_b),
+            (d.data, int(ldc)?, stride_c),
+            int(n)?,
+            int(b2 * b3)?,
+        ),
+        _ => {
+            let (r2, r3) = (b2 / a2, b3 / a3);
+            let nmat = b2 * b3;
+            let cfg = cudarc::driver::LaunchConfig {
+                grid_dim: (div_ceil(nmat, 256).clamp(1, 65535) as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // mul_mat_ptrs(TensorArg a, TensorArg b, TensorArg dst, long long r2,
+            //              long long r3, unsigned long long *out)
+            launch_kernel!(kernels, stream, names::MUL_MAT_PTRS, cfg, &a, &b, &d, &r2, &r3, &ptrs)?;
+            gemm_args.pointers(ptrs, int(nmat)?, int(lda)?, int(ldb)?, int(ldc)?, int(n)?)
         }
     }
 }
@@ -581,6 +635,43 @@ fn pack_kernel(gemm: DType, b: &TensorArg, gelu: bool) -> Option<&'static str> {
     (b.ne[0] % 8 == 0 && rows_16_byte_aligned(b, 4)).then_some(name)
 }
 
+/// Whether f32 tensor `t` is densely packed.
+fn is_packed_f32(t: &TensorArg) -> bool {
+    let mut stride = 4;
+    for (&ne, &nb) in t.ne.iter().zip(&t.nb) {
+        if ne > 1 && nb != stride {
+            return false;
+        }
+        stride = stride.saturating_mul(ne);
+    }
+    true
+}
+
+/// The kernel packing densely packed f32 `b` (one [`pack_kernel`] takes) as `gemm`'s type,
+/// through GELU_ERF with `gelu`, as one run of values, and its launch: blocks of 256 threads,
+/// 8 a multiprocessor (one wave where a thread needs at most 32 registers), or fewer where
+/// `b` has fewer groups of 8 values.
+fn pack_flat(
+    kernels: &Kernels,
+    gemm: DType,
+    b: &TensorArg,
+    gelu: bool,
+) -> (&'static str, cudarc::driver::LaunchConfig) {
+    let name = match (gemm, gelu) {
+        (DType::BF16, false) => names::PACK_FLAT_F32_BF16,
+        (DType::BF16, true) => names::PACK_FLAT_GELU_ERF_F32_BF16,
+        (_, false) => names::PACK_FLAT_F32_F16,
+        (_, true) => names::PACK_FLAT_GELU_ERF_F32_F16,
+    };
+    let blocks = div_ceil(b.nelements() / 8, 256).clamp(1, 8 * kernels.multiprocessors());
+    let cfg = cudarc::driver::LaunchConfig {
+        grid_dim: (blocks.min(i64::from(u32::MAX)) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    (name, cfg)
+}
+
 /// Where the GEMM of a MUL_MAT of `a` and `b` into `dst` takes `b` packed as 16-bit values
 /// (f16 or bf16) from the scratch, as its layout, offset and the plan's scratch bytes: what a
 /// kernel that produces `b` may leave there for it ([`Scratch::set_converted`]). `None` where
@@ -633,6 +724,11 @@ fn gemm_operands(
         if !b_held {
             match pack_kernel(gemm, &b, gelu_b) {
                 // pack_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
+                Some(_) if is_packed_f32(&b) => {
+                    let (name, cfg) = pack_flat(kernels, gemm, &b, gelu_b);
+                    // pack_flat_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
+                    launch_kernel!(kernels, stream, name, cfg, &b, &t)?
+                }
                 Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&b, PACK16_F32_ROWS), &b, &t)?,
                 None if !gelu_b => copy(kernels, stream, (b, DType::F32), (t, gemm))?,
                 None => return Err(backend_error("GELU_ERF fused into a product whose b no kernel packs")),
@@ -727,28 +823,14 @@ pub(crate) fn launch_with_bias(
     let (Some(lda), Some(ldb), Some(ldc)) = (lda, ldb, ldc) else {
         return Err(backend_error("an operand is not a cuBLASLt matrix"));
     };
-    let ty = match gemm {
-        DType::F16 => cudarc::cublaslt::sys::cudaDataType::CUDA_R_16F,
-        DType::BF16 => cudarc::cublaslt::sys::cudaDataType::CUDA_R_16BF,
-        _ => cudarc::cublaslt::sys::cudaDataType::CUDA_R_32F,
-    };
-    let dims = |v: i64| u64::try_from(v).map_err(|_| backend_error("a negative MUL_MAT size"));
-    let g = BiasGemm {
-        m: dims(m)?,
-        n: dims(n)?,
-        k: dims(k)?,
-        ty,
-        a: (ga.data, lda),
-        b: (gb.data, ldb),
-        c: (d.data, ldc),
-        bias: bias.0.data,
-        tf32: f32_products() == F32Products::Tf32,
-    };
-    let (handle, workspace) = scratch.blas_lt()?;
-    // SAFETY: the operands are validated device matrices of `stream`'s context (converted ones
-    // in scratch reserved for them), the bias a packed f32 column of m values; the work memory
-    // is the scratch's, used only on this stream.
-    unsafe { matmul_bias(handle, workspace, stream.cu_stream() as _, &g) }?;
+    let g = lt_gemm(gemm, (m, n, k), (ga.data, lda), (gb.data, ldb), (d.data, ldc), Some(bias.0.data))?;
+    if [(ga, gemm), (gb, gemm), bias].into_iter().any(|s| TensorArg::overlap((d, DType::F32), s)) {
+        return Err(backend_error("a MUL_MAT's result overlaps its operands"));
+    }
+    // SAFETY: the operands are validated device matrices of the stream's context (converted
+    // ones in scratch reserved for them), the bias a packed f32 column of m values, the result
+    // apart from them all.
+    unsafe { scratch.matmul(&g) }?;
     Ok(true)
 }
 
@@ -786,14 +868,6 @@ impl Gemm {
     /// A product in f32 compute (tensor cores for 16-bit operands).
     fn new(handle: cublas_sys::cublasHandle_t, m: c_int, k: c_int, ty: cudaDataType) -> Gemm {
         Gemm { handle, m, k, ty, compute: cublasComputeType_t::CUBLAS_COMPUTE_32F }
-    }
-
-    /// A product of f32 operands on TF32 tensor cores.
-    pub(super) fn tf32(handle: cublas_sys::cublasHandle_t, m: c_int, k: c_int) -> Gemm {
-        Gemm {
-            compute: cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
-            ..Gemm::new(handle, m, k, cudaDataType::CUDA_R_32F)
-        }
     }
 }
 

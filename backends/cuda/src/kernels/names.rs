@@ -429,6 +429,11 @@ pub(crate) const PACK_F32_BF16: &str = "pack_f32_bf16";
 /// As [`PACK_F32_F16`] and [`PACK_F32_BF16`], each value first taken through GELU_ERF.
 pub(crate) const PACK_GELU_ERF_F32_F16: &str = "pack_gelu_erf_f32_f16";
 pub(crate) const PACK_GELU_ERF_F32_BF16: &str = "pack_gelu_erf_f32_bf16";
+/// As the four above, for packed tensors taken as one run of values.
+pub(crate) const PACK_FLAT_F32_F16: &str = "pack_flat_f32_f16";
+pub(crate) const PACK_FLAT_F32_BF16: &str = "pack_flat_f32_bf16";
+pub(crate) const PACK_FLAT_GELU_ERF_F32_F16: &str = "pack_flat_gelu_erf_f32_f16";
+pub(crate) const PACK_FLAT_GELU_ERF_F32_BF16: &str = "pack_flat_gelu_erf_f32_bf16";
 /// Splits an f32 operand of a split product into TF32 parts and remainders.
 pub(crate) const SPLIT_TF32: &str = "split_tf32";
 /// As [`SPLIT_TF32`], each value first taken through GELU_ERF.
@@ -516,6 +521,10 @@ mod tests {
         chosen.insert(CONVERT_B_MMA_F16);
         chosen.insert(CONVERT_B_MMA_BF16);
         chosen.insert(PACK_F32_F16);
+        chosen.insert(PACK_FLAT_F32_F16);
+        chosen.insert(PACK_FLAT_F32_BF16);
+        chosen.insert(PACK_FLAT_GELU_ERF_F32_F16);
+        chosen.insert(PACK_FLAT_GELU_ERF_F32_BF16);
         chosen.insert(PACK_F32_BF16);
         chosen.insert(SPLIT_TF32);
         chosen.insert(PACK_GELU_ERF_F32_F16);

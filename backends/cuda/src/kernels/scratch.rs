@@ -7,6 +7,7 @@ use cudarc::cublaslt::sys as lt_sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use tessera_core::{DType, Error, Result};
 
+use super::gemm_lt::{self, Algorithms, LtGemm};
 use super::{backend_error, TensorArg};
 
 /// Scratch memory grows in steps of this many bytes.
@@ -35,6 +36,8 @@ pub struct Scratch {
     /// The stream's cuBLASLt handle (products with epilogues), sharing cuBLAS's work memory:
     /// both only run in this stream's order.
     blas_lt: Option<LtHandle>,
+    /// The cuBLASLt algorithm chosen for each product shape on this stream.
+    algorithms: Algorithms,
     /// While a run of nodes is queued ([`Scratch::start_run`]): the product operand whose
     /// converted copy lies in the memory, if any, so that the products of one activation (a
     /// layer's query, key and value) convert it once.
@@ -145,6 +148,7 @@ impl Scratch {
             blas: None,
             blas_workspace: None,
             blas_lt: None,
+            algorithms: Algorithms::default(),
             held: None,
         })
     }
@@ -308,5 +312,30 @@ impl Scratch {
             (Some(h), Some((_, address))) => Ok((h.0, (*address, BLAS_WORKSPACE))),
             _ => Err(backend_error("the cuBLASLt handle is missing")),
         }
+    }
+
+    /// Queues `g` through cuBLASLt on this stream, with the algorithm chosen for its shape
+    /// ([`Algorithms`]).
+    ///
+    /// # Safety
+    /// As [`gemm_lt::matmul`].
+    pub(crate) unsafe fn matmul(&mut self, g: &LtGemm) -> Result<()> {
+        let (handle, workspace) = self.blas_lt()?;
+        // SAFETY: forwarded from the caller; the handle and work memory are this stream's.
+        unsafe { gemm_lt::matmul(handle, workspace, &self.stream, g, &mut self.algorithms) }
+    }
+
+    /// Chooses algorithms for the products queued while this stream was captured
+    /// ([`gemm_lt::tune_captured`]); `Ok(true)` when any was chosen.
+    ///
+    /// # Safety
+    /// As [`gemm_lt::tune_captured`].
+    pub(crate) unsafe fn tune_captured(&mut self) -> Result<bool> {
+        if self.blas_lt.is_none() {
+            return Ok(false);
+        }
+        let (handle, workspace) = self.blas_lt()?;
+        // SAFETY: forwarded from the caller; the handle and work memory are this stream's.
+        unsafe { gemm_lt::tune_captured(handle, workspace, &self.stream, &mut self.algorithms) }
     }
 }

@@ -18,9 +18,8 @@ use cudarc::driver::CudaStream;
 use tessera_core::Result;
 
 use super::arg::TensorArg;
-use super::gemm_lt::{matmul_bias, BiasGemm};
+use super::gemm_lt::LtGemm;
 use super::launch::{div_ceil, launch_kernel};
-use super::mul_mat::Gemm;
 use super::scratch::{BLayout, F32Products};
 use super::{backend_error, names, Kernels, Scratch};
 
@@ -128,7 +127,6 @@ pub(crate) fn launch(
     p: &SplitProduct,
     bias: Option<u64>,
 ) -> Result<()> {
-    let int = |v: i64| i32::try_from(v).map_err(|_| backend_error("a MUL_MAT size exceeds cuBLAS's 32-bit arguments"));
     let (m, k3, ldc) = (p.m, 3 * p.k, p.ldc);
     let (a_bytes, b_bytes) = scratch_bytes(m, p.cols, p.k, super::mul_mat::align);
     // b split whole in one chunk is kept for the next products of the same b (a layer's
@@ -149,31 +147,22 @@ pub(crate) fn launch(
             }
         }
         let c = p.d.data + 4 * (c0 * ldc) as u64;
-        match bias {
-            None => {
-                let gemm = Gemm::tf32(scratch.blas()?, int(m)?, int(k3)?);
-                gemm.single(a, int(k3)?, b, int(k3)?, c, int(ldc)?, int(n)?)?;
-            }
-            Some(bias) => {
-                let dims = |v: i64| u64::try_from(v).map_err(|_| backend_error("a negative MUL_MAT size"));
-                let g = BiasGemm {
-                    m: dims(m)?,
-                    n: dims(n)?,
-                    k: dims(k3)?,
-                    ty: cudarc::cublaslt::sys::cudaDataType::CUDA_R_32F,
-                    a: (a, k3),
-                    b: (b, k3),
-                    c: (c, ldc),
-                    bias,
-                    tf32: true,
-                };
-                let (handle, workspace) = scratch.blas_lt()?;
-                // SAFETY: the split operands lie in scratch reserved for them above, `c` holds
-                // columns c0..c0 + n of the validated result, the bias is m packed f32 values;
-                // the work memory is the scratch's, used only on this stream.
-                unsafe { matmul_bias(handle, workspace, stream.cu_stream() as _, &g) }?;
-            }
-        }
+        let dims = |v: i64| u64::try_from(v).map_err(|_| backend_error("a negative MUL_MAT size"));
+        let g = LtGemm {
+            m: dims(m)?,
+            n: dims(n)?,
+            k: dims(k3)?,
+            ty: cudarc::cublaslt::sys::cudaDataType::CUDA_R_32F,
+            a: (a, k3),
+            b: (b, k3),
+            c: (c, ldc),
+            bias,
+            tf32: true,
+        };
+        // SAFETY: the split operands lie in scratch reserved for them above, `c` holds columns
+        // c0..c0 + n of the validated result (apart from the scratch), the bias is m packed
+        // f32 values; the work memory is the scratch's, used only on this stream.
+        unsafe { scratch.matmul(&g) }?;
         c0 += n;
     }
     Ok(())
