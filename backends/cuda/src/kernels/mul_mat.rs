@@ -723,12 +723,12 @@ fn gemm_operands(
         let t = TensorArg::contiguous(base + p.b_offset as u64, gemm, b.ne)?;
         if !b_held {
             match pack_kernel(gemm, &b, gelu_b) {
-                // pack_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
                 Some(_) if is_packed_f32(&b) => {
                     let (name, cfg) = pack_flat(kernels, gemm, &b, gelu_b);
                     // pack_flat_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
                     launch_kernel!(kernels, stream, name, cfg, &b, &t)?
                 }
+                // pack_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
                 Some(name) => launch_kernel!(kernels, stream, name, pack16_config(&b, PACK16_F32_ROWS), &b, &t)?,
                 None if !gelu_b => copy(kernels, stream, (b, DType::F32), (t, gemm))?,
                 None => return Err(backend_error("GELU_ERF fused into a product whose b no kernel packs")),
@@ -1090,6 +1090,16 @@ mod tests {
             let p = plan((a, at), t(DType::F32, [512, 1, 1, 1]), t(DType::F32, [5, 1, 1, 1]));
             assert_eq!(matches!(p.path, Path::MatVec { .. }), vec, "{at}: {p:?}");
         }
+    }
+
+    #[test]
+    fn only_densely_packed_activations_take_the_flat_packing_kernel() {
+        assert!(is_packed_f32(&t(DType::F32, [384, 7, 2, 3]).0));
+        // Strides of dimensions of one value do not matter.
+        assert!(is_packed_f32(&TensorArg { data: 0, ne: [64, 1, 5, 1], nb: [4, 12, 256, 7] }));
+        // Rows further apart than their values (a view of every other row), and a permutation.
+        assert!(!is_packed_f32(&TensorArg { data: 0, ne: [64, 4, 1, 1], nb: [4, 512, 2048, 2048] }));
+        assert!(!is_packed_f32(&permuted(DType::F32, [64, 4, 3, 1], [0, 2, 1, 3]).0));
     }
 
     #[test]
