@@ -371,8 +371,9 @@ pub(crate) fn launch(
 }
 
 /// The cuBLASLt product `c (m x n, f32) = a^T b` of matrices of type `gemm` given as (device
-/// address, leading dimension in values), plus `bias` where given.
-fn lt_gemm(
+/// address, leading dimension in values), plus `bias` where given; f32 ones on TF32 tensor cores
+/// in the `tf32` mode.
+pub(super) fn lt_gemm(
     gemm: DType,
     (m, n, k): (i64, i64, i64),
     a: (u64, i64),

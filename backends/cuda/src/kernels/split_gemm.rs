@@ -15,13 +15,14 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use tessera_core::Result;
+use tessera_core::{DType, Result};
 
 use super::arg::TensorArg;
 use super::gemm_lt::LtGemm;
 use super::launch::{div_ceil, launch_kernel};
+use super::mul_mat::lt_gemm;
 use super::scratch::{BLayout, F32Products};
-use super::{backend_error, names, Kernels, Scratch};
+use super::{names, Kernels, Scratch};
 
 /// Multiply-adds from which `auto` splits a product: below, the three launches cost more than
 /// the CUDA cores take.
@@ -147,18 +148,8 @@ pub(crate) fn launch(
             }
         }
         let c = p.d.data + 4 * (c0 * ldc) as u64;
-        let dims = |v: i64| u64::try_from(v).map_err(|_| backend_error("a negative MUL_MAT size"));
-        let g = LtGemm {
-            m: dims(m)?,
-            n: dims(n)?,
-            k: dims(k3)?,
-            ty: cudarc::cublaslt::sys::cudaDataType::CUDA_R_32F,
-            a: (a, k3),
-            b: (b, k3),
-            c: (c, ldc),
-            bias,
-            tf32: true,
-        };
+        // The parts are multiplied in one TF32 pass whatever the f32 mode.
+        let g = LtGemm { tf32: true, ..lt_gemm(DType::F32, (m, n, k3), (a, k3), (b, k3), (c, ldc), bias)? };
         // SAFETY: the split operands lie in scratch reserved for them above, `c` holds columns
         // c0..c0 + n of the validated result (apart from the scratch), the bias is m packed
         // f32 values; the work memory is the scratch's, used only on this stream.
