@@ -121,24 +121,31 @@ fn mul_mat() -> Vec<Case> {
 /// sequence) and 16 x 128, with queries, keys and values laid out as the BERT graph's views of
 /// its projections ([head_dim, tokens, heads, sequences] over [hidden, tokens, sequences]).
 /// The mask holds random values like every input, no -inf: no key is skipped. Each shape in
-/// full and in reduced precision (`--compute-type f16`).
+/// full and in reduced precision (`--compute-type f16`), and in reduced precision with keys and
+/// values in f16 as the BERT graph then writes them.
 fn flash_attn() -> Vec<Case> {
     [(1024usize, 128usize), (16, 128)]
         .into_iter()
-        .flat_map(|shape| [(shape, Precision::Full), (shape, Precision::Reduced)])
-        .map(|((seqs, tokens), precision)| {
+        .flat_map(|shape| {
+            [
+                (shape, Precision::Full, DType::F32),
+                (shape, Precision::Reduced, DType::F32),
+                (shape, Precision::Reduced, DType::F16),
+            ]
+        })
+        .map(|((seqs, tokens), precision, kv_type)| {
             let (hd, heads) = (32usize, 12usize);
             let prec = if precision == Precision::Reduced { ",prec=reduced" } else { "" };
             Case {
                 op: "FLASH_ATTN",
-                params: format!("hsk=32,nh=12,kv={tokens},nb={seqs},mask=1{prec}"),
+                params: format!("hsk=32,nh=12,kv={tokens},nb={seqs},type_kv={kv_type},mask=1{prec}"),
                 build: Box::new(move |g| {
-                    let head_view = |g: &mut Graph| -> tessera::Result<TensorId> {
-                        let x = g.new_tensor(DType::F32, &[hd * heads, tokens, seqs])?;
+                    let head_view = |g: &mut Graph, t: DType| -> tessera::Result<TensorId> {
+                        let x = g.new_tensor(t, &[hd * heads, tokens, seqs])?;
                         let x = g.reshape(x, &[hd, heads, tokens, seqs])?;
                         g.permute(x, [0, 2, 1, 3])
                     };
-                    let (q, k, v) = (head_view(g)?, head_view(g)?, head_view(g)?);
+                    let (q, k, v) = (head_view(g, DType::F32)?, head_view(g, kv_type)?, head_view(g, kv_type)?);
                     let mask = g.new_tensor(DType::F32, &[tokens, 1, 1, seqs])?;
                     let out = g.flash_attn(q, k, v, Some(mask), 1.0 / (hd as f32).sqrt())?;
                     g.set_flash_attn_precision(out, precision)?;
@@ -148,28 +155,34 @@ fn flash_attn() -> Vec<Case> {
                 spread: 1.0,
             }
         })
-        .chain(std::iter::once(llama_prompt_attention()))
+        .chain(llama_prompt_attention())
         .collect()
 }
 
 /// FLASH_ATTN over a 512-token prompt of a 1B Llama (32 query heads of 64 over 8 key heads,
-/// keys and values in f16 as its cache holds them, a mask row per query).
-fn llama_prompt_attention() -> Case {
-    let (hd, heads, kv_heads, n) = (64usize, 32usize, 8usize, 512usize);
-    Case {
-        op: "FLASH_ATTN",
-        params: format!("hsk={hd},nh={heads},nkv={kv_heads},n={n},kv={n},type_kv=f16,mask=1"),
-        build: Box::new(move |g| {
-            let q = g.new_tensor(DType::F32, &[hd, heads, n])?;
-            let q = g.permute(q, [0, 2, 1, 3])?;
-            let k = g.new_tensor(DType::F16, &[hd, n, kv_heads])?;
-            let v = g.new_tensor(DType::F16, &[hd, n, kv_heads])?;
-            let mask = g.new_tensor(DType::F32, &[n, n])?;
-            g.flash_attn(q, k, v, Some(mask), 1.0 / (hd as f32).sqrt())
-        }),
-        work: Work::Flops(4.0 * (hd * n * n * heads) as f64),
-        spread: 1.0,
-    }
+/// keys and values in f16 as its cache holds them, a mask row per query), in full and in
+/// reduced precision.
+fn llama_prompt_attention() -> impl Iterator<Item = Case> {
+    [Precision::Full, Precision::Reduced].into_iter().map(|precision| {
+        let (hd, heads, kv_heads, n) = (64usize, 32usize, 8usize, 512usize);
+        let prec = if precision == Precision::Reduced { ",prec=reduced" } else { "" };
+        Case {
+            op: "FLASH_ATTN",
+            params: format!("hsk={hd},nh={heads},nkv={kv_heads},n={n},kv={n},type_kv=f16,mask=1{prec}"),
+            build: Box::new(move |g| {
+                let q = g.new_tensor(DType::F32, &[hd, heads, n])?;
+                let q = g.permute(q, [0, 2, 1, 3])?;
+                let k = g.new_tensor(DType::F16, &[hd, n, kv_heads])?;
+                let v = g.new_tensor(DType::F16, &[hd, n, kv_heads])?;
+                let mask = g.new_tensor(DType::F32, &[n, n])?;
+                let out = g.flash_attn(q, k, v, Some(mask), 1.0 / (hd as f32).sqrt())?;
+                g.set_flash_attn_precision(out, precision)?;
+                Ok(out)
+            }),
+            work: Work::Flops(4.0 * (hd * n * n * heads) as f64),
+            spread: 1.0,
+        }
+    })
 }
 
 /// `a op b` with `b: ne` repeated `nr` times over `a`; ggml counts three times the result.

@@ -412,6 +412,55 @@ fn a_gelu_fused_into_the_product_after_it_gives_the_bits_of_its_node() {
     }
 }
 
+/// A feed-forward in reduced precision: GELU_ERF of f16 values, widened to f32 for the product
+/// after it, which adds a bias. Captured into a program, the GELU is taken as the GEMM packs b
+/// (its f16 and f32 results are never written), with the bits of the program where the widened
+/// values are read elsewhere too (and so written), for f16 and bf16 weights.
+#[test]
+fn a_gelu_of_f16_values_fused_into_the_product_after_it_gives_the_bits_of_its_nodes() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    // One backend: both programs take the algorithm it chose for the product's shape.
+    let mut backend = gpu.init_backend().unwrap();
+    for (wt, m, n, k) in [(DType::F16, 384, 256, 1536), (DType::BF16, 96, 40, 64)] {
+        let mut run = |read_elsewhere: bool| {
+            let mut g = Graph::new();
+            let w = g.new_tensor(wt, &[k, m]).unwrap();
+            let x = g.new_tensor(DType::F16, &[k, n]).unwrap();
+            let bias = g.new_tensor(DType::F32, &[m]).unwrap();
+            let act = g.gelu_erf(x).unwrap();
+            let wide = g.cast(act, DType::F32).unwrap();
+            let y = g.mul_mat(w, wide).unwrap();
+            let out = g.add(y, bias).unwrap();
+            if read_elsewhere {
+                g.set_output(wide).unwrap();
+            }
+            g.set_output(out).unwrap();
+            g.build_forward(out).unwrap();
+            tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+            for (i, leaf) in [w, x, bias].into_iter().enumerate() {
+                let count = g.tensor(leaf).unwrap().nelements();
+                let values: Vec<f32> = (0..count).map(|j| ((j * 7 + i * 13) % 101) as f32 / 25.0 - 2.0).collect();
+                g.set_f32(leaf, &values).unwrap();
+            }
+            let sentinel = vec![7.0f32; k * n];
+            g.set_f32(act, &sentinel).unwrap();
+            g.set_f32(wide, &sentinel).unwrap();
+            let consumers = tessera::consumer_counts(&g).unwrap();
+            let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
+            let mut program = backend.prepare(&split).unwrap();
+            backend.run(&mut *program, &g).unwrap();
+            backend.synchronize().unwrap();
+            let written = [act, wide].map(|t| g.get_f32(t).unwrap() != sentinel);
+            (g.get_f32(out).unwrap(), written)
+        };
+        let ((apart, apart_wrote), (fused, fused_wrote)) = (run(true), run(false));
+        assert_eq!((apart_wrote, fused_wrote), ([true, true], [false, false]), "{wt}: the GELU was not fused");
+        assert!(fused.iter().any(|&v| v != 0.0));
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&fused), bits(&apart), "{wt}: fused and apart differ");
+    }
+}
+
 /// Products of many columns after a fused layer norm, captured into a program: the norm also
 /// stores its result packed as the next product's GEMM takes it (f16 or bf16; for q8_0 weights
 /// after the weights' f16 copy in the scratch), and that product and the one after it read the
@@ -654,6 +703,43 @@ fn a_product_with_its_bias_fused_matches_the_nodes() {
         let (one_by_one, fused) = one_by_one_and_captured(gpu, &g, out);
         let worst = fused.iter().zip(&one_by_one).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0.0f32, f32::max);
         assert!(worst < 1e-5, "{wt} {m}x{n}x{k} (x{batch}): fused and one by one differ by {worst}");
+    }
+}
+
+/// A linear layer in reduced precision (its f32 bias rounded to f16, its sum cast to f16),
+/// captured into a program: with f16 (or dequantized) weights one cuBLASLt product writing f16
+/// (its f32 sum is never written); with bf16 weights the nodes one by one. Either way the nodes'
+/// results up to summation order, so at most one f16 step apart, for one matrix and for
+/// matrices folded into one product.
+#[test]
+fn a_linear_layer_in_f16_fused_matches_the_nodes() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    for (wt, m, n, k, batch, fused) in
+        [(DType::F16, 384, 128, 384, 4, true), (DType::Q8_0, 64, 40, 96, 1, true), (DType::BF16, 64, 9, 96, 2, false)]
+    {
+        let mut g = Graph::new();
+        let w = g.new_tensor(wt, &[k, m]).unwrap();
+        let x = g.new_tensor(DType::F32, &[k, n, batch]).unwrap();
+        let b = g.new_tensor(DType::F32, &[m]).unwrap();
+        let y = g.mul_mat(w, x).unwrap();
+        let b16 = g.cast(b, DType::F16).unwrap();
+        let sum = g.add(y, b16).unwrap();
+        let out = g.cast(sum, DType::F16).unwrap();
+        g.set_output(out).unwrap();
+        g.build_forward(out).unwrap();
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        for (i, leaf) in [w, x, b].into_iter().enumerate() {
+            let n = g.tensor(leaf).unwrap().nelements();
+            let values: Vec<f32> = (0..n).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect();
+            g.set_f32(leaf, &values).unwrap();
+        }
+        let sentinel = vec![7.0f32; m * n * batch];
+        let (one_by_one, got) = one_by_one_and_captured_resetting(gpu, &g, out, |g| g.set_f32(sum, &sentinel).unwrap());
+        assert_eq!(g.get_f32(sum).unwrap() == sentinel, fused, "{wt}: fused {fused} expected");
+        assert!(one_by_one.iter().any(|&v| v != 0.0));
+        // One step of f16 is 2^-10 of the value's power of two.
+        let worst = got.iter().zip(&one_by_one).map(|(a, b)| (a - b).abs() / b.abs().max(1e-3)).fold(0.0f32, f32::max);
+        assert!(worst <= 1.0 / 1024.0, "{wt} {m}x{n}x{k} (x{batch}): fused and one by one differ by {worst}");
     }
 }
 

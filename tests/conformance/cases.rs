@@ -729,6 +729,24 @@ fn flash_attn(v: &mut Vec<Case>) {
                 v.push(Case::new("FLASH_ATTN", name, move |g| build(g, Precision::Reduced)).with_max_nmse(5e-4));
             }
         }
+        // Keys and values as an encoder's projections hold them, `[d, heads, tokens]` seen as
+        // `[d, tokens, heads]` (the BERT graph's layout), in both precisions.
+        for precision in [Precision::Full, Precision::Reduced] {
+            let prec = if precision == Precision::Reduced { ",prec=reduced" } else { "" };
+            let name = format!("FLASH_ATTN(type_kv={t},d=32,n=96,kv=96,hq=4,hk=4,b=2,heads_view{prec})");
+            v.push(
+                Case::new("FLASH_ATTN", name, move |g| {
+                    let q = g.input(F32, [32, 96, 4, 2], Some(SWAP12), Init::DEFAULT)?;
+                    let k = g.input(t, [32, 96, 4, 2], Some(SWAP12), Init::DEFAULT)?;
+                    let vv = g.input(t, [32, 96, 4, 2], Some(SWAP12), Init::DEFAULT)?;
+                    let m = g.leaf_init(F32, [96, 1, 1, 2], Init::MaskInf)?;
+                    let out = g.flash_attn(q, k, vv, Some(m), 1.0 / 32f32.sqrt())?;
+                    g.set_flash_attn_precision(out, precision)?;
+                    Ok(out)
+                })
+                .with_max_nmse(if precision == Precision::Reduced { 5e-4 } else { 1e-7 }),
+            );
+        }
         // Keys and values read as a window of a cache `[d, heads, context]`.
         let name = format!("FLASH_ATTN(type_kv={t},d=64,n=2,kv=96,hq=4,hk=2,cache_window=[64,2,200])");
         v.push(Case::new("FLASH_ATTN", name, move |g| {

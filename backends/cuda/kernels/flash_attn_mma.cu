@@ -28,7 +28,7 @@
 // a sum into NaN), and a tile no row may see is skipped (a causal mask's future).
 #include <type_traits>
 
-#include "common.cuh"
+#include "flash_attn_rows.cuh"
 
 #define FAM_WARPS 4
 #define FAM_THREADS (32 * FAM_WARPS)
@@ -38,14 +38,6 @@
 // sm_90, and the remainder, of x's sign, stays below 2^-10 of x, so a product keeps about 20
 // bits). Infinities and NaN keep their class in the part.
 __device__ __forceinline__ unsigned int fam_tf32(float x) { return __float_as_uint(x) & 0xffffe000u; }
-
-// 2^x for x <= 0 (soft-max weights): one instruction; results below 2^-126 flush to zero,
-// far below what a weight adds to a sum of at least 1.
-__device__ __forceinline__ float fam_exp2(float x) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
 
 // x as its TF32 part and remainder.
 __device__ __forceinline__ void fam_split(float x, unsigned int &hi, unsigned int &lo) {
@@ -106,9 +98,6 @@ template <int D, int KEYS, int PARTS> struct FamTile {
     float bias[KEYS]; // the mask row of every query of the block, where they share one
     int live[KEYS];   // whether some query row of the block sees the key
 };
-
-// Row r of a mask of `rows` rows (rows repeat): 32-bit arithmetic, since r fits 31 bits.
-__device__ __forceinline__ int fam_mask_row(int r, long long rows) { return r < rows ? r : r % (int)rows; }
 
 // A value as the tile keeps it: x (16-bit values are exact in TF32), or with F32 its TF32 part
 // and with PARTS = 2 also its remainder.
@@ -171,8 +160,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
     // Groups of 4 values of the tile's keys (and values) each thread loads.
     constexpr int GROUPS = KEYS * (D / 4) / FAM_THREADS;
     static_assert(GROUPS * FAM_THREADS == KEYS * (D / 4), "a tile is whole groups of the block's threads");
-    constexpr float LOG2E = 1.4426950408889634f;
-    const float scale2 = scale * LOG2E;
+    const float scale2 = scale * FA_LOG2E;
     auto &keys = tile.keys;
     auto &values = tile.values;
     auto &live = tile.live;
@@ -204,7 +192,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
     for (int i = 0; i < 2; i++) {
         const bool in = rows[i] < n;
         if (in && has_mask) {
-            mrow[i] = mbase + fam_mask_row(rows[i], mask.ne[1]) * mask.nb[1];
+            mrow[i] = mbase + fa_mask_row(rows[i], mask.ne[1]) * mask.nb[1];
         }
         const float *qrow = in ? (const float *)row_ptr(q, rows[i], h, i3) : nullptr;
 #pragma unroll
@@ -233,7 +221,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
             if (tid < KEYS) {
                 const int p = p0 + tid;
                 const float b = p >= kv ? -INFINITY : has_mask ? M::load(mbase, p, mask.nb[0]) : 0.0f;
-                bias[tid] = b * LOG2E;
+                bias[tid] = b * FA_LOG2E;
                 live[tid] = b != -INFINITY;
                 any = b != -INFINITY;
             }
@@ -241,7 +229,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
             for (int i = tid; i < mask_rows * KEYS; i += FAM_THREADS) {
                 const int j = i % KEYS;
                 const int p = p0 + j;
-                const char *m = mbase + fam_mask_row(first + i / KEYS, mask.ne[1]) * mask.nb[1];
+                const char *m = mbase + fa_mask_row(first + i / KEYS, mask.ne[1]) * mask.nb[1];
                 if (p < kv && M::load(m, p, mask.nb[0]) != -INFINITY) {
                     live[j] = 1;
                     any = true;
@@ -298,67 +286,8 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
                 }
             }
 
-            // Scaled and masked, in base-2 units (a key no row may see, or past the last, is
-            // -inf), then the online soft-max of each row over the 4 threads that share it.
-            if (one_row) {
-#pragma unroll
-                for (int c = 0; c < KEYS / 8; c++) {
-                    const float2 b = *(const float2 *)&bias[8 * c + 2 * t];
-#pragma unroll
-                    for (int x = 0; x < 4; x++) {
-                        const float bx = x & 1 ? b.y : b.x;
-                        sc[c][x] = bx == -INFINITY ? -INFINITY : fmaf(sc[c][x], scale2, bx);
-                    }
-                }
-            } else {
-                const int left = min(KEYS, kv - p0);
-#pragma unroll
-                for (int c = 0; c < KEYS / 8; c++) {
-#pragma unroll
-                    for (int x = 0; x < 4; x++) {
-                        const int j = 8 * c + 2 * t + (x & 1);
-                        const char *m = mrow[x / 2];
-                        const float b = j < left && m != nullptr ? M::load(m, p0 + j, mask.nb[0]) : -INFINITY;
-                        sc[c][x] = b == -INFINITY ? -INFINITY : fmaf(sc[c][x], scale2, b * LOG2E);
-                    }
-                }
-            }
-            float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int c = 0; c < KEYS / 8; c++) {
-#pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    tile_max[x / 2] = fmaxf(tile_max[x / 2], sc[c][x]);
-                }
-            }
-            float rescale[2], tile_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
-                tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
-                const float next = fmaxf(row_max[i], tile_max[i]);
-                rescale[i] = row_max[i] == -INFINITY ? 0.0f : fam_exp2(row_max[i] - next);
-                // Scores of a row no key reaches yet stay -inf: their weights are zeros.
-                row_max[i] = next;
-                tile_max[i] = next == -INFINITY ? 0.0f : next;
-            }
-#pragma unroll
-            for (int c = 0; c < KEYS / 8; c++) {
-#pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    sc[c][x] = fam_exp2(sc[c][x] - tile_max[x / 2]);
-                    tile_sum[x / 2] += sc[c][x];
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                row_sum[i] = row_sum[i] * rescale[i] + tile_sum[i];
-            }
-#pragma unroll
-            for (int s = 0; s < D / 8; s++) {
-                out[s][0] *= rescale[0], out[s][1] *= rescale[0];
-                out[s][2] *= rescale[1], out[s][3] *= rescale[1];
-            }
+            fa_online_softmax<M, KEYS, D>(sc, out, row_max, row_sum, one_row, &bias[0], mrow, mask.nb[0], p0, kv,
+                                          scale2);
 
             // Weighted values: the weights of keys 8c .. 8c + 7 are the A fragment of step c
             // (columns t and t + 4 are keys 2t and 2t + 1); out[s] as the scores' layout over
@@ -381,21 +310,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
         __syncthreads();
     }
 
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        float sum = row_sum[i];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        if (rows[i] < n) {
-            float *drow = (float *)row_ptr(dst, h, rows[i], i3);
-#pragma unroll
-            for (int s = 0; s < D / 8; s++) {
-                const float a = out[s][2 * i], b = out[s][2 * i + 1];
-                drow[8 * s + 2 * t] = sum == 0.0f ? 0.0f : a / sum;
-                drow[8 * s + 2 * t + 1] = sum == 0.0f ? 0.0f : b / sum;
-            }
-        }
-    }
+    fa_store_rows<D>(out, row_sum, rows, n, dst, h, i3);
 }
 
 // flash_attn_mma_<kv type>_d<head> and, in reduced precision, flash_attn_mma_tf32_<kv type>_d<head>

@@ -252,10 +252,46 @@ __device__ void pack16_flat(const TensorArg &a, const TensorArg &dst) {
         pack16_flat<BF, GELU>(a, dst);                                                                           \
     }
 
+// As pack16_flat<BF, true> for a packed f16 tensor (a multiple of 8 values on a 16-byte
+// boundary) whose GELU_ERF is taken in f16, as a GELU_ERF node of f16 values gives it, then
+// widened to f32 for the product: each value's GELU rounded to f16, then (for bf16) to bf16.
+template <bool BF> __device__ void pack16_flat_gelu_f16(const TensorArg &a, const TensorArg &dst) {
+    await_prior_kernel();
+    const long long groups = a.ne[0] * a.ne[1] * a.ne[2] * a.ne[3] / 8;
+    const uint4 *in = (const uint4 *)a.data;
+    uint4 *out = (uint4 *)dst.data;
+    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < groups;
+         g += (long long)gridDim.x * blockDim.x) {
+        const uint4 x = __ldcs(in + g);
+        const unsigned int w[4] = {x.x, x.y, x.z, x.w};
+        unsigned int h[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            unsigned short y[2];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                y[j] = f32_to_f16_bits(gelu_erf_f32(f16_bits_to_f32((unsigned short)(w[i] >> (16 * j)))));
+                if constexpr (BF) {
+                    y[j] = f32_to_bf16_bits(f16_bits_to_f32(y[j]));
+                }
+            }
+            h[i] = (unsigned int)y[0] | ((unsigned int)y[1] << 16);
+        }
+        out[g] = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+}
+
+#define PACK16_FLAT_GELU_F16_KERNEL(name, BF)                                                                    \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg dst) { \
+        pack16_flat_gelu_f16<BF>(a, dst);                                                                        \
+    }
+
 PACK16_FLAT_KERNEL(pack_flat_f32_f16, false, false)
 PACK16_FLAT_KERNEL(pack_flat_f32_bf16, true, false)
 PACK16_FLAT_KERNEL(pack_flat_gelu_erf_f32_f16, false, true)
 PACK16_FLAT_KERNEL(pack_flat_gelu_erf_f32_bf16, true, true)
+PACK16_FLAT_GELU_F16_KERNEL(pack_flat_gelu_erf_f16_f16, false)
+PACK16_FLAT_GELU_F16_KERNEL(pack_flat_gelu_erf_f16_bf16, true)
 
 PACK16_KERNEL(pack_f32_f16, F32Row, false)
 PACK16_KERNEL(pack_f32_bf16, F32Row, true)

@@ -268,7 +268,7 @@ impl CudaBackend {
                 let scratch = &mut self.scratch;
                 kernels::launch_norm_affine(&self.kernels, &self.stream, src, r, dst, eps, rms, w, b, scratch, next)
             }
-            Fusion::MulMatBias { gelu, mul_mat, bias, .. } => {
+            Fusion::MulMatBias { gelu, mul_mat, bias_half, bias, .. } => {
                 // With a GELU first, its source is the product's b taken through it.
                 let product = graph.tensor(mul_mat)?;
                 let (Some(weights), Some(src1)) = (product.src(0), product.src(1)) else { return Ok(false) };
@@ -276,9 +276,25 @@ impl CudaBackend {
                 if gelu.is_some() && !self.device.supports_op(graph, mul_mat) {
                     return Ok(false);
                 }
-                let (a, b, bias) = (operand(weights)?, operand(b)?, operand(bias)?);
+                // A bias rounded to f16 is rounded by the product, from its f32 source.
+                let bias = match bias_half {
+                    Some(cast) => {
+                        graph.tensor(cast)?.src(0).ok_or_else(|| kernels::backend_error("a CPY without a source"))?
+                    }
+                    None => bias,
+                };
+                let (a, product_b, b, bias) = (operand(weights)?, operand(src1)?, operand(b)?, operand(bias)?);
                 let scratch = &mut self.scratch;
-                kernels::launch_mul_mat_bias(&self.kernels, &self.stream, scratch, a, (b, gelu.is_some()), dst, bias)
+                kernels::launch_mul_mat_bias(
+                    &self.kernels,
+                    &self.stream,
+                    scratch,
+                    a,
+                    product_b,
+                    (b, gelu.is_some()),
+                    dst,
+                    bias,
+                )
             }
             Fusion::SwiGlu { up, .. } => {
                 let (Some(src1), Some(up_weight)) = (t.src(1), graph.tensor(up)?.src(0)) else { return Ok(false) };

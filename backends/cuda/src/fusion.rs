@@ -3,7 +3,7 @@
 //! gives the bits of the nodes one after another; where the kernel does not take the operands,
 //! the nodes run one by one.
 
-use tessera_core::{BinaryOp, Graph, Op, RopeMode, TensorFlags, TensorId, UnaryOp};
+use tessera_core::{BinaryOp, DType, Graph, Op, RopeMode, TensorFlags, TensorId, UnaryOp};
 
 /// A fusable run of nodes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -21,10 +21,23 @@ pub(crate) enum Fusion {
         eps: f32,
         rms: bool,
     },
-    /// MUL_MAT, then ADD of a bias row to its result: a linear layer. `last` is the ADD. With
-    /// `gelu`, a GELU_ERF node whose only reader is the product (as b) comes first: a
-    /// feed-forward's activation and second linear layer.
-    MulMatBias { gelu: Option<TensorId>, mul_mat: TensorId, bias: TensorId, last: TensorId },
+    /// MUL_MAT, then ADD of a bias row to its result: a linear layer. `last` is the ADD, or
+    /// `half`, a CPY of the sum (its only reader) to a new f16 tensor: the product then writes
+    /// f16 (a layer in reduced precision), and its bias is f16 too, `bias_half`, a CPY of an
+    /// f32 bias to f16 between the product and the ADD (cuBLASLt adds no f32 bias to an f16
+    /// result). With `gelu`, a GELU_ERF node whose only reader is
+    /// the product (as b) comes first: a feed-forward's activation and second linear layer;
+    /// with `widened`, the GELU is of f16 values and its only reader a CPY of them to f32, the
+    /// product's b.
+    MulMatBias {
+        gelu: Option<TensorId>,
+        widened: Option<TensorId>,
+        mul_mat: TensorId,
+        bias_half: Option<TensorId>,
+        bias: TensorId,
+        half: Option<TensorId>,
+        last: TensorId,
+    },
     /// A SwiGLU feed-forward's first half: MUL_MAT (gate), SILU of it, MUL_MAT (up) of the same
     /// activation, then MUL of the two (`last`).
     SwiGlu { gate: TensorId, up: TensorId, last: TensorId },
@@ -54,8 +67,13 @@ impl Fusion {
             Fusion::NormAffine { residual: None, rms: false, .. } => "NORM+MUL(+ADD) (fused)",
             Fusion::NormAffine { residual: Some(_), rms: true, .. } => "ADD+RMS_NORM+MUL(+ADD) (fused)",
             Fusion::NormAffine { residual: None, rms: true, .. } => "RMS_NORM+MUL(+ADD) (fused)",
-            Fusion::MulMatBias { gelu: None, .. } => "MUL_MAT+ADD (fused)",
-            Fusion::MulMatBias { gelu: Some(_), .. } => "GELU_ERF+MUL_MAT+ADD (fused)",
+            Fusion::MulMatBias { gelu: None, half: None, .. } => "MUL_MAT+ADD (fused)",
+            Fusion::MulMatBias { gelu: None, half: Some(_), .. } => "MUL_MAT+ADD+CPY (fused)",
+            Fusion::MulMatBias { gelu: Some(_), widened: None, half: None, .. } => "GELU_ERF+MUL_MAT+ADD (fused)",
+            Fusion::MulMatBias { gelu: Some(_), widened: Some(_), half: None, .. } => {
+                "GELU_ERF+CPY+MUL_MAT+ADD (fused)"
+            }
+            Fusion::MulMatBias { gelu: Some(_), half: Some(_), .. } => "GELU_ERF+MUL_MAT+ADD+CPY (fused)",
             Fusion::SwiGlu { .. } => "MUL_MAT+SILU+MUL_MAT+MUL (fused)",
             Fusion::Projections { .. } => "MUL_MAT(+ROPE)(+SET_ROWS) x N (fused)",
         }
@@ -67,7 +85,10 @@ impl Fusion {
             Fusion::NormAffine { residual, bias, .. } => {
                 2 + usize::from(bias.is_some()) + usize::from(residual.is_some())
             }
-            Fusion::MulMatBias { gelu, .. } => 2 + usize::from(gelu.is_some()),
+            Fusion::MulMatBias { gelu, widened, bias_half, half, .. } => {
+                let optional = [gelu, widened, bias_half, half];
+                2 + optional.iter().filter(|n| n.is_some()).count()
+            }
             Fusion::SwiGlu { .. } => 4,
             Fusion::Projections { nodes, .. } => *nodes,
         }
@@ -99,22 +120,72 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
         Op::Norm { eps } => (eps, false),
         Op::RmsNorm { eps } => (eps, true),
         Op::MulMat => {
-            let add = graph.tensor(second).ok()?;
-            let adds = add.op() == Op::Binary(BinaryOp::Add) && add.src(0) == Some(first) && read_once(first);
+            // A new tensor of `to` values converted from one source.
+            let cast = |id: TensorId, to: DType| {
+                graph
+                    .tensor(id)
+                    .is_ok_and(|c| c.op() == Op::Cpy && c.src(1).is_none() && c.view_src().is_none() && c.dtype() == to)
+            };
+            // The bias rounded to f16 right after the product, read only by the ADD after it.
+            let bias_half = Some(second).filter(|&c| cast(c, DType::F16) && read_once(c));
+            let at = 1 + usize::from(bias_half.is_some());
+            let add_id = *ids.get(at)?;
+            let add = graph.tensor(add_id).ok()?;
+            let adds = add.op() == Op::Binary(BinaryOp::Add)
+                && add.src(0) == Some(first)
+                && read_once(first)
+                && (bias_half.is_none() || add.src(1) == bias_half);
             if adds {
-                return Some(Fusion::MulMatBias { gelu: None, mul_mat: first, bias: add.src(1)?, last: second });
+                // With an f16 bias, a cast of the sum to f16 right after it, its only reader
+                // (no fusion takes an f16 bias without it).
+                let half = ids.get(at + 1).copied().filter(|&next| {
+                    bias_half.is_some()
+                        && cast(next, DType::F16)
+                        && graph.tensor(next).is_ok_and(|c| c.src(0) == Some(add_id))
+                        && read_once(add_id)
+                });
+                if bias_half.is_some() && half.is_none() {
+                    return None;
+                }
+                let (bias, last) = (add.src(1)?, half.unwrap_or(add_id));
+                return Some(Fusion::MulMatBias {
+                    gelu: None,
+                    widened: None,
+                    mul_mat: first,
+                    bias_half,
+                    bias,
+                    half,
+                    last,
+                });
             }
             return swiglu(graph, ids, consumers).or_else(|| projections(graph, ids, consumers));
         }
         Op::Unary(UnaryOp::GeluErf) => {
-            // Read only as the b of the product right after it, which adds a bias.
-            let product = graph.tensor(second).ok()?;
-            if product.op() != Op::MulMat || product.src(1) != Some(first) || !read_once(first) {
+            // Read only as the b of the product right after it, which adds a bias; or, of f16
+            // values, only by a cast to f32 right after it, read only as that product's b.
+            let widened = graph.tensor(second).ok().filter(|c| {
+                c.op() == Op::Cpy
+                    && c.src(0) == Some(first)
+                    && c.src(1).is_none()
+                    && c.dtype() == DType::F32
+                    && graph.tensor(first).is_ok_and(|t| t.dtype() == DType::F16)
+            });
+            let (b, at) = if widened.is_some() { (second, 2) } else { (first, 1) };
+            let product = graph.tensor(*ids.get(at)?).ok()?;
+            if product.op() != Op::MulMat || product.src(1) != Some(b) || !read_once(first) || !read_once(b) {
                 return None;
             }
-            return match find(graph, &ids[1..], consumers)? {
-                Fusion::MulMatBias { gelu: None, mul_mat, bias, last } => {
-                    Some(Fusion::MulMatBias { gelu: Some(first), mul_mat, bias, last })
+            return match find(graph, &ids[at..], consumers)? {
+                Fusion::MulMatBias { gelu: None, mul_mat, bias_half, bias, half, last, .. } => {
+                    Some(Fusion::MulMatBias {
+                        gelu: Some(first),
+                        widened: widened.is_some().then_some(second),
+                        mul_mat,
+                        bias_half,
+                        bias,
+                        half,
+                        last,
+                    })
                 }
                 _ => None,
             };
@@ -324,9 +395,68 @@ mod tests {
         g.build_forward(out).unwrap();
         let ids = g.nodes().to_vec();
         let mut c = counts(&g);
-        assert_eq!(find(&g, &ids, &c), Some(Fusion::MulMatBias { gelu: None, mul_mat: ids[0], bias: b, last: ids[1] }));
+        let fused = Fusion::MulMatBias {
+            gelu: None,
+            widened: None,
+            mul_mat: ids[0],
+            bias_half: None,
+            bias: b,
+            half: None,
+            last: ids[1],
+        };
+        assert_eq!(find(&g, &ids, &c), Some(fused));
         c[ids[0].index()] += 1; // the product is read elsewhere too
         assert_eq!(find(&g, &ids, &c), None);
+    }
+
+    #[test]
+    fn a_linear_layer_in_f16_fuses_with_its_bias_rounded_to_f16() {
+        // The bias rounded to `bias_to` (or not), the sum cast to `to`.
+        let build = |bias_to: Option<DType>, to: DType| {
+            let mut g = Graph::new();
+            let w = g.new_tensor(DType::F16, &[8, 5]).unwrap();
+            let x = g.new_tensor(DType::F32, &[8, 3]).unwrap();
+            let b = g.new_tensor(DType::F32, &[5]).unwrap();
+            let y = g.mul_mat(w, x).unwrap();
+            let b = bias_to.map_or(b, |t| g.cast(b, t).unwrap());
+            let sum = g.add(y, b).unwrap();
+            let out = g.cast(sum, to).unwrap();
+            g.build_forward(out).unwrap();
+            let ids = g.nodes().to_vec();
+            (g, ids, b)
+        };
+        let (g, ids, b) = build(Some(DType::F16), DType::F16);
+        assert_eq!(b, ids[1], "the bias's cast comes between the product and the ADD");
+        let mut c = counts(&g);
+        let fused = Fusion::MulMatBias {
+            gelu: None,
+            widened: None,
+            mul_mat: ids[0],
+            bias_half: Some(ids[1]),
+            bias: b,
+            half: Some(ids[3]),
+            last: ids[3],
+        };
+        assert_eq!((find(&g, &ids, &c), fused.len()), (Some(fused), 4));
+        // The sum read elsewhere too: no product takes an f16 bias into an f32 result.
+        c[ids[2].index()] += 1;
+        assert_eq!(find(&g, &ids, &c), None);
+        // An f32 bias with an f16 result, and a bf16 result: the product and its ADD only.
+        for (bias_to, to) in [(None, DType::F16), (Some(DType::F16), DType::BF16)] {
+            let (g, ids, b) = build(bias_to, to);
+            let at = 1 + usize::from(bias_to.is_some());
+            let plain = Fusion::MulMatBias {
+                gelu: None,
+                widened: None,
+                mul_mat: ids[0],
+                bias_half: None,
+                bias: b,
+                half: None,
+                last: ids[at],
+            };
+            let want = if bias_to.is_some() { None } else { Some(plain) };
+            assert_eq!(find(&g, &ids, &counts(&g)), want, "{bias_to:?} {to}");
+        }
     }
 
     #[test]
@@ -346,11 +476,53 @@ mod tests {
         };
         let (g, ids, b) = build(true);
         let mut c = counts(&g);
-        let fused = Fusion::MulMatBias { gelu: Some(ids[0]), mul_mat: ids[1], bias: b, last: ids[2] };
+        let fused = Fusion::MulMatBias {
+            gelu: Some(ids[0]),
+            widened: None,
+            mul_mat: ids[1],
+            bias_half: None,
+            bias: b,
+            half: None,
+            last: ids[2],
+        };
         assert_eq!((find(&g, &ids, &c), fused.len()), (Some(fused), 3));
         c[ids[0].index()] += 1; // the activation is read elsewhere too
         assert_eq!(find(&g, &ids, &c), None);
         let (g, ids, _) = build(false);
+        assert_eq!(find(&g, &ids, &counts(&g)), None);
+    }
+
+    #[test]
+    fn a_gelu_of_f16_values_widened_for_the_product_after_it_fuses_into_its_b() {
+        let build = |gelu_type: DType| {
+            let mut g = Graph::new();
+            let w = g.new_tensor(DType::F16, &[8, 5]).unwrap();
+            let x = g.new_tensor(gelu_type, &[8, 3]).unwrap();
+            let b = g.new_tensor(DType::F32, &[5]).unwrap();
+            let act = g.gelu_erf(x).unwrap();
+            let wide = g.cast(act, DType::F32).unwrap();
+            let y = g.mul_mat(w, wide).unwrap();
+            let out = g.add(y, b).unwrap();
+            g.build_forward(out).unwrap();
+            let ids = g.nodes().to_vec();
+            (g, ids, b)
+        };
+        let (g, ids, b) = build(DType::F16);
+        let mut c = counts(&g);
+        let fused = Fusion::MulMatBias {
+            gelu: Some(ids[0]),
+            widened: Some(ids[1]),
+            mul_mat: ids[2],
+            bias_half: None,
+            bias: b,
+            half: None,
+            last: ids[3],
+        };
+        assert_eq!((find(&g, &ids, &c), fused.len()), (Some(fused), 4));
+        c[ids[1].index()] += 1; // the widened values are read elsewhere too
+        assert_eq!(find(&g, &ids, &c), None);
+        // A cast of f32 values (the same type) is no widening.
+        let (g, ids, _) = build(DType::F32);
         assert_eq!(find(&g, &ids, &counts(&g)), None);
     }
 

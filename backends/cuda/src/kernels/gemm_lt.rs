@@ -1,7 +1,8 @@
 //! One product through cuBLASLt, `C = A^T B`, with a bias epilogue where one is given (the
-//! bias a column of `M` f32 values added to every column of `C`, so that a linear layer's ADD
-//! of its bias costs no kernel and no pass over its result), and with the algorithm chosen
-//! once per shape by timing the library's candidates ([`Algorithms`]).
+//! bias a column of `M` values added to every column of `C`, so that a linear layer's ADD
+//! of its bias costs no kernel and no pass over its result), C in f32 or rounded to f16 as it
+//! is written, and with the algorithm chosen once per shape by timing the library's candidates
+//! ([`Algorithms`]).
 //!
 //! The descriptors live for one call: products are queued when a split is captured into a
 //! CUDA graph, where the algorithm is recorded once and replayed.
@@ -22,8 +23,9 @@ use tessera_core::{Error, Result};
 
 use super::backend_error;
 
-/// A product `C (m x n, f32, ldc) = A^T (A: k x m of type `ty`, lda) B (k x n, `ty`, ldb)`,
-/// plus `bias` (m packed f32 values) where given.
+/// A product `C (m x n of type `c_ty`, ldc) = A^T (A: k x m of type `ty`, lda) B (k x n, `ty`,
+/// ldb)`, plus `bias` (m packed values of C's type) where given, summed in f32 (a 16-bit C is
+/// the f32 sum rounded).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LtGemm {
     pub m: u64,
@@ -33,6 +35,8 @@ pub(crate) struct LtGemm {
     pub a: (u64, i64),
     pub b: (u64, i64),
     pub c: (u64, i64),
+    /// f32, or f16.
+    pub c_ty: cudaDataType,
     pub bias: Option<u64>,
     /// TF32 tensor cores for f32 operands (the `tf32` mode, and split products' parts).
     pub tf32: bool,
@@ -43,6 +47,7 @@ pub(crate) struct LtGemm {
 struct Shape {
     mnk: (u64, u64, u64),
     ty: u32,
+    c_ty: u32,
     lds: (i64, i64, i64),
     bias: bool,
     tf32: bool,
@@ -53,6 +58,7 @@ impl LtGemm {
         Shape {
             mnk: (self.m, self.n, self.k),
             ty: self.ty as u32,
+            c_ty: self.c_ty as u32,
             lds: (self.a.1, self.b.1, self.c.1),
             bias: self.bias.is_some(),
             tf32: self.tf32,
@@ -140,12 +146,10 @@ impl Descriptors {
             if let Some(bias) = g.bias {
                 set(d.matmul, A::CUBLASLT_MATMUL_DESC_EPILOGUE, &cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS)?;
                 set(d.matmul, A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &(bias as *const c_void))?;
-                set(d.matmul, A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &cudaDataType::CUDA_R_32F)?;
+                set(d.matmul, A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &g.c_ty)?;
             }
         }
-        for (ty, rows, cols, ld) in
-            [(g.ty, g.k, g.m, g.a.1), (g.ty, g.k, g.n, g.b.1), (cudaDataType::CUDA_R_32F, g.m, g.n, g.c.1)]
-        {
+        for (ty, rows, cols, ld) in [(g.ty, g.k, g.m, g.a.1), (g.ty, g.k, g.n, g.b.1), (g.c_ty, g.m, g.n, g.c.1)] {
             d.layouts.push(lt::create_matrix_layout(ty, rows, cols, ld).map_err(lt_error("describing a matrix"))?);
         }
         let preference = lt::create_matmul_pref().map_err(lt_error("creating a preference"))?;
@@ -299,7 +303,8 @@ pub(crate) unsafe fn tune_captured(
         let d = Descriptors::new(&g, workspace.1)?;
         let candidates = d.candidates(handle)?;
         let values = (g.c.1.max(0) as u64).saturating_mul(g.n.max(1) - 1).saturating_add(g.m);
-        let bytes = usize::try_from(values.saturating_mul(4)).unwrap_or(usize::MAX);
+        let size = if g.c_ty == cudaDataType::CUDA_R_32F { 4 } else { 2 };
+        let bytes = usize::try_from(values.saturating_mul(size)).unwrap_or(usize::MAX);
         // Without memory for a scratch result the first suggestion stays.
         let best = match stream.alloc_zeros::<u8>(bytes) {
             Ok(scratch) => {

@@ -80,14 +80,19 @@ pub(crate) unsafe fn launch_raw(
 /// rows per block beyond one.
 const FLASH_ATTN_THREADS: u32 = 128;
 const FLASH_ATTN_ROWS: i64 = 16;
-/// Threads of a tensor-core FLASH_ATTN block (`FAM_THREADS` in flash_attn_mma.cu), and its
-/// query rows (`FAM_ROWS`).
+/// Threads of a tensor-core FLASH_ATTN block (`FAM_THREADS` in flash_attn_mma.cu, `FAH_THREADS`
+/// in flash_attn_half.cu), and its query rows (`FAM_ROWS`, `FAH_ROWS`).
 const FLASH_ATTN_MMA_THREADS: u32 = 128;
 const FLASH_ATTN_MMA_ROWS: i64 = 64;
 /// Threads of a one-row FLASH_ATTN block (`FA_SPLIT_THREADS`), and the key positions it takes
 /// (`FA_SPLIT_POSITIONS`).
 const FLASH_ATTN_SPLIT_THREADS: u32 = 128;
 const FLASH_ATTN_SPLIT_POSITIONS: i64 = 32;
+
+/// Whether every row of `t` starts on a 16-byte boundary.
+fn rows_on_16_bytes(t: &TensorArg) -> bool {
+    t.data % 16 == 0 && t.nb[1..].iter().all(|nb| nb % 16 == 0)
+}
 
 /// How a one-row FLASH_ATTN is split: key chunks per head, the kernels' row width, and the
 /// bytes of the partial results (per chunk, head and batch: maximum, sum, `width` sums).
@@ -422,14 +427,17 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             launch_kernel!(kernels, stream, kernel(names::set_rows(dt))?, cfg, &b, &idx, &dst)
         }
         Op::FlashAttn { scale, precision } => {
-            let ((q, _), (k, kt), (v, _)) = (src(0)?, src(1)?, src(2)?);
+            let ((q, _), (k, kt), (v, vt)) = (src(0)?, src(1)?, src(2)?);
             let mask = node.srcs.get(3).copied().flatten();
             // Without a mask the kernel never reads its mask argument: pass the queries.
             let (m, mt) = mask.unwrap_or((q, DType::F32));
             let (has_mask, mask_f16) = (i32::from(mask.is_some()), i32::from(mt == DType::F16));
             let head = q.ne[0].max(v.ne[0]);
             let reduced = precision == Precision::Reduced;
-            if let Some(name) = names::flash_attn_mma(kt, q.ne[0], v.ne[0], q.ne[1], reduced) {
+            // f16 keys and values in reduced precision: on f16 tensor cores, copied 16 bytes at a time.
+            let half = names::flash_attn_half(kt, vt, q.ne[0], v.ne[0], q.ne[1])
+                .filter(|_| reduced && rows_on_16_bytes(&k) && rows_on_16_bytes(&v));
+            if let Some(name) = half.or_else(|| names::flash_attn_mma(kt, q.ne[0], v.ne[0], q.ne[1], reduced)) {
                 // Validated: at most 65535 heads and batches.
                 let cfg = LaunchConfig {
                     grid_dim: (div_ceil(q.ne[1], FLASH_ATTN_MMA_ROWS) as u32, q.ne[2] as u32, q.ne[3] as u32),

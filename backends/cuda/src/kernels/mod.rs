@@ -176,18 +176,22 @@ pub fn scratch_bytes(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> usize {
 /// where neither applies (the nodes then run one by one). The results differ from the two
 /// nodes' by the rounding of a different summation order at most (not at all for the
 /// matrix-vector kernels). With `gelu_b`, the product reads GELU_ERF of `b` (a GELU_ERF node
-/// before it, fused too, with its bits), where a GEMM converts `b` anyway; `Ok(false)` for
-/// other plans. The addresses are as for [`launch`].
+/// before it, fused too, with its bits; of f16 values, widened to f32 by a CPY node, fused
+/// too), where a GEMM converts `b` anyway; `Ok(false)` for other plans. `product_b` is the
+/// product node's own b, as validated. An f16 `dst` is the sum cast to f16 (with an f16 bias).
+/// The addresses are as for [`launch`].
+#[allow(clippy::too_many_arguments)]
 pub fn launch_mul_mat_bias(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
     scratch: &mut Scratch,
     a: Operand,
+    product_b: Operand,
     (b, gelu_b): (Operand, bool),
     dst: Operand,
     bias: Operand,
 ) -> Result<bool> {
-    let srcs = [Some(a), Some(b)];
+    let srcs = [Some(a), Some(product_b)];
     if validate(&Node { op: Op::MulMat, dst, srcs: &srcs }).is_err() || dst.0.nelements() == 0 || a.0.ne[0] == 0 {
         return Ok(false);
     }

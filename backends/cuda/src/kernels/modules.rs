@@ -135,6 +135,11 @@ pub(crate) const MODULES: &[Module] = &[
         ],
     },
     Module {
+        name: "flash_attn_half",
+        fatbin: fatbin!("flash_attn_half"),
+        kernels: &["flash_attn_half_d32", "flash_attn_half_d64", "flash_attn_half_d128"],
+    },
+    Module {
         name: "flash_attn_mma",
         fatbin: fatbin!("flash_attn_mma"),
         kernels: &[
@@ -207,6 +212,8 @@ pub(crate) const MODULES: &[Module] = &[
             "pack_flat_f32_bf16",
             "pack_flat_gelu_erf_f32_f16",
             "pack_flat_gelu_erf_f32_bf16",
+            "pack_flat_gelu_erf_f16_f16",
+            "pack_flat_gelu_erf_f16_bf16",
             "pack_f32_f16",
             "pack_f32_bf16",
             "pack_gelu_erf_f32_f16",

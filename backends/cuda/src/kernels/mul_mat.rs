@@ -196,7 +196,9 @@ pub(crate) fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
 
 /// [`plan`] with f32 products made as `mode` says.
 fn plan_for(a: Operand, b: Operand, dst: Operand, mode: F32Products) -> Plan {
-    let ((a, at), (b, _), (dst, _)) = (a, b, dst);
+    let ((a, at), (b, _), (dst, dt)) = (a, b, dst);
+    // The result's values: f32, or f16 where a CPY to f16 is fused in.
+    let ds = dt.block_bytes() as i64;
     let [k, m, a2, a3] = a.ne;
     let [_, n, b2, b3] = b.ne;
     let none = |path| Plan { path, a_offset: 0, b_offset: 0, ptr_offset: 0, scratch_bytes: 0 };
@@ -251,10 +253,10 @@ fn plan_for(a: Operand, b: Operand, dst: Operand, mode: F32Products) -> Plan {
     let es = gemm.block_bytes() as i64;
     let nmat = b2 * b3;
     // Split products are single GEMMs (one matrix, or b's matrices folded into its columns).
-    let one_gemm = nmat == 1 || (a2 == 1 && a3 == 1 && fold_stride(&dst, 4, m, 1).is_some());
+    let one_gemm = nmat == 1 || (a2 == 1 && a3 == 1 && fold_stride(&dst, ds, m, 1).is_some());
     let split = gemm == DType::F32 && one_gemm && split_gemm::chosen(mode, m, n.saturating_mul(nmat), k);
     if split {
-        let folded_ldc = fold_stride(&dst, 4, m, 1).filter(|_| nmat > 1);
+        let folded_ldc = fold_stride(&dst, ds, m, 1).filter(|_| nmat > 1);
         let (a_bytes, b_bytes) = split_gemm::scratch_bytes(m, n.saturating_mul(nmat), k, align);
         return Plan {
             path: Path::Split { folded_ldc },
@@ -272,10 +274,10 @@ fn plan_for(a: Operand, b: Operand, dst: Operand, mode: F32Products) -> Plan {
 
     let batch = if nmat == 1 {
         Batch::Single
-    } else if let (1, 1, Some(ldb), Some(ldc)) = (a2, a3, fold_stride(&gb, es, k, 1), fold_stride(&dst, 4, m, 1)) {
+    } else if let (1, 1, Some(ldb), Some(ldc)) = (a2, a3, fold_stride(&gb, es, k, 1), fold_stride(&dst, ds, m, 1)) {
         Batch::Folded { ldb, ldc }
     } else if let (true, Some(stride_a), Some(stride_b), Some(stride_c)) =
-        (a2 == b2 && a3 == b3, batch_stride(&ga, es), batch_stride(&gb, es), batch_stride(&dst, 4))
+        (a2 == b2 && a3 == b3, batch_stride(&ga, es), batch_stride(&gb, es), batch_stride(&dst, ds))
     {
         Batch::Strided { stride_a, stride_b, stride_c }
     } else {
@@ -344,7 +346,7 @@ pub(crate) fn launch(
             split_gemm::launch(kernels, stream, scratch, &product, None)
         }
         Path::Gemm { gemm, batch, .. } => {
-            let (ga, gb, base) = gemm_operands(kernels, stream, scratch, &p, (a, at), (b, false))?;
+            let (ga, gb, base) = gemm_operands(kernels, stream, scratch, &p, (a, at), ((b, DType::F32), false))?;
             let es = gemm.block_bytes() as i64;
             let k = ga.ne[0];
             let lda = leading_dim(&ga, es, k).ok_or_else(|| backend_error("a is not a cuBLAS matrix"))?;
@@ -394,6 +396,7 @@ pub(super) fn lt_gemm(
         a,
         b,
         c,
+        c_ty: cudarc::cublaslt::sys::cudaDataType::CUDA_R_32F,
         bias,
         tf32: f32_products() == F32Products::Tf32,
     })
@@ -623,9 +626,20 @@ fn split_product(a: TensorArg, b: TensorArg, d: TensorArg, folded_ldc: Option<i6
     Ok(SplitProduct { a, b, gelu_b: false, d, m, k, cols, ldc })
 }
 
-/// The kernel packing f32 `b` as `gemm`'s type for a GEMM (taking its values through GELU_ERF
-/// first with `gelu`), if one takes `b`'s rows: a multiple of 8 values on 16-byte boundaries.
-fn pack_kernel(gemm: DType, b: &TensorArg, gelu: bool) -> Option<&'static str> {
+/// The kernel packing `b` as `gemm`'s type for a GEMM (taking its values through GELU_ERF
+/// first with `gelu`), if one takes `b`: f32 rows of a multiple of 8 values on 16-byte
+/// boundaries; f16 values only through GELU_ERF (a GELU_ERF node of f16 values widened to f32
+/// for the product), densely packed, a multiple of 8 from a 16-byte boundary.
+fn pack_kernel(gemm: DType, (b, bt): (&TensorArg, DType), gelu: bool) -> Option<&'static str> {
+    if bt == DType::F16 {
+        let flat = gelu && is_packed(b, 2) && b.nelements() % 8 == 0 && b.data % 16 == 0;
+        return match gemm {
+            DType::F16 => Some(names::PACK_FLAT_GELU_ERF_F16_F16),
+            DType::BF16 => Some(names::PACK_FLAT_GELU_ERF_F16_BF16),
+            _ => None,
+        }
+        .filter(|_| flat);
+    }
     let name = match (gemm, gelu) {
         (DType::F16, false) => names::PACK_F32_F16,
         (DType::BF16, false) => names::PACK_F32_BF16,
@@ -633,12 +647,12 @@ fn pack_kernel(gemm: DType, b: &TensorArg, gelu: bool) -> Option<&'static str> {
         (DType::BF16, true) => names::PACK_GELU_ERF_F32_BF16,
         _ => return None,
     };
-    (b.ne[0] % 8 == 0 && rows_16_byte_aligned(b, 4)).then_some(name)
+    (bt == DType::F32 && b.ne[0] % 8 == 0 && rows_16_byte_aligned(b, 4)).then_some(name)
 }
 
-/// Whether f32 tensor `t` is densely packed.
-fn is_packed_f32(t: &TensorArg) -> bool {
-    let mut stride = 4;
+/// Whether tensor `t` of `es`-byte values is densely packed.
+fn is_packed(t: &TensorArg, es: i64) -> bool {
+    let mut stride = es;
     for (&ne, &nb) in t.ne.iter().zip(&t.nb) {
         if ne > 1 && nb != stride {
             return false;
@@ -648,21 +662,23 @@ fn is_packed_f32(t: &TensorArg) -> bool {
     true
 }
 
-/// The kernel packing densely packed f32 `b` (one [`pack_kernel`] takes) as `gemm`'s type,
+/// The kernel packing densely packed `b` (one [`pack_kernel`] takes) as `gemm`'s type,
 /// through GELU_ERF with `gelu`, as one run of values, and its launch: blocks of 256 threads,
 /// 8 a multiprocessor (one wave where a thread needs at most 32 registers), or fewer where
 /// `b` has fewer groups of 8 values.
 fn pack_flat(
     kernels: &Kernels,
     gemm: DType,
-    b: &TensorArg,
+    (b, bt): (&TensorArg, DType),
     gelu: bool,
 ) -> (&'static str, cudarc::driver::LaunchConfig) {
-    let name = match (gemm, gelu) {
-        (DType::BF16, false) => names::PACK_FLAT_F32_BF16,
-        (DType::BF16, true) => names::PACK_FLAT_GELU_ERF_F32_BF16,
-        (_, false) => names::PACK_FLAT_F32_F16,
-        (_, true) => names::PACK_FLAT_GELU_ERF_F32_F16,
+    let name = match (bt, gemm, gelu) {
+        (DType::F16, DType::BF16, _) => names::PACK_FLAT_GELU_ERF_F16_BF16,
+        (DType::F16, _, _) => names::PACK_FLAT_GELU_ERF_F16_F16,
+        (_, DType::BF16, false) => names::PACK_FLAT_F32_BF16,
+        (_, DType::BF16, true) => names::PACK_FLAT_GELU_ERF_F32_BF16,
+        (_, _, false) => names::PACK_FLAT_F32_F16,
+        (_, _, true) => names::PACK_FLAT_GELU_ERF_F32_F16,
     };
     let blocks = div_ceil(b.nelements() / 8, 256).clamp(1, 8 * kernels.multiprocessors());
     let cfg = cudarc::driver::LaunchConfig {
@@ -680,7 +696,7 @@ fn pack_flat(
 pub(crate) fn packed_b(a: Operand, b: Operand, dst: Operand) -> Option<(BLayout, usize, usize)> {
     let p = plan(a, b, dst);
     match p.path {
-        Path::Gemm { gemm, convert_b: true, .. } if pack_kernel(gemm, &b.0, false).is_some() => {
+        Path::Gemm { gemm, convert_b: true, .. } if pack_kernel(gemm, (&b.0, b.1), false).is_some() => {
             Some((BLayout::Packed { gemm, gelu: false }, p.b_offset, p.scratch_bytes))
         }
         _ => None,
@@ -696,7 +712,7 @@ fn gemm_operands(
     scratch: &mut Scratch,
     p: &Plan,
     (a, at): Operand,
-    (b, gelu_b): (TensorArg, bool),
+    ((b, bt), gelu_b): (Operand, bool),
 ) -> Result<(TensorArg, TensorArg, u64)> {
     let Path::Gemm { gemm, convert_a, convert_b, .. } = p.path else {
         return Err(backend_error("not a GEMM plan"));
@@ -723,9 +739,9 @@ fn gemm_operands(
     let gb = if convert_b {
         let t = TensorArg::contiguous(base + p.b_offset as u64, gemm, b.ne)?;
         if !b_held {
-            match pack_kernel(gemm, &b, gelu_b) {
-                Some(_) if is_packed_f32(&b) => {
-                    let (name, cfg) = pack_flat(kernels, gemm, &b, gelu_b);
+            match pack_kernel(gemm, (&b, bt), gelu_b) {
+                Some(_) if is_packed(&b, bt.block_bytes() as i64) => {
+                    let (name, cfg) = pack_flat(kernels, gemm, (&b, bt), gelu_b);
                     // pack_flat_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
                     launch_kernel!(kernels, stream, name, cfg, &b, &t)?
                 }
@@ -767,10 +783,13 @@ fn pack16_config(a: &TensorArg, rows: i64) -> cudarc::driver::LaunchConfig {
 
 /// Queues a validated MUL_MAT followed by the ADD of `bias` as one kernel writing `dst`: the
 /// matrix-vector kernel with `bias` as its addend ([`addend`]), or a cuBLASLt product with a
-/// bias epilogue (`bias` f32, one value per row of the result, packed). With `gelu_b`, the
+/// bias epilogue (`bias` of the result's type, one value per row of the result, packed). With `gelu_b`, the
 /// product's b is GELU_ERF of `b` (a GELU_ERF node fused in), applied as a GEMM converts b
-/// (packing it to 16 bits, or splitting it). `Ok(false)` (nothing queued) where the plan is
-/// none of these or `bias` does not fit it.
+/// (packing it to 16 bits, or splitting it); an f16 `b` is a GELU_ERF of f16 values widened to
+/// f32 by a CPY (both fused in), packed by GEMMs only. An f16 `dst` (the sum, of the bias
+/// rounded to f16, cast to f16: three CPY nodes fused in)
+/// is written by cuBLASLt GEMMs only, rounding their f32 results. `Ok(false)` (nothing queued)
+/// where the plan is none of these or `bias` does not fit it.
 pub(crate) fn launch_with_bias(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
@@ -781,12 +800,18 @@ pub(crate) fn launch_with_bias(
     bias: Operand,
 ) -> Result<bool> {
     let p = plan(a, b, dst);
+    // An f16 result only from f16 GEMMs (cuBLASLt writes no f16 from f32 or bf16 operands).
+    let half = dst.1 == DType::F16;
+    if half && !matches!(p.path, Path::Gemm { gemm: DType::F16, .. }) {
+        return Ok(false);
+    }
     let converted_b = match p.path {
         Path::Split { .. } => true,
-        Path::Gemm { gemm, convert_b, .. } => convert_b && pack_kernel(gemm, &b.0, gelu_b).is_some(),
+        Path::Gemm { gemm, convert_b, .. } => convert_b && pack_kernel(gemm, (&b.0, b.1), gelu_b).is_some(),
         _ => false,
     };
-    if gelu_b && !converted_b {
+    // A 16-bit b (a GELU_ERF of f16 values, widened) only as a GEMM packs it.
+    if (gelu_b || b.1 != DType::F32) && !converted_b || b.1 != DType::F32 && !matches!(p.path, Path::Gemm { .. }) {
         return Ok(false);
     }
     if p.path == Path::MatVecMma {
@@ -813,24 +838,38 @@ pub(crate) fn launch_with_bias(
         _ => None,
     };
     let (Some((n, folded)), true) = (cols, bias_fits) else { return Ok(false) };
-    let (ga, gb, _) = gemm_operands(kernels, stream, scratch, &p, a, (b.0, gelu_b))?;
+    // cuBLASLt adds no f32 bias to an f16 result: the bias goes rounded to f16 (as the graph
+    // rounds it) into the scratch, after the operands.
+    let bias_at = align(p.scratch_bytes);
+    let p = if half { Plan { scratch_bytes: bias_at.saturating_add(2 * m as usize), ..p } } else { p };
+    let (ga, gb, base) = gemm_operands(kernels, stream, scratch, &p, a, (b, gelu_b))?;
+    let bias_data = if half {
+        let rounded = TensorArg::contiguous(base + bias_at as u64, DType::F16, bias.0.ne)?;
+        copy(kernels, stream, bias, (rounded, DType::F16))?;
+        rounded.data
+    } else {
+        bias.0.data
+    };
     let k = ga.ne[0];
     let es = gemm.block_bytes() as i64;
     let d = dst.0;
     let (lda, ldb, ldc) = match folded {
         Some((ldb, ldc)) => (leading_dim(&ga, es, k), Some(ldb), Some(ldc)),
-        None => (leading_dim(&ga, es, k), leading_dim(&gb, es, k), leading_dim(&d, 4, m)),
+        None => (leading_dim(&ga, es, k), leading_dim(&gb, es, k), leading_dim(&d, dst.1.block_bytes() as i64, m)),
     };
     let (Some(lda), Some(ldb), Some(ldc)) = (lda, ldb, ldc) else {
         return Err(backend_error("an operand is not a cuBLASLt matrix"));
     };
-    let g = lt_gemm(gemm, (m, n, k), (ga.data, lda), (gb.data, ldb), (d.data, ldc), Some(bias.0.data))?;
-    if [(ga, gemm), (gb, gemm), bias].into_iter().any(|s| TensorArg::overlap((d, DType::F32), s)) {
+    let mut g = lt_gemm(gemm, (m, n, k), (ga.data, lda), (gb.data, ldb), (d.data, ldc), Some(bias_data))?;
+    if half {
+        g.c_ty = cudarc::cublaslt::sys::cudaDataType::CUDA_R_16F;
+    }
+    if [(ga, gemm), (gb, gemm), bias].into_iter().any(|s| TensorArg::overlap(dst, s)) {
         return Err(backend_error("a MUL_MAT's result overlaps its operands"));
     }
     // SAFETY: the operands are validated device matrices of the stream's context (converted
-    // ones in scratch reserved for them), the bias a packed f32 column of m values, the result
-    // apart from them all.
+    // ones in scratch reserved for them), the bias a packed column of m values of the result's
+    // type (an f16 one in that scratch too), the result apart from them all.
     unsafe { scratch.matmul(&g) }?;
     Ok(true)
 }
@@ -1095,12 +1134,12 @@ mod tests {
 
     #[test]
     fn only_densely_packed_activations_take_the_flat_packing_kernel() {
-        assert!(is_packed_f32(&t(DType::F32, [384, 7, 2, 3]).0));
+        assert!(is_packed(&t(DType::F32, [384, 7, 2, 3]).0, 4));
         // Strides of dimensions of one value do not matter.
-        assert!(is_packed_f32(&TensorArg { data: 0, ne: [64, 1, 5, 1], nb: [4, 12, 256, 7] }));
+        assert!(is_packed(&TensorArg { data: 0, ne: [64, 1, 5, 1], nb: [4, 12, 256, 7] }, 4));
         // Rows further apart than their values (a view of every other row), and a permutation.
-        assert!(!is_packed_f32(&TensorArg { data: 0, ne: [64, 4, 1, 1], nb: [4, 512, 2048, 2048] }));
-        assert!(!is_packed_f32(&permuted(DType::F32, [64, 4, 3, 1], [0, 2, 1, 3]).0));
+        assert!(!is_packed(&TensorArg { data: 0, ne: [64, 4, 1, 1], nb: [4, 512, 2048, 2048] }, 4));
+        assert!(!is_packed(&permuted(DType::F32, [64, 4, 3, 1], [0, 2, 1, 3]).0, 4));
     }
 
     #[test]

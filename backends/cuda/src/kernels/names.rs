@@ -291,6 +291,20 @@ pub(crate) fn flash_attn_mma(kv: DType, d: i64, dv: i64, rows: i64, reduced: boo
     by_float(kv, names)
 }
 
+/// FLASH_ATTN in reduced precision on f16 tensor cores (flash_attn_half.cu) over f16 keys and
+/// values with heads of exactly 32, 64 or 128 values, for `rows` query rows.
+pub(crate) fn flash_attn_half(k: DType, v: DType, d: i64, dv: i64, rows: i64) -> Option<&'static str> {
+    if k != F16 || v != F16 || d != dv || rows < FLASH_ATTN_MMA_MIN_ROWS {
+        return None;
+    }
+    match d {
+        32 => Some("flash_attn_half_d32"),
+        64 => Some("flash_attn_half_d64"),
+        128 => Some("flash_attn_half_d128"),
+        _ => None,
+    }
+}
+
 /// CONCAT of tensors of type `t` (bits copied by size).
 pub(crate) fn concat(t: DType) -> Option<&'static str> {
     match t {
@@ -434,6 +448,10 @@ pub(crate) const PACK_FLAT_F32_F16: &str = "pack_flat_f32_f16";
 pub(crate) const PACK_FLAT_F32_BF16: &str = "pack_flat_f32_bf16";
 pub(crate) const PACK_FLAT_GELU_ERF_F32_F16: &str = "pack_flat_gelu_erf_f32_f16";
 pub(crate) const PACK_FLAT_GELU_ERF_F32_BF16: &str = "pack_flat_gelu_erf_f32_bf16";
+/// As [`PACK_FLAT_GELU_ERF_F32_F16`] and [`PACK_FLAT_GELU_ERF_F32_BF16`] for packed f16 values
+/// whose GELU_ERF is rounded to f16 (a GELU_ERF node of f16 values widened to f32).
+pub(crate) const PACK_FLAT_GELU_ERF_F16_F16: &str = "pack_flat_gelu_erf_f16_f16";
+pub(crate) const PACK_FLAT_GELU_ERF_F16_BF16: &str = "pack_flat_gelu_erf_f16_bf16";
 /// Splits an f32 operand of a split product into TF32 parts and remainders.
 pub(crate) const SPLIT_TF32: &str = "split_tf32";
 /// As [`SPLIT_TF32`], each value first taken through GELU_ERF.
@@ -471,6 +489,9 @@ mod tests {
         assert_eq!(flash_attn_mma(DType::BF16, 128, 128, 16, true), Some("flash_attn_mma_tf32_bf16_d128"));
         assert_eq!(flash_attn_mma(DType::F32, 32, 32, 128, false), Some("flash_attn_mma_f32_d32"));
         assert_eq!(flash_attn_mma(DType::F16, 64, 64, 15, true), None);
+        assert_eq!(flash_attn_half(DType::F16, DType::F16, 32, 32, 128), Some("flash_attn_half_d32"));
+        assert_eq!(flash_attn_half(DType::F16, DType::F32, 32, 32, 128), None);
+        assert_eq!(flash_attn_half(DType::F16, DType::F16, 64, 64, 15), None);
     }
 
     #[test]
@@ -504,6 +525,7 @@ mod tests {
                 for reduced in [false, true] {
                     chosen.extend(flash_attn_mma(a, head, head, FLASH_ATTN_MMA_MIN_ROWS, reduced));
                 }
+                chosen.extend(flash_attn_half(a, a, head, head, FLASH_ATTN_MMA_MIN_ROWS));
             }
             for max_ne0 in (0..16).map(|p| 1i64 << p) {
                 chosen.extend(soft_max_packed(a, max_ne0));
@@ -525,6 +547,8 @@ mod tests {
         chosen.insert(PACK_FLAT_F32_BF16);
         chosen.insert(PACK_FLAT_GELU_ERF_F32_F16);
         chosen.insert(PACK_FLAT_GELU_ERF_F32_BF16);
+        chosen.insert(PACK_FLAT_GELU_ERF_F16_F16);
+        chosen.insert(PACK_FLAT_GELU_ERF_F16_BF16);
         chosen.insert(PACK_F32_BF16);
         chosen.insert(SPLIT_TF32);
         chosen.insert(PACK_GELU_ERF_F32_F16);

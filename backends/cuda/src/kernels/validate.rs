@@ -248,7 +248,9 @@ fn validate_mul_mat(node: &Node) -> Result<(), Why> {
     // Every float and quantized type: a matrix-vector kernel for up to 8 columns, a GEMM after
     // conversion for more.
     let weight_ok = names::mul_mat_vec(at, 1).is_some();
-    need(weight_ok && bt == DType::F32 && dt == DType::F32, || no_kernel(op, &[at, bt, dt]))?;
+    // An f16 result is a product with a CPY to f16 fused in (MUL_MAT nodes write f32).
+    need(weight_ok && bt == DType::F32 && matches!(dt, DType::F32 | DType::F16), || no_kernel(op, &[at, bt, dt]))?;
+    let ds = dt.block_bytes() as i64;
     need(a.ne[0] <= 1 || a.nb[0] == at.block_bytes() as i64, || "the rows of a must be packed".into())?;
     let [k, m, a2, a3] = a.ne;
     let [_, n, b2, b3] = b.ne;
@@ -256,10 +258,10 @@ fn validate_mul_mat(node: &Node) -> Result<(), Why> {
     need(shapes, || {
         format!("{:?} x {:?} -> {:?} is not [K, M, a2, a3] x [K, N, b2, b3] -> [M, N, b2, b3]", a.ne, b.ne, dst.ne)
     })?;
-    need(dst.nb[0] == 4 && (n <= 1 || dst.nb[1] / 4 >= m), || {
+    need(dst.nb[0] == ds && (n <= 1 || dst.nb[1] / ds >= m), || {
         format!("the destination's columns {:?} overlap", dst.nb)
     })?;
-    let limits = [k, m, n, n.saturating_mul(b2).saturating_mul(b3), b2.saturating_mul(b3), dst.nb[1] / 4];
+    let limits = [k, m, n, n.saturating_mul(b2).saturating_mul(b3), b2.saturating_mul(b3), dst.nb[1] / ds];
     need(limits.iter().all(|&v| v <= I32_MAX), || format!("{:?} x {:?} exceeds cuBLAS's 32-bit sizes", a.ne, b.ne))
 }
 

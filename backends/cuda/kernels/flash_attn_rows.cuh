@@ -1,0 +1,120 @@
+// What the tensor-core FLASH_ATTN kernels (flash_attn_mma.cu, flash_attn_half.cu) do alike with
+// the scores of a warp's 16 query rows: the online soft-max over a tile of keys, and the rows'
+// results at the end. Each thread holds, for tile c of 8 keys, the accumulator layout of an
+// `mma.sync` product: sc[c] = {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)} (rows g and
+// g + 8 of the warp's, keys 8c + 2t and the next), and its sums of values out[s] in the same
+// layout over values 8s .. 8s + 7.
+#pragma once
+
+#include "common.cuh"
+
+#define FA_LOG2E 1.4426950408889634f
+
+// 2^x for x <= 0 (soft-max weights): one instruction; results below 2^-126 flush to zero,
+// far below what a weight adds to a sum of at least 1.
+__device__ __forceinline__ float fa_exp2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// Row r of a mask of `rows` rows (rows repeat): 32-bit arithmetic, since r fits 31 bits.
+__device__ __forceinline__ int fa_mask_row(int r, long long rows) { return r < rows ? r : r % (int)rows; }
+
+// The scores of the tile at key p0 scaled (`scale2` includes log2(e)) and masked, in base-2
+// units (a key no row may see, or past the last `kv`, is -inf), then the online soft-max of each
+// row over the 4 threads that share it: the scores become the tile's weights, `out` and
+// `row_sum` are rescaled to the new row maximum and the weights added to the sums. With
+// `one_row`, every query row of the block shares the mask row whose values (times log2(e),
+// -inf for positions past the last) are at `bias` in shared memory; else row i's mask row is at
+// `mrow[i]` (null for rows past the last) in mask values of M.
+template <typename M, int KEYS, int D>
+__device__ __forceinline__ void fa_online_softmax(float (&sc)[KEYS / 8][4], float (&out)[D / 8][4], float (&row_max)[2],
+                                                  float (&row_sum)[2], bool one_row, const float *bias,
+                                                  const char *const (&mrow)[2], long long mask_nb0, int p0, int kv,
+                                                  float scale2) {
+    const int t = threadIdx.x % 4;
+    if (one_row) {
+#pragma unroll
+        for (int c = 0; c < KEYS / 8; c++) {
+            const float2 b = *(const float2 *)&bias[8 * c + 2 * t];
+#pragma unroll
+            for (int x = 0; x < 4; x++) {
+                const float bx = x & 1 ? b.y : b.x;
+                sc[c][x] = bx == -INFINITY ? -INFINITY : fmaf(sc[c][x], scale2, bx);
+            }
+        }
+    } else {
+        const int left = min(KEYS, kv - p0);
+#pragma unroll
+        for (int c = 0; c < KEYS / 8; c++) {
+#pragma unroll
+            for (int x = 0; x < 4; x++) {
+                const int j = 8 * c + 2 * t + (x & 1);
+                const char *m = mrow[x / 2];
+                const float b = j < left && m != nullptr ? M::load(m, p0 + j, mask_nb0) : -INFINITY;
+                sc[c][x] = b == -INFINITY ? -INFINITY : fmaf(sc[c][x], scale2, b * FA_LOG2E);
+            }
+        }
+    }
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int c = 0; c < KEYS / 8; c++) {
+#pragma unroll
+        for (int x = 0; x < 4; x++) {
+            tile_max[x / 2] = fmaxf(tile_max[x / 2], sc[c][x]);
+        }
+    }
+    float rescale[2], tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
+        tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
+        const float next = fmaxf(row_max[i], tile_max[i]);
+        rescale[i] = row_max[i] == -INFINITY ? 0.0f : fa_exp2(row_max[i] - next);
+        // Scores of a row no key reaches yet stay -inf: their weights are zeros.
+        row_max[i] = next;
+        tile_max[i] = next == -INFINITY ? 0.0f : next;
+    }
+#pragma unroll
+    for (int c = 0; c < KEYS / 8; c++) {
+#pragma unroll
+        for (int x = 0; x < 4; x++) {
+            sc[c][x] = fa_exp2(sc[c][x] - tile_max[x / 2]);
+            tile_sum[x / 2] += sc[c][x];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        row_sum[i] = row_sum[i] * rescale[i] + tile_sum[i];
+    }
+#pragma unroll
+    for (int s = 0; s < D / 8; s++) {
+        out[s][0] *= rescale[0], out[s][1] *= rescale[0];
+        out[s][2] *= rescale[1], out[s][3] *= rescale[1];
+    }
+}
+
+// Each of this thread's query rows `rows` (below `n`) of head h and batch i3 written to `dst`:
+// its sums divided by its weights' sum over the 4 threads that share it (zeros for a row no key
+// reached).
+template <int D>
+__device__ __forceinline__ void fa_store_rows(const float (&out)[D / 8][4], const float (&row_sum)[2],
+                                              const int (&rows)[2], int n, const TensorArg &dst, int h, int i3) {
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float sum = row_sum[i];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (rows[i] < n) {
+            float *drow = (float *)row_ptr(dst, h, rows[i], i3);
+#pragma unroll
+            for (int s = 0; s < D / 8; s++) {
+                const float a = out[s][2 * i], b = out[s][2 * i + 1];
+                drow[8 * s + 2 * t] = sum == 0.0f ? 0.0f : a / sum;
+                drow[8 * s + 2 * t + 1] = sum == 0.0f ? 0.0f : b / sum;
+            }
+        }
+    }
+}
