@@ -33,8 +33,10 @@ usage: bert_bench [--model FILE] [--backend SPEC] [--params-backend SPEC]
   --warmup N             untimed calls first [3]
   --flash-attn M         attention as one FLASH_ATTN node: on, off, or auto (where the
                          layer's device computes it faster) [auto]
-  --compute-type T       f32, or f16: FLASH_ATTN's products with 10-bit mantissas (sums in
-                         f32, as PyTorch's f16 attention; on CUDA one TF32 pass) [f32]
+  --compute-type T       f32, or f16: layers whose attention is one FLASH_ATTN node compute
+                         its products with 10-bit mantissas (sums in f32, as PyTorch's f16
+                         attention) and keep its keys and values and the feed-forward's
+                         hidden values in f16 [f32]
 ";
 
 type BoxError = Box<dyn std::error::Error>;

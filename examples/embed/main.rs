@@ -44,9 +44,10 @@ options:
   --params-backend SPEC  where modules keep their weights, same syntax [where they run]
   --split-layers LIST    divide the encoder's layers over DEVICE,DEVICE,... by free memory
   --threads N            threads of the CPU backend, at most the machine's processors [all]
-  --compute-type T       f32, or f16: attention's products with 10-bit mantissas where it is
-                         one FLASH_ATTN node (sums in f32, as PyTorch's f16 attention; on
-                         CUDA one TF32 pass) [f32]
+  --compute-type T       f32, or f16: layers whose attention is one FLASH_ATTN node compute
+                         its products with 10-bit mantissas (sums in f32, as PyTorch's f16
+                         attention) and keep its keys and values and the feed-forward's
+                         hidden values in f16 [f32]
   --file FILE            embed the lines of FILE too (blank lines skipped; may be repeated)
   --batch-size N         sentences embedded together; memory grows with it [64]
   --json FILE            write the embeddings to FILE as {\"embeddings\": [[...], ...]}

@@ -122,6 +122,17 @@ impl Builder<'_, '_> {
         self.g.add(y, b)
     }
 
+    /// [`Builder::linear`] in reduced precision: the bias rounded to f16, the sum too (a GPU
+    /// writes it from the product, as f16, adding the f16 bias on the way).
+    fn linear_half(&mut self, prefix: &str, x: TensorId, n_in: usize, n_out: usize) -> tessera_core::Result<TensorId> {
+        let w = self.weight(format!("{prefix}.weight"), &[n_in, n_out])?;
+        let b = self.weight(format!("{prefix}.bias"), &[n_out])?;
+        let y = self.g.mul_mat(w, x)?;
+        let b = self.g.cast(b, DType::F16)?;
+        let y = self.g.add(y, b)?;
+        self.g.cast(y, DType::F16)
+    }
+
     /// Layer norm over the hidden dimension with the checkpoint's `LayerNorm` called `prefix`.
     fn layer_norm(&mut self, prefix: &str, x: TensorId, n: usize, eps: f32) -> tessera_core::Result<TensorId> {
         let gamma = self.weight(format!("{prefix}.weight"), &[n])?;
@@ -158,7 +169,8 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
 
 /// [`build`], with the layers for which `flash_attn(layer)` gives a precision computing
 /// attention as one FLASH_ATTN node of that precision (no score matrix in memory) instead of
-/// products and a soft-max.
+/// products and a soft-max. Those layers in reduced precision keep attention's keys and values
+/// and the feed-forward's hidden values in f16.
 pub fn build_with(
     g: &mut Graph,
     c: &BertConfig,
@@ -220,17 +232,35 @@ pub fn build_with(
     for layer in 0..c.layers {
         let layer_start = b.next_id();
         let pre = format!("encoder.layer.{layer}");
+        let flash = flash_attn(layer);
+        let reduced = flash == Some(Precision::Reduced);
         // Self-attention in blocks of `a` tokens (rows, or packed sequences gathered into
         // padded blocks), heads split as [head_dim, tokens, heads, blocks].
         let q = b.linear(&format!("{pre}.attention.self.query"), x, h, h)?;
-        let k = b.linear(&format!("{pre}.attention.self.key"), x, h, h)?;
-        let v = b.linear(&format!("{pre}.attention.self.value"), x, h, h)?;
+        // Attention in reduced precision takes its keys and values in f16.
+        let (k, v) = if reduced {
+            (
+                b.linear_half(&format!("{pre}.attention.self.key"), x, h, h)?,
+                b.linear_half(&format!("{pre}.attention.self.value"), x, h, h)?,
+            )
+        } else {
+            (
+                b.linear(&format!("{pre}.attention.self.key"), x, h, h)?,
+                b.linear(&format!("{pre}.attention.self.value"), x, h, h)?,
+            )
+        };
         let [q, k, v] = match attention_gather {
             Some(gather) => {
                 let mut gathered = [q, k, v];
                 for y in &mut gathered {
                     let flat = b.g.reshape(*y, &[h, t])?;
                     *y = b.g.get_rows(flat, gather)?; // [h, a * blocks]
+                }
+                // Gathering gives f32: f16 values are taken back to f16, exactly.
+                if reduced {
+                    for y in &mut gathered[1..] {
+                        *y = b.g.cast(*y, DType::F16)?;
+                    }
                 }
                 gathered
             }
@@ -241,7 +271,7 @@ pub fn build_with(
         let k = b.g.reshape(k, &[head_dim, heads, a, blocks])?;
         let k = b.g.permute(k, [0, 2, 1, 3])?;
         let v = b.g.reshape(v, &[head_dim, heads, a, blocks])?;
-        let ctx = if let Some(precision) = flash_attn(layer) {
+        let ctx = if let Some(precision) = flash {
             let v = b.g.permute(v, [0, 2, 1, 3])?;
             let ctx = b.g.flash_attn(q, k, v, Some(attention_mask), scale)?; // [head_dim, heads, queries, blocks]
             b.g.set_flash_attn_precision(ctx, precision)?;
@@ -267,8 +297,16 @@ pub fn build_with(
         let attn = b.g.add(attn, x)?;
         let attn = b.layer_norm(&format!("{pre}.attention.output.LayerNorm"), attn, h, c.eps)?;
         // Feed-forward.
-        let up = b.linear(&format!("{pre}.intermediate.dense"), attn, h, c.intermediate)?;
-        let up = b.g.gelu_erf(up)?;
+        // In reduced precision the feed-forward's hidden values are f16, their GELU taken in f16
+        // and widened for the second product (which a GPU fuses into reading them).
+        let up = if reduced {
+            let up = b.linear_half(&format!("{pre}.intermediate.dense"), attn, h, c.intermediate)?;
+            let up = b.g.gelu_erf(up)?;
+            b.g.cast(up, DType::F32)?
+        } else {
+            let up = b.linear(&format!("{pre}.intermediate.dense"), attn, h, c.intermediate)?;
+            b.g.gelu_erf(up)?
+        };
         let down = b.linear(&format!("{pre}.output.dense"), up, c.intermediate, h)?;
         let down = b.g.add(down, attn)?;
         x = b.layer_norm(&format!("{pre}.output.LayerNorm"), down, h, c.eps)?;

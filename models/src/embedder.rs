@@ -82,9 +82,10 @@ pub struct LoadOptions<'a> {
     /// (`Some(false)`), or, with `None`, as each layer's device computes it faster
     /// ([`DeviceCaps::prompt_flash_attn`](tessera_core::DeviceCaps::prompt_flash_attn)).
     pub flash_attn: Option<bool>,
-    /// The precision of attention as one FLASH_ATTN node (`--compute-type f16`:
+    /// The precision of the layers whose attention is one FLASH_ATTN node (`--compute-type f16`:
     /// [`Precision::Reduced`], half-precision products with f32 sums, as PyTorch's f16
-    /// attention computes them). Attention as products and a soft-max is always f32.
+    /// attention computes them, and attention's keys and values and the feed-forward's hidden
+    /// values in f16). Layers whose attention is products and a soft-max are always f32.
     pub attention_precision: Precision,
     /// Copies of every split input (the scheduler's `n_copies`, 1 to 4; 0 means 1): with more
     /// than one, [`Embedder::embed_batches`] overlaps successive batches across devices.
@@ -616,7 +617,8 @@ mod tests {
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
     }
 
-    /// Also in reduced precision, which the CPU computes in full.
+    /// Also in reduced precision, which the CPU computes in full over keys and values rounded to
+    /// f16.
     #[test]
     fn attention_as_one_flash_attn_node_embeds_like_products() {
         let path = tiny_gguf(DType::F32);
@@ -645,6 +647,17 @@ mod tests {
                         .count()
                 };
                 assert_eq!((flash_nodes(&fused), flash_nodes(&products)), (TINY.layers, 0));
+                let g = &fused.built_for.as_ref().unwrap().graph;
+                let kv_types: Vec<_> = g
+                    .nodes()
+                    .iter()
+                    .filter(|id| matches!(g.tensor(**id).unwrap().op(), tessera_core::Op::FlashAttn { .. }))
+                    .flat_map(|id| {
+                        [1, 2].map(|slot| g.tensor(g.tensor(*id).unwrap().src(slot).unwrap()).unwrap().dtype())
+                    })
+                    .collect();
+                let half = if precision == Precision::Reduced { DType::F16 } else { DType::F32 };
+                assert!(kv_types.iter().all(|&t| t == half), "{precision:?}: keys and values {kv_types:?}");
             }
         }
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
