@@ -115,6 +115,12 @@ pub trait Backend: Send {
         Ok(Box::new(NodeByNode { nodes: split.nodes.clone() }))
     }
 
+    /// Reports each run of consecutive nodes of `split` (indices into `graph.nodes()`) that
+    /// this backend's programs compute as one kernel. Such a kernel reads the operands of all
+    /// the run's nodes while it writes its result, so the scheduler has the graph allocator
+    /// keep them until the run's last node. The default fuses nothing.
+    fn fused_runs(&self, _split: &SplitRef<'_>, _run: &mut dyn FnMut(Range<usize>)) {}
+
     /// Brings `program` up to date after tensors moved (`split.layout` changed): a backend
     /// that can re-bind addresses in place does so; the default prepares it again.
     fn update(&mut self, program: &mut Box<dyn Program>, split: &SplitRef<'_>) -> Result<()> {

@@ -472,6 +472,17 @@ impl Backend for CudaBackend {
     fn compute(&mut self, graph: &Graph, nodes: Range<usize>) -> Result<()> {
         self.launch_nodes(graph, nodes, None)
     }
+    /// Every run [`fusion::find`] finds, starting at any node: a superset of those
+    /// `launch_nodes` fuses (it skips a run's nodes once it fused them).
+    fn fused_runs(&self, split: &SplitRef<'_>, run: &mut dyn FnMut(Range<usize>)) {
+        let Some(ids) = split.graph.nodes().get(split.nodes.clone()) else { return };
+        for i in 0..ids.len() {
+            if let Some(f) = fusion::find(split.graph, &ids[i..], split.consumers) {
+                let start = split.nodes.start + i;
+                run(start..start + f.len().min(ids.len() - i));
+            }
+        }
+    }
     /// Captures the split as a CUDA graph (empty splits and `TESSERA_CUDA_GRAPHS=0` run node by
     /// node).
     fn prepare(&mut self, split: &SplitRef<'_>) -> Result<Box<dyn Program>> {

@@ -171,12 +171,7 @@ impl VulkanBackend {
         add: TensorId,
         consumers: &[u32],
     ) -> Result<Option<(Dispatch, Access)>> {
-        let (m, a) = (graph.tensor(mm)?, graph.tensor(add)?);
-        let adds_bias = m.op() == Op::MulMat
-            && a.op() == Op::Binary(tessera_core::BinaryOp::Add)
-            && a.src(0) == Some(mm)
-            && consumers.get(mm.index()) == Some(&1);
-        if !adds_bias {
+        if !adds_bias(graph, mm, add, consumers) {
             return Ok(None);
         }
         let (product, add_node) = (graph.node_view(mm)?, graph.node_view(add)?);
@@ -301,6 +296,16 @@ impl Backend for VulkanBackend {
         self.transient.push(recorded);
         Ok(())
     }
+    /// Products followed by the ADD of their bias ([`Self::fused_bias`] may fuse them).
+    fn fused_runs(&self, split: &SplitRef<'_>, run: &mut dyn FnMut(Range<usize>)) {
+        let Some(ids) = split.graph.nodes().get(split.nodes.clone()) else { return };
+        for (i, pair) in ids.windows(2).enumerate() {
+            if adds_bias(split.graph, pair[0], pair[1], split.consumers) {
+                let start = split.nodes.start + i;
+                run(start..start + 2);
+            }
+        }
+    }
     fn prepare(&mut self, split: &SplitRef<'_>) -> Result<Box<dyn Program>> {
         let dispatches = self.dispatches(split.graph, split.nodes.clone(), Some(split.consumers))?;
         Ok(Box::new(RecordedSplit(Recorded::record(&self.ctx, &dispatches, self.profile.as_ref())?)))
@@ -352,4 +357,13 @@ impl Drop for VulkanBackend {
         // SAFETY: no submission that signals the semaphore is pending (waited above).
         unsafe { self.ctx.device.destroy_semaphore(self.timeline, None) };
     }
+}
+
+/// Whether `add` adds something to the result of the product `mm`, which nothing else reads.
+fn adds_bias(graph: &Graph, mm: TensorId, add: TensorId, consumers: &[u32]) -> bool {
+    let (Ok(m), Ok(a)) = (graph.tensor(mm), graph.tensor(add)) else { return false };
+    m.op() == Op::MulMat
+        && a.op() == Op::Binary(tessera_core::BinaryOp::Add)
+        && a.src(0) == Some(mm)
+        && consumers.get(mm.index()) == Some(&1)
 }

@@ -9,11 +9,16 @@
 //! Each tensor is assigned a *slot*; every slot has a buffer type, and slots of the same
 //! buffer type share one compute buffer (one per chunk). `reserve` plans and sizes the
 //! buffers; `alloc` binds a graph of the same shape to them without planning again.
+//!
+//! A backend that runs several consecutive nodes as one kernel (a fused run) reads every
+//! operand of the run while it writes the run's result: [`GraphAllocator::set_runs`] names
+//! such runs, and what their nodes read is then freed only after the run's last node.
 
 use alloc::format;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
+use core::ops::Range;
 
 use crate::allocator::planner::{Address, DynamicPlanner};
 use crate::buffer::{same_buffer_type, Buffer, BufferType, BufferUsage, TensorData};
@@ -102,6 +107,8 @@ pub struct GraphAllocator<const MAX_FREE: usize = 256, const MAX_CHUNKS: usize =
     plan: Option<Plan>,
     /// Changes exactly when a tensor placed by this allocator may have moved.
     generation: u64,
+    /// Fused runs, as ranges of node indices, sorted ([`Self::set_runs`]).
+    runs: Vec<Range<usize>>,
 }
 
 impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MAX_CHUNKS> {
@@ -148,7 +155,24 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
             };
             slot_type.push(index);
         }
-        Ok(GraphAllocator { slot_type, types, plan: None, generation: 0 })
+        Ok(GraphAllocator { slot_type, types, plan: None, generation: 0, runs: Vec::new() })
+    }
+
+    /// Names the runs of consecutive nodes (ranges of indices into the graph's nodes) that a
+    /// backend computes as one kernel: the tensors a run's nodes read stay allocated until
+    /// its last node, so the run's result never lands on memory the kernel still reads.
+    /// Runs replace those given before; other runs than the last plan's drop that plan, so
+    /// the next `alloc` plans again. Overlapping runs count as one run over both.
+    pub fn set_runs(&mut self, runs: &[Range<usize>]) -> Result<()> {
+        let mut sorted = Vec::new();
+        try_reserve(&mut sorted, runs.len())?;
+        sorted.extend(runs.iter().filter(|r| r.end > r.start + 1).cloned());
+        sorted.sort_unstable_by_key(|r| (r.start, r.end));
+        if sorted != self.runs {
+            self.runs = sorted;
+            self.plan = None;
+        }
+        Ok(())
     }
 
     /// The layout generation: it changes exactly when a tensor this allocator binds may have
@@ -336,7 +360,16 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> GraphAllocator<MAX_FREE, MA
         for t in self.types.iter_mut() {
             t.planner.reset();
         }
-        let mut planning = Planning { graph, live, keep, types: &mut self.types, live_bytes, report };
+        let mut run_last = Vec::new();
+        try_reserve(&mut run_last, graph.nodes().len())?;
+        run_last.extend(0..graph.nodes().len());
+        for r in &self.runs {
+            let end = r.end.min(run_last.len());
+            for last in run_last.get_mut(r.start..end).unwrap_or_default() {
+                *last = (*last).max(end - 1);
+            }
+        }
+        let mut planning = Planning { graph, live, keep, types: &mut self.types, live_bytes, report, run_last };
         planning.run(&slot_types)?;
         let Planning { live, types, mut report, .. } = planning;
         for (r, t) in report.buffer_types.iter_mut().zip(types.iter()) {
@@ -385,6 +418,8 @@ struct Planning<'a, const MAX_FREE: usize, const MAX_CHUNKS: usize> {
     /// Aligned bytes currently live, per buffer type.
     live_bytes: Vec<usize>,
     report: PlanReport,
+    /// For each node, the index of the last node of its fused run (its own outside runs).
+    run_last: Vec<usize>,
 }
 
 impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> Planning<'_, MAX_FREE, MAX_CHUNKS> {
@@ -411,7 +446,10 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> Planning<'_, MAX_FREE, MAX_
                 }
             }
         }
-        for &node in g.nodes() {
+        // Operands read by the nodes of the current fused run, released at its last node.
+        let mut read = Vec::new();
+        let mut last = 0;
+        for (i, &node) in g.nodes().iter().enumerate() {
             let t = g.tensor(node)?;
             for (_, src) in t.srcs() {
                 self.place(src, slot_types)?;
@@ -419,8 +457,13 @@ impl<const MAX_FREE: usize, const MAX_CHUNKS: usize> Planning<'_, MAX_FREE, MAX_
             if !self.place_in_place(node, slot_types)? {
                 self.place(node, slot_types)?;
             }
-            for (_, src) in t.srcs() {
-                self.release(src)?;
+            try_reserve(&mut read, crate::tensor::MAX_SRC)?;
+            read.extend(t.srcs().map(|(_, src)| src));
+            last = last.max(self.run_last.get(i).copied().unwrap_or(i));
+            if last <= i {
+                for src in read.drain(..) {
+                    self.release(src)?;
+                }
             }
         }
         Ok(())

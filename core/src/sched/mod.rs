@@ -69,6 +69,8 @@ struct Prepared {
     slots: Vec<usize>,
     /// How many nodes read each tensor of `graph` (for the programs).
     consumers: Vec<u32>,
+    /// The runs of nodes the backends compute as one kernel (for the graph allocator).
+    runs: Vec<core::ops::Range<usize>>,
     /// What identifies this plan (programs of another plan are prepared anew).
     fingerprint: u64,
 }
@@ -322,9 +324,10 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
             assignments,
         };
         let consumers = programs::consumer_counts(&cut.graph)?;
+        let runs = programs::fused_runs(&self.backends, &cut.graph, &plan.splits, &consumers)?;
         let fingerprint = programs::plan_fingerprint(&cut.graph, &plan.splits);
         let prepared =
-            self.prepared.insert(Prepared { graph: cut.graph, plan, slots: cut.slots, consumers, fingerprint });
+            self.prepared.insert(Prepared { graph: cut.graph, plan, slots: cut.slots, consumers, runs, fingerprint });
         Ok(&prepared.plan)
     }
 }

@@ -9,6 +9,7 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::hash::{Hash, Hasher};
+use core::ops::Range;
 
 use crate::backend::{Backend, Program, SplitRef};
 use crate::error::Result;
@@ -96,6 +97,36 @@ pub fn consumer_counts(graph: &Graph) -> Result<Vec<u32>> {
         }
     }
     Ok(counts)
+}
+
+/// The runs of nodes that the backends of `splits` compute as one kernel, each inside its
+/// split (a run reaching outside its split is ignored).
+pub(crate) fn fused_runs(
+    backends: &[Box<dyn Backend>],
+    graph: &Graph,
+    splits: &[Split],
+    consumers: &[u32],
+) -> Result<Vec<Range<usize>>> {
+    let mut runs = Vec::new();
+    let mut failed = false;
+    for split in splits {
+        let Some(backend) = backends.get(split.backend) else { continue };
+        let split_ref = SplitRef { graph, nodes: split.nodes.clone(), consumers, layout: 0 };
+        backend.fused_runs(&split_ref, &mut |run| {
+            let inside = split.nodes.start <= run.start && run.end <= split.nodes.end;
+            if !inside || failed {
+                return;
+            }
+            match runs.try_reserve(1) {
+                Ok(()) => runs.push(run),
+                Err(_) => failed = true,
+            }
+        });
+    }
+    if failed {
+        return Err(crate::fallible::out_of_memory("fused runs", runs.len() * core::mem::size_of::<Range<usize>>()));
+    }
+    Ok(runs)
 }
 
 /// The programs of one plan in one pipeline slot, prepared as their splits first run.

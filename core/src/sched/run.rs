@@ -22,6 +22,7 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         self.synchronize()?;
         self.split_graph(graph)?;
         let Some(p) = self.prepared.as_mut() else { return Err(not_planned()) };
+        self.galloc.set_runs(&p.runs)?;
         self.galloc.reserve(&p.graph, Some(&p.slots))?;
         self.reserved = true;
         self.finish_plan()
@@ -34,6 +35,7 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
         self.next_copy = (self.next_copy + 1) % self.options.n_copies;
         self.split_graph(graph)?;
         let Some(p) = self.prepared.as_mut() else { return Err(not_planned()) };
+        self.galloc.set_runs(&p.runs)?;
         if self.reserved {
             self.galloc.alloc_within(&mut p.graph, Some(&p.slots))?;
         } else {

@@ -256,3 +256,59 @@ fn the_layout_generation_moves_exactly_when_addresses_move() {
     galloc.alloc(&mut big, None).unwrap();
     assert_eq!(galloc.generation(), second);
 }
+
+/// `relu(x)` read by a product whose result is cast to f16: the product and the cast are the
+/// run, and `relu(x)` is its input; the graph, the run's input and the cast's result.
+fn product_then_cast() -> (Graph, TensorId, TensorId) {
+    let mut g = Graph::new();
+    let x = g.new_tensor(DType::F32, &[64, 64]).unwrap();
+    g.set_input(x).unwrap();
+    let input = g.relu(x).unwrap();
+    let w = g.new_tensor(DType::F32, &[64, 64]).unwrap();
+    g.set_input(w).unwrap();
+    // An output lives to the end: the product's other operand is the only memory it frees.
+    g.set_output(w).unwrap();
+    let product = g.mul_mat(w, input).unwrap();
+    let half = g.cast(product, DType::F16).unwrap();
+    g.set_output(half).unwrap();
+    g.build_forward(half).unwrap();
+    (g, input, half)
+}
+
+fn bytes(g: &Graph, id: TensorId) -> core::ops::Range<usize> {
+    let d = g.data(id).unwrap();
+    d.offset..d.offset + g.tensor(id).unwrap().nbytes()
+}
+
+#[test]
+fn a_fused_runs_result_never_lands_on_what_the_run_reads() {
+    let overlaps = |runs: &[core::ops::Range<usize>]| {
+        let (mut g, input, half) = product_then_cast();
+        let mut ga: GraphAllocator = GraphAllocator::new(&[&ROOMY]);
+        ga.set_runs(runs).unwrap();
+        ga.alloc(&mut g, None).unwrap();
+        assert_eq!(check_allocation(&g).unwrap(), Ok(()));
+        let (a, b) = (bytes(&g, input), bytes(&g, half));
+        a.start < b.end && b.start < a.end
+    };
+    // Node by node, the cast may reuse the memory of the product's freed operand ...
+    assert!(overlaps(&[]));
+    // ... but not when the product and the cast are one kernel (nodes 1 and 2).
+    let product_and_cast = 1..3;
+    assert!(!overlaps(&[product_and_cast]));
+}
+
+#[test]
+fn other_runs_drop_the_plan() {
+    let (mut g, _, _) = product_then_cast();
+    let mut ga: GraphAllocator = GraphAllocator::new(&[&ROOMY]);
+    ga.alloc(&mut g, None).unwrap();
+    let before = ga.generation();
+    ga.set_runs(&[]).unwrap();
+    ga.alloc(&mut g, None).unwrap();
+    assert_eq!(ga.generation(), before);
+    let product_and_cast = 1..3;
+    ga.set_runs(&[product_and_cast]).unwrap();
+    ga.alloc(&mut g, None).unwrap();
+    assert_ne!(ga.generation(), before);
+}
