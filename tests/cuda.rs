@@ -461,6 +461,65 @@ fn a_gelu_of_f16_values_fused_into_the_product_after_it_gives_the_bits_of_its_no
     }
 }
 
+/// Attention in reduced precision over f16 keys and values, its result cast to f16 and widened
+/// again for the product after it (a BERT layer's attention output in reduced precision).
+/// Captured into a program, the attention kernel writes f16 and the GEMM reads those values as
+/// they are (the f32 result and its widened copy are never written), with the bits of the
+/// program where both are read elsewhere too (and so written).
+#[test]
+fn attention_written_in_f16_and_read_as_it_is_gives_the_bits_of_its_nodes() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    let mut backend = gpu.init_backend().unwrap();
+    let (hd, heads, tokens, seqs, m) = (32usize, 4usize, 96usize, 3usize, 64usize);
+    let mut run = |read_elsewhere: bool| {
+        let mut g = Graph::new();
+        let head_view = |g: &mut Graph, t: DType| {
+            let x = g.new_tensor(t, &[hd * heads, tokens, seqs]).unwrap();
+            let x = g.reshape(x, &[hd, heads, tokens, seqs]).unwrap();
+            (x, g.permute(x, [0, 2, 1, 3]).unwrap())
+        };
+        let ((q0, q), (k0, k), (v0, v)) =
+            (head_view(&mut g, DType::F32), head_view(&mut g, DType::F16), head_view(&mut g, DType::F16));
+        let attn = g.flash_attn(q, k, v, None, 1.0 / (hd as f32).sqrt()).unwrap();
+        g.set_flash_attn_precision(attn, tessera::Precision::Reduced).unwrap();
+        let half = g.cast(attn, DType::F16).unwrap();
+        let flat = g.reshape(half, &[hd * heads, tokens, seqs]).unwrap();
+        let wide = g.cast(flat, DType::F32).unwrap();
+        let w = g.new_tensor(DType::F16, &[hd * heads, m]).unwrap();
+        let bias = g.new_tensor(DType::F32, &[m]).unwrap();
+        let y = g.mul_mat(w, wide).unwrap();
+        let out = g.add(y, bias).unwrap();
+        if read_elsewhere {
+            g.set_output(attn).unwrap();
+            g.set_output(wide).unwrap();
+        }
+        g.set_output(out).unwrap();
+        g.build_forward(out).unwrap();
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        for (i, leaf) in [q0, k0, v0, w, bias].into_iter().enumerate() {
+            let count = g.tensor(leaf).unwrap().nelements();
+            let values: Vec<f32> = (0..count).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect();
+            g.set_f32(leaf, &values).unwrap();
+        }
+        let sentinel = vec![7.0f32; hd * heads * tokens * seqs];
+        g.set_f32(attn, &sentinel).unwrap();
+        g.set_f32(wide, &sentinel).unwrap();
+        let consumers = tessera::consumer_counts(&g).unwrap();
+        let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
+        let mut program = backend.prepare(&split).unwrap();
+        backend.run(&mut *program, &g).unwrap();
+        backend.synchronize().unwrap();
+        let written = [attn, wide].map(|t| g.get_f32(t).unwrap() != sentinel);
+        (g.get_f32(half).unwrap(), g.get_f32(out).unwrap(), written)
+    };
+    let ((apart_half, apart, apart_wrote), (fused_half, fused, fused_wrote)) = (run(true), run(false));
+    assert_eq!((apart_wrote, fused_wrote), ([true, true], [false, false]), "not fused");
+    assert!(fused.iter().any(|&v| v != 0.0));
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    assert_eq!(bits(&fused_half), bits(&apart_half), "attention's f16 results differ");
+    assert_eq!(bits(&fused), bits(&apart), "the products differ");
+}
+
 /// Products of many columns after a fused layer norm, captured into a program: the norm also
 /// stores its result packed as the next product's GEMM takes it (f16 or bf16; for q8_0 weights
 /// after the weights' f16 copy in the scratch), and that product and the one after it read the

@@ -169,8 +169,8 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
 
 /// [`build`], with the layers for which `flash_attn(layer)` gives a precision computing
 /// attention as one FLASH_ATTN node of that precision (no score matrix in memory) instead of
-/// products and a soft-max. Those layers in reduced precision keep attention's keys and values
-/// and the feed-forward's hidden values in f16.
+/// products and a soft-max. Those layers in reduced precision keep attention's keys, values and
+/// result and the feed-forward's hidden values in f16.
 pub fn build_with(
     g: &mut Graph,
     c: &BertConfig,
@@ -275,7 +275,12 @@ pub fn build_with(
             let v = b.g.permute(v, [0, 2, 1, 3])?;
             let ctx = b.g.flash_attn(q, k, v, Some(attention_mask), scale)?; // [head_dim, heads, queries, blocks]
             b.g.set_flash_attn_precision(ctx, precision)?;
-            ctx
+            // In reduced precision attention's result is f16 too (a GPU writes it so).
+            if reduced {
+                b.g.cast(ctx, DType::F16)?
+            } else {
+                ctx
+            }
         } else {
             let v = b.g.permute(v, [1, 2, 0, 3])?;
             let v = b.g.cont(v)?; // [tokens, head_dim, heads, blocks]
@@ -293,6 +298,8 @@ pub fn build_with(
             None => ctx,
         };
         let ctx = b.g.reshape(ctx, &[h, t, rows])?;
+        // f16 values widened for the product (which a GPU reads as they are).
+        let ctx = if b.g.tensor(ctx)?.dtype() == DType::F16 { b.g.cast(ctx, DType::F32)? } else { ctx };
         let attn = b.linear(&format!("{pre}.attention.output.dense"), ctx, h, h)?;
         let attn = b.g.add(attn, x)?;
         let attn = b.layer_norm(&format!("{pre}.attention.output.LayerNorm"), attn, h, c.eps)?;

@@ -74,7 +74,7 @@ template <int D, int KEYS> struct FahTile {
 
 template <typename M, int D, int KEYS, int WARPS>
 __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const TensorArg &v, const TensorArg &mask,
-                               const TensorArg &dst, float scale, int has_mask, FahTile<D, KEYS> &tile) {
+                               const TensorArg &dst, float scale, int has_mask, int out_f16, FahTile<D, KEYS> &tile) {
     constexpr int FAH_THREADS = 32 * WARPS, FAH_ROWS = 16 * WARPS;
     // 16-byte pieces of the tile's keys (and values) each thread copies.
     constexpr int PIECES = KEYS * (D / 8) / FAH_THREADS;
@@ -241,22 +241,27 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
         __syncthreads(); // this buffer is read no more before it is marked and copied again
     }
 
-    fa_store_rows<D>(out, row_sum, rows, n, dst, h, i3);
+    if (out_f16) {
+        fa_store_rows<D, true>(out, row_sum, rows, n, dst, h, i3);
+    } else {
+        fa_store_rows<D>(out, row_sum, rows, n, dst, h, i3);
+    }
 }
 
-// flash_attn_half_d<head>(q, k, v, mask, dst, scale, has_mask, mask_f16): grid of
-// (query rows / (16 WARPS), heads, batches) blocks of 32 WARPS threads.
+// flash_attn_half_d<head>(q, k, v, mask, dst, scale, has_mask, mask_f16, out_f16): grid of
+// (query rows / (16 WARPS), heads, batches) blocks of 32 WARPS threads; with out_f16, dst holds
+// f16 values (a CPY of the result to f16 fused in), rows of packed values.
 #define FLASH_ATTN_HALF_KERNEL(name, D, KEYS, WARPS, BLOCKS)                                                     \
     extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS)                                            \
         name(const __grid_constant__ TensorArg q, const __grid_constant__ TensorArg k,                          \
              const __grid_constant__ TensorArg v, const __grid_constant__ TensorArg mask,                       \
-             const __grid_constant__ TensorArg dst, float scale, int has_mask, int mask_f16) {                  \
+             const __grid_constant__ TensorArg dst, float scale, int has_mask, int mask_f16, int out_f16) {     \
         __shared__ FahTile<D, KEYS> tile;                                                                        \
         await_prior_kernel();                                                                                    \
         if (mask_f16) {                                                                                          \
-            flash_attn_half<F16, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, tile);                     \
+            flash_attn_half<F16, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);            \
         } else {                                                                                                 \
-            flash_attn_half<F32, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, tile);                     \
+            flash_attn_half<F32, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);            \
         }                                                                                                        \
     }
 

@@ -235,7 +235,8 @@ impl CudaBackend {
     fn launch_fusion(&mut self, graph: &Graph, f: Fusion, next: Option<TensorId>) -> Result<bool> {
         let (first, last) = match f {
             Fusion::NormAffine { residual, norm, last, .. } => (residual.unwrap_or(norm), last),
-            Fusion::MulMatBias { gelu, mul_mat, last, .. } => (gelu.unwrap_or(mul_mat), last),
+            Fusion::MulMatBias { gelu, widened, mul_mat, last, .. } => (gelu.or(widened).unwrap_or(mul_mat), last),
+            Fusion::FlashAttnHalf { attn, cast } => (attn, cast),
             Fusion::SwiGlu { gate, last, .. } => (gate, last),
             Fusion::Projections { products, .. } => return self.launch_projections(graph, &products),
         };
@@ -268,12 +269,14 @@ impl CudaBackend {
                 let scratch = &mut self.scratch;
                 kernels::launch_norm_affine(&self.kernels, &self.stream, src, r, dst, eps, rms, w, b, scratch, next)
             }
-            Fusion::MulMatBias { gelu, mul_mat, bias_half, bias, .. } => {
-                // With a GELU first, its source is the product's b taken through it.
+            Fusion::MulMatBias { gelu, widened, mul_mat, bias_half, bias, .. } => {
+                // With a GELU or a widening CPY first, its source is the product's b, taken
+                // through it.
                 let product = graph.tensor(mul_mat)?;
                 let (Some(weights), Some(src1)) = (product.src(0), product.src(1)) else { return Ok(false) };
-                let b = if gelu.is_some() { src0 } else { src1 };
-                if gelu.is_some() && !self.device.supports_op(graph, mul_mat) {
+                let through = gelu.is_some() || widened.is_some();
+                let b = if through { src0 } else { src1 };
+                if through && !self.device.supports_op(graph, mul_mat) {
                     return Ok(false);
                 }
                 // A bias rounded to f16 is rounded by the product, from its f32 source.
@@ -295,6 +298,10 @@ impl CudaBackend {
                     dst,
                     bias,
                 )
+            }
+            Fusion::FlashAttnHalf { attn, .. } => {
+                let Some((op, result, srcs)) = self.operands(graph, attn)? else { return Ok(false) };
+                kernels::launch_flash_attn_to_f16(&self.kernels, &self.stream, (op, result, &srcs), dst)
             }
             Fusion::SwiGlu { up, .. } => {
                 let (Some(src1), Some(up_weight)) = (t.src(1), graph.tensor(up)?.src(0)) else { return Ok(false) };

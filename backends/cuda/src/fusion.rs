@@ -25,10 +25,10 @@ pub(crate) enum Fusion {
     /// `half`, a CPY of the sum (its only reader) to a new f16 tensor: the product then writes
     /// f16 (a layer in reduced precision), and its bias is f16 too, `bias_half`, a CPY of an
     /// f32 bias to f16 between the product and the ADD (cuBLASLt adds no f32 bias to an f16
-    /// result). With `gelu`, a GELU_ERF node whose only reader is
-    /// the product (as b) comes first: a feed-forward's activation and second linear layer;
-    /// with `widened`, the GELU is of f16 values and its only reader a CPY of them to f32, the
-    /// product's b.
+    /// result). With `gelu`, a GELU_ERF node whose only reader is the product (as b) comes
+    /// first: a feed-forward's activation and second linear layer. With `widened`, the product's
+    /// b is a CPY of f16 values to f32 (the GELU's result, or without a GELU any f16 tensor), its
+    /// only reader: the GEMM takes the f16 values as they are.
     MulMatBias {
         gelu: Option<TensorId>,
         widened: Option<TensorId>,
@@ -41,6 +41,9 @@ pub(crate) enum Fusion {
     /// A SwiGLU feed-forward's first half: MUL_MAT (gate), SILU of it, MUL_MAT (up) of the same
     /// activation, then MUL of the two (`last`).
     SwiGlu { gate: TensorId, up: TensorId, last: TensorId },
+    /// FLASH_ATTN, then a CPY of its result (its only reader) to a new f16 tensor, which the
+    /// kernel writes (a layer in reduced precision).
+    FlashAttnHalf { attn: TensorId, cast: TensorId },
     /// Up to three MUL_MATs of one column by weights of one type and row length, each with
     /// the ROPE and the SET_ROWS that store it, if any: an attention block's query, key and
     /// value projections while decoding. `nodes` counts the nodes covered, views between them
@@ -67,13 +70,15 @@ impl Fusion {
             Fusion::NormAffine { residual: None, rms: false, .. } => "NORM+MUL(+ADD) (fused)",
             Fusion::NormAffine { residual: Some(_), rms: true, .. } => "ADD+RMS_NORM+MUL(+ADD) (fused)",
             Fusion::NormAffine { residual: None, rms: true, .. } => "RMS_NORM+MUL(+ADD) (fused)",
-            Fusion::MulMatBias { gelu: None, half: None, .. } => "MUL_MAT+ADD (fused)",
-            Fusion::MulMatBias { gelu: None, half: Some(_), .. } => "MUL_MAT+ADD+CPY (fused)",
+            Fusion::MulMatBias { gelu: None, widened: None, half: None, .. } => "MUL_MAT+ADD (fused)",
+            Fusion::MulMatBias { gelu: None, widened: None, half: Some(_), .. } => "MUL_MAT+ADD+CPY (fused)",
+            Fusion::MulMatBias { gelu: None, widened: Some(_), .. } => "CPY+MUL_MAT+ADD (fused)",
             Fusion::MulMatBias { gelu: Some(_), widened: None, half: None, .. } => "GELU_ERF+MUL_MAT+ADD (fused)",
             Fusion::MulMatBias { gelu: Some(_), widened: Some(_), half: None, .. } => {
                 "GELU_ERF+CPY+MUL_MAT+ADD (fused)"
             }
             Fusion::MulMatBias { gelu: Some(_), half: Some(_), .. } => "GELU_ERF+MUL_MAT+ADD+CPY (fused)",
+            Fusion::FlashAttnHalf { .. } => "FLASH_ATTN+CPY (fused)",
             Fusion::SwiGlu { .. } => "MUL_MAT+SILU+MUL_MAT+MUL (fused)",
             Fusion::Projections { .. } => "MUL_MAT(+ROPE)(+SET_ROWS) x N (fused)",
         }
@@ -89,10 +94,22 @@ impl Fusion {
                 let optional = [gelu, widened, bias_half, half];
                 2 + optional.iter().filter(|n| n.is_some()).count()
             }
+            Fusion::FlashAttnHalf { .. } => 2,
             Fusion::SwiGlu { .. } => 4,
             Fusion::Projections { nodes, .. } => *nodes,
         }
     }
+}
+
+/// Whether `id` is a CPY (of `from`, if given) into a new tensor of `to` values: a cast.
+fn is_cast(graph: &Graph, id: TensorId, from: Option<TensorId>, to: DType) -> bool {
+    graph.tensor(id).is_ok_and(|c| {
+        c.op() == Op::Cpy
+            && c.src(1).is_none()
+            && c.view_src().is_none()
+            && c.dtype() == to
+            && from.is_none_or(|f| c.src(0) == Some(f))
+    })
 }
 
 /// The fusion starting at node `ids[0]`, if any. `consumers` counts each tensor's readers in
@@ -120,14 +137,8 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
         Op::Norm { eps } => (eps, false),
         Op::RmsNorm { eps } => (eps, true),
         Op::MulMat => {
-            // A new tensor of `to` values converted from one source.
-            let cast = |id: TensorId, to: DType| {
-                graph
-                    .tensor(id)
-                    .is_ok_and(|c| c.op() == Op::Cpy && c.src(1).is_none() && c.view_src().is_none() && c.dtype() == to)
-            };
             // The bias rounded to f16 right after the product, read only by the ADD after it.
-            let bias_half = Some(second).filter(|&c| cast(c, DType::F16) && read_once(c));
+            let bias_half = Some(second).filter(|&c| is_cast(graph, c, None, DType::F16) && read_once(c));
             let at = 1 + usize::from(bias_half.is_some());
             let add_id = *ids.get(at)?;
             let add = graph.tensor(add_id).ok()?;
@@ -139,10 +150,7 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
                 // With an f16 bias, a cast of the sum to f16 right after it, its only reader
                 // (no fusion takes an f16 bias without it).
                 let half = ids.get(at + 1).copied().filter(|&next| {
-                    bias_half.is_some()
-                        && cast(next, DType::F16)
-                        && graph.tensor(next).is_ok_and(|c| c.src(0) == Some(add_id))
-                        && read_once(add_id)
+                    bias_half.is_some() && is_cast(graph, next, Some(add_id), DType::F16) && read_once(add_id)
                 });
                 if bias_half.is_some() && half.is_none() {
                     return None;
@@ -160,17 +168,31 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
             }
             return swiglu(graph, ids, consumers).or_else(|| projections(graph, ids, consumers));
         }
+        Op::Cpy => {
+            // f16 values widened to f32, read only as the b of the product right after it.
+            let of_f16 = t.src(0).and_then(|s| graph.tensor(s).ok()).is_some_and(|s| s.dtype() == DType::F16);
+            let widens = of_f16 && is_cast(graph, first, None, DType::F32);
+            let product = graph.tensor(second).ok()?;
+            if !widens || product.op() != Op::MulMat || product.src(1) != Some(first) || !read_once(first) {
+                return None;
+            }
+            return match find(graph, &ids[1..], consumers)? {
+                Fusion::MulMatBias { gelu: None, widened: None, mul_mat, bias_half, bias, half, last } => {
+                    Some(Fusion::MulMatBias { gelu: None, widened: Some(first), mul_mat, bias_half, bias, half, last })
+                }
+                _ => None,
+            };
+        }
+        Op::FlashAttn { .. } => {
+            // Its result cast to f16 by the node right after it, its only reader.
+            let cast = is_cast(graph, second, Some(first), DType::F16) && read_once(first);
+            return cast.then_some(Fusion::FlashAttnHalf { attn: first, cast: second });
+        }
         Op::Unary(UnaryOp::GeluErf) => {
             // Read only as the b of the product right after it, which adds a bias; or, of f16
             // values, only by a cast to f32 right after it, read only as that product's b.
-            let widened = graph.tensor(second).ok().filter(|c| {
-                c.op() == Op::Cpy
-                    && c.src(0) == Some(first)
-                    && c.src(1).is_none()
-                    && c.dtype() == DType::F32
-                    && graph.tensor(first).is_ok_and(|t| t.dtype() == DType::F16)
-            });
-            let (b, at) = if widened.is_some() { (second, 2) } else { (first, 1) };
+            let widened = t.dtype() == DType::F16 && is_cast(graph, second, Some(first), DType::F32);
+            let (b, at) = if widened { (second, 2) } else { (first, 1) };
             let product = graph.tensor(*ids.get(at)?).ok()?;
             if product.op() != Op::MulMat || product.src(1) != Some(b) || !read_once(first) || !read_once(b) {
                 return None;
@@ -179,7 +201,7 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
                 Fusion::MulMatBias { gelu: None, mul_mat, bias_half, bias, half, last, .. } => {
                     Some(Fusion::MulMatBias {
                         gelu: Some(first),
-                        widened: widened.is_some().then_some(second),
+                        widened: widened.then_some(second),
                         mul_mat,
                         bias_half,
                         bias,
@@ -523,6 +545,59 @@ mod tests {
         assert_eq!(find(&g, &ids, &c), None);
         // A cast of f32 values (the same type) is no widening.
         let (g, ids, _) = build(DType::F32);
+        assert_eq!(find(&g, &ids, &counts(&g)), None);
+    }
+
+    #[test]
+    fn f16_values_widened_for_a_product_fuse_into_it() {
+        let build = |from: DType| {
+            let mut g = Graph::new();
+            let w = g.new_tensor(DType::F16, &[8, 5]).unwrap();
+            let x = g.new_tensor(from, &[8, 3]).unwrap();
+            let b = g.new_tensor(DType::F32, &[5]).unwrap();
+            let wide = g.cast(x, DType::F32).unwrap();
+            let y = g.mul_mat(w, wide).unwrap();
+            let out = g.add(y, b).unwrap();
+            g.build_forward(out).unwrap();
+            let ids = g.nodes().to_vec();
+            (g, ids, b)
+        };
+        let (g, ids, b) = build(DType::F16);
+        let fused = Fusion::MulMatBias {
+            gelu: None,
+            widened: Some(ids[0]),
+            mul_mat: ids[1],
+            bias_half: None,
+            bias: b,
+            half: None,
+            last: ids[2],
+        };
+        assert_eq!((find(&g, &ids, &counts(&g)), fused.len()), (Some(fused), 3));
+        // bf16 values widened are no f16 the GEMM takes.
+        let (g, ids, _) = build(DType::BF16);
+        assert_eq!(find(&g, &ids, &counts(&g)), None);
+    }
+
+    #[test]
+    fn attention_cast_to_f16_fuses_into_it() {
+        let build = |to: DType| {
+            let mut g = Graph::new();
+            let q = g.new_tensor(DType::F32, &[32, 16, 2]).unwrap();
+            let k = g.new_tensor(DType::F16, &[32, 16, 2]).unwrap();
+            let v = g.new_tensor(DType::F16, &[32, 16, 2]).unwrap();
+            let attn = g.flash_attn(q, k, v, None, 0.25).unwrap();
+            let out = g.cast(attn, to).unwrap();
+            g.build_forward(out).unwrap();
+            let ids = g.nodes().to_vec();
+            (g, ids)
+        };
+        let (g, ids) = build(DType::F16);
+        let mut c = counts(&g);
+        let fused = Fusion::FlashAttnHalf { attn: ids[0], cast: ids[1] };
+        assert_eq!((find(&g, &ids, &c), fused.len()), (Some(fused), 2));
+        c[ids[0].index()] += 1; // the result is read elsewhere too
+        assert_eq!(find(&g, &ids, &c), None);
+        let (g, ids) = build(DType::BF16);
         assert_eq!(find(&g, &ids, &counts(&g)), None);
     }
 

@@ -89,6 +89,51 @@ const FLASH_ATTN_MMA_ROWS: i64 = 64;
 const FLASH_ATTN_SPLIT_THREADS: u32 = 128;
 const FLASH_ATTN_SPLIT_POSITIONS: i64 = 32;
 
+/// Queues a validated FLASH_ATTN of `srcs` (queries, keys, values, mask) into `dst` on tensor
+/// cores where a kernel takes it; `Ok(false)` (nothing queued) otherwise. `dst` is f32, or
+/// packed f16 rows (a CPY of the result to f16 fused in) for the f16 kernel.
+pub(crate) fn flash_attn_tensor_cores(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    srcs: &[Option<Operand>],
+    (dst, dt): Operand,
+    scale: f32,
+    precision: Precision,
+) -> Result<bool> {
+    let src = |i: usize| srcs.get(i).copied().flatten().ok_or_else(|| backend_error("FLASH_ATTN without its operands"));
+    let ((q, _), (k, kt), (v, vt)) = (src(0)?, src(1)?, src(2)?);
+    let mask = srcs.get(3).copied().flatten();
+    // Without a mask the kernel never reads its mask argument: pass the queries.
+    let (m, mt) = mask.unwrap_or((q, DType::F32));
+    let (has_mask, mask_f16) = (i32::from(mask.is_some()), i32::from(mt == DType::F16));
+    let reduced = precision == Precision::Reduced;
+    // Validated: at most 65535 heads and batches.
+    let cfg = LaunchConfig {
+        grid_dim: (div_ceil(q.ne[1], FLASH_ATTN_MMA_ROWS) as u32, q.ne[2] as u32, q.ne[3] as u32),
+        block_dim: (FLASH_ATTN_MMA_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // f16 keys and values in reduced precision: on f16 tensor cores, copied 16 bytes at a time.
+    let half = names::flash_attn_half(kt, vt, q.ne[0], v.ne[0], q.ne[1])
+        .filter(|_| reduced && rows_on_16_bytes(&k) && rows_on_16_bytes(&v));
+    let out_f16 = match dt {
+        DType::F32 => 0i32,
+        DType::F16 if half.is_some() && dst.nb[0] == 2 => 1,
+        _ => return Ok(false),
+    };
+    if let Some(name) = half {
+        // flash_attn_half_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask, TensorArg dst,
+        //                   float scale, int has_mask, int mask_f16, int out_f16)
+        launch_kernel!(kernels, stream, name, cfg, &q, &k, &v, &m, &dst, &scale, &has_mask, &mask_f16, &out_f16)?;
+        return Ok(true);
+    }
+    let Some(name) = names::flash_attn_mma(kt, q.ne[0], v.ne[0], q.ne[1], reduced) else { return Ok(false) };
+    // flash_attn_mma_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask, TensorArg dst,
+    //                  float scale, int has_mask, int mask_f16)
+    launch_kernel!(kernels, stream, name, cfg, &q, &k, &v, &m, &dst, &scale, &has_mask, &mask_f16)?;
+    Ok(true)
+}
+
 /// Whether every row of `t` starts on a 16-byte boundary.
 fn rows_on_16_bytes(t: &TensorArg) -> bool {
     t.data % 16 == 0 && t.nb[1..].iter().all(|nb| nb % 16 == 0)
@@ -427,27 +472,15 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             launch_kernel!(kernels, stream, kernel(names::set_rows(dt))?, cfg, &b, &idx, &dst)
         }
         Op::FlashAttn { scale, precision } => {
-            let ((q, _), (k, kt), (v, vt)) = (src(0)?, src(1)?, src(2)?);
+            if flash_attn_tensor_cores(kernels, stream, node.srcs, node.dst, scale, precision)? {
+                return Ok(());
+            }
+            let ((q, _), (k, kt), (v, _)) = (src(0)?, src(1)?, src(2)?);
             let mask = node.srcs.get(3).copied().flatten();
             // Without a mask the kernel never reads its mask argument: pass the queries.
             let (m, mt) = mask.unwrap_or((q, DType::F32));
             let (has_mask, mask_f16) = (i32::from(mask.is_some()), i32::from(mt == DType::F16));
             let head = q.ne[0].max(v.ne[0]);
-            let reduced = precision == Precision::Reduced;
-            // f16 keys and values in reduced precision: on f16 tensor cores, copied 16 bytes at a time.
-            let half = names::flash_attn_half(kt, vt, q.ne[0], v.ne[0], q.ne[1])
-                .filter(|_| reduced && rows_on_16_bytes(&k) && rows_on_16_bytes(&v));
-            if let Some(name) = half.or_else(|| names::flash_attn_mma(kt, q.ne[0], v.ne[0], q.ne[1], reduced)) {
-                // Validated: at most 65535 heads and batches.
-                let cfg = LaunchConfig {
-                    grid_dim: (div_ceil(q.ne[1], FLASH_ATTN_MMA_ROWS) as u32, q.ne[2] as u32, q.ne[3] as u32),
-                    block_dim: (FLASH_ATTN_MMA_THREADS, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                // flash_attn_mma_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask,
-                //                  TensorArg dst, float scale, int has_mask, int mask_f16)
-                return launch_kernel!(kernels, stream, name, cfg, &q, &k, &v, &m, &dst, &scale, &has_mask, &mask_f16);
-            }
             let name = kernel(names::flash_attn(kt, head, q.ne[1]))?;
             if q.ne[1] == 1 {
                 // One query row: per chunk of keys, then merged per head (validated: at most

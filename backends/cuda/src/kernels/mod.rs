@@ -204,6 +204,28 @@ pub fn launch_mul_mat_bias(
     mul_mat::launch_with_bias(kernels, stream, scratch, a, (b, gelu_b), dst, bias)
 }
 
+/// Queues the FLASH_ATTN `attn` (its result operand and sources, as validated) with its result
+/// cast to f16 into `dst` (a CPY to f16 fused in) as one kernel; `Ok(false)` (nothing queued)
+/// where no kernel writes f16 for these operands (the nodes then run one by one). The addresses
+/// are as for [`launch`].
+pub fn launch_flash_attn_to_f16(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    attn: (Op, Operand, &[Option<Operand>]),
+    dst: Operand,
+) -> Result<bool> {
+    let (op, result, srcs) = attn;
+    let Op::FlashAttn { scale, precision } = op else { return Ok(false) };
+    if validate(&Node { op, dst: result, srcs }).is_err() || dst.1 != DType::F16 || dst.0.ne != result.0.ne {
+        return Ok(false);
+    }
+    if srcs.iter().flatten().any(|&s| TensorArg::overlap(dst, s)) {
+        return Ok(false);
+    }
+    stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
+    launch::flash_attn_tensor_cores(kernels, stream, srcs, dst, scale, precision)
+}
+
 /// Queues the products of `gate` and `up` with `b` (one column), then silu(gate product) *
 /// (up product), into `dst` as one kernel: a SwiGLU feed-forward's MUL_MAT, SILU, MUL_MAT and
 /// MUL nodes, with the bits of the nodes one after another. `Ok(false)` (nothing queued) where

@@ -196,7 +196,7 @@ pub(crate) fn plan(a: Operand, b: Operand, dst: Operand) -> Plan {
 
 /// [`plan`] with f32 products made as `mode` says.
 fn plan_for(a: Operand, b: Operand, dst: Operand, mode: F32Products) -> Plan {
-    let ((a, at), (b, _), (dst, dt)) = (a, b, dst);
+    let ((a, at), (b, bt), (dst, dt)) = (a, b, dst);
     // The result's values: f32, or f16 where a CPY to f16 is fused in.
     let ds = dt.block_bytes() as i64;
     let [k, m, a2, a3] = a.ne;
@@ -267,7 +267,8 @@ fn plan_for(a: Operand, b: Operand, dst: Operand, mode: F32Products) -> Plan {
         };
     }
     let convert_a = at != gemm || leading_dim(&a, es, k).is_none();
-    let convert_b = gemm != DType::F32 || leading_dim(&b, es, k).is_none();
+    // f16 values (widened by a fused CPY) go to an f16 GEMM as they are.
+    let convert_b = (gemm != DType::F32 && bt != gemm) || leading_dim(&b, es, k).is_none();
     // The operands as cuBLAS will see them (addresses do not matter here).
     let ga = if convert_a { packed(gemm, a.ne).unwrap_or(a) } else { a };
     let gb = if convert_b { packed(gemm, b.ne).unwrap_or(b) } else { b };
@@ -665,20 +666,21 @@ fn is_packed(t: &TensorArg, es: i64) -> bool {
 /// The kernel packing densely packed `b` (one [`pack_kernel`] takes) as `gemm`'s type,
 /// through GELU_ERF with `gelu`, as one run of values, and its launch: blocks of 256 threads,
 /// 8 a multiprocessor (one wave where a thread needs at most 32 registers), or fewer where
-/// `b` has fewer groups of 8 values.
+/// `b` has fewer groups of 8 values. `None` for types no such kernel takes.
 fn pack_flat(
     kernels: &Kernels,
     gemm: DType,
     (b, bt): (&TensorArg, DType),
     gelu: bool,
-) -> (&'static str, cudarc::driver::LaunchConfig) {
+) -> Option<(&'static str, cudarc::driver::LaunchConfig)> {
     let name = match (bt, gemm, gelu) {
-        (DType::F16, DType::BF16, _) => names::PACK_FLAT_GELU_ERF_F16_BF16,
-        (DType::F16, _, _) => names::PACK_FLAT_GELU_ERF_F16_F16,
-        (_, DType::BF16, false) => names::PACK_FLAT_F32_BF16,
-        (_, DType::BF16, true) => names::PACK_FLAT_GELU_ERF_F32_BF16,
-        (_, _, false) => names::PACK_FLAT_F32_F16,
-        (_, _, true) => names::PACK_FLAT_GELU_ERF_F32_F16,
+        (DType::F16, DType::BF16, true) => names::PACK_FLAT_GELU_ERF_F16_BF16,
+        (DType::F16, DType::F16, true) => names::PACK_FLAT_GELU_ERF_F16_F16,
+        (DType::F32, DType::BF16, false) => names::PACK_FLAT_F32_BF16,
+        (DType::F32, DType::BF16, true) => names::PACK_FLAT_GELU_ERF_F32_BF16,
+        (DType::F32, DType::F16, false) => names::PACK_FLAT_F32_F16,
+        (DType::F32, DType::F16, true) => names::PACK_FLAT_GELU_ERF_F32_F16,
+        _ => return None,
     };
     let blocks = div_ceil(b.nelements() / 8, 256).clamp(1, 8 * kernels.multiprocessors());
     let cfg = cudarc::driver::LaunchConfig {
@@ -686,7 +688,7 @@ fn pack_flat(
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    (name, cfg)
+    Some((name, cfg))
 }
 
 /// Where the GEMM of a MUL_MAT of `a` and `b` into `dst` takes `b` packed as 16-bit values
@@ -741,7 +743,8 @@ fn gemm_operands(
         if !b_held {
             match pack_kernel(gemm, (&b, bt), gelu_b) {
                 Some(_) if is_packed(&b, bt.block_bytes() as i64) => {
-                    let (name, cfg) = pack_flat(kernels, gemm, (&b, bt), gelu_b);
+                    let flat = pack_flat(kernels, gemm, (&b, bt), gelu_b);
+                    let (name, cfg) = flat.ok_or_else(|| backend_error("a product's b that no kernel packs"))?;
                     // pack_flat_(gelu_erf_)f32_<type>(TensorArg a, TensorArg dst)
                     launch_kernel!(kernels, stream, name, cfg, &b, &t)?
                 }
@@ -799,19 +802,23 @@ pub(crate) fn launch_with_bias(
     dst: Operand,
     bias: Operand,
 ) -> Result<bool> {
-    let p = plan(a, b, dst);
+    // A GELU is taken as b is converted: planned as for f32 values (a 16-bit b of the GEMM's
+    // type is taken as it is otherwise).
+    let p = plan(a, if gelu_b { (b.0, DType::F32) } else { b }, dst);
     // An f16 result only from f16 GEMMs (cuBLASLt writes no f16 from f32 or bf16 operands).
     let half = dst.1 == DType::F16;
     if half && !matches!(p.path, Path::Gemm { gemm: DType::F16, .. }) {
         return Ok(false);
     }
-    let converted_b = match p.path {
-        Path::Split { .. } => true,
-        Path::Gemm { gemm, convert_b, .. } => convert_b && pack_kernel(gemm, (&b.0, b.1), gelu_b).is_some(),
+    // An f32 b as any plan takes it, through GELU as splits or GEMMs convert it; an f16 b
+    // (widened by a CPY) through GELU as a GEMM packs it, or as it is by an f16 GEMM.
+    let b_taken = match (p.path, b.1, gelu_b) {
+        (_, DType::F32, false) | (Path::Split { .. }, DType::F32, true) => true,
+        (Path::Gemm { gemm, convert_b: true, .. }, _, true) => pack_kernel(gemm, (&b.0, b.1), true).is_some(),
+        (Path::Gemm { convert_b: false, .. }, DType::F16, false) => true,
         _ => false,
     };
-    // A 16-bit b (a GELU_ERF of f16 values, widened) only as a GEMM packs it.
-    if (gelu_b || b.1 != DType::F32) && !converted_b || b.1 != DType::F32 && !matches!(p.path, Path::Gemm { .. }) {
+    if !b_taken {
         return Ok(false);
     }
     if p.path == Path::MatVecMma {
