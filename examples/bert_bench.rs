@@ -35,8 +35,9 @@ usage: bert_bench [--model FILE] [--backend SPEC] [--params-backend SPEC]
                          layer's device computes it faster) [auto]
   --compute-type T       f32, or f16: layers whose attention is one FLASH_ATTN node compute
                          its products with 10-bit mantissas (sums in f32, as PyTorch's f16
-                         attention) and keep its keys and values and the feed-forward's
-                         hidden values in f16 [f32]
+                         attention), keep its keys, values and result and the
+                         feed-forward's hidden values in f16, and take GELU's tanh
+                         form [f32]
 ";
 
 type BoxError = Box<dyn std::error::Error>;

@@ -107,8 +107,8 @@ pub fn random_tokens(batch: usize, tokens: usize, vocab: usize, seed: u64) -> Ve
 }
 
 /// `--compute-type f32|f16`: the precision of the layers whose attention is one FLASH_ATTN node
-/// (f16: products with 10-bit mantissas and f32 sums, as half-precision attention, keys, values
-/// and the feed-forward's hidden values in f16).
+/// (f16: products with 10-bit mantissas and f32 sums, as half-precision attention, keys, values,
+/// attention's result and the feed-forward's hidden values in f16, GELU's tanh form).
 pub fn compute_type(value: &str) -> Result<tessera::Precision, String> {
     match value {
         "f32" => Ok(tessera::Precision::Full),

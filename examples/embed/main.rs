@@ -46,8 +46,9 @@ options:
   --threads N            threads of the CPU backend, at most the machine's processors [all]
   --compute-type T       f32, or f16: layers whose attention is one FLASH_ATTN node compute
                          its products with 10-bit mantissas (sums in f32, as PyTorch's f16
-                         attention) and keep its keys and values and the feed-forward's
-                         hidden values in f16 [f32]
+                         attention), keep its keys, values and result and the
+                         feed-forward's hidden values in f16, and take GELU's tanh
+                         form [f32]
   --file FILE            embed the lines of FILE too (blank lines skipped; may be repeated)
   --batch-size N         sentences embedded together; memory grows with it [64]
   --json FILE            write the embeddings to FILE as {\"embeddings\": [[...], ...]}

@@ -269,7 +269,7 @@ impl CudaBackend {
                 let scratch = &mut self.scratch;
                 kernels::launch_norm_affine(&self.kernels, &self.stream, src, r, dst, eps, rms, w, b, scratch, next)
             }
-            Fusion::MulMatBias { gelu, widened, mul_mat, bias_half, bias, .. } => {
+            Fusion::MulMatBias { gelu, widened, mul_mat, bias_half, bias, gelu_after, .. } => {
                 // With a GELU or a widening CPY first, its source is the product's b, taken
                 // through it.
                 let product = graph.tensor(mul_mat)?;
@@ -295,7 +295,7 @@ impl CudaBackend {
                     a,
                     product_b,
                     (b, gelu.is_some()),
-                    dst,
+                    (dst, gelu_after.is_some()),
                     bias,
                 )
             }

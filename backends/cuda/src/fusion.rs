@@ -28,7 +28,10 @@ pub(crate) enum Fusion {
     /// result). With `gelu`, a GELU_ERF node whose only reader is the product (as b) comes
     /// first: a feed-forward's activation and second linear layer. With `widened`, the product's
     /// b is a CPY of f16 values to f32 (the GELU's result, or without a GELU any f16 tensor), its
-    /// only reader: the GEMM takes the f16 values as they are.
+    /// only reader: the GEMM takes the f16 values as they are. With `gelu_after`, a GELU (the
+    /// tanh approximation) of the sum (or of its f16 cast) is its only reader and `last`: the
+    /// GEMM's epilogue takes it, from the f32 sum before any rounding to f16 (so within one f16
+    /// step of the nodes, not their bits).
     MulMatBias {
         gelu: Option<TensorId>,
         widened: Option<TensorId>,
@@ -36,6 +39,7 @@ pub(crate) enum Fusion {
         bias_half: Option<TensorId>,
         bias: TensorId,
         half: Option<TensorId>,
+        gelu_after: Option<TensorId>,
         last: TensorId,
     },
     /// A SwiGLU feed-forward's first half: MUL_MAT (gate), SILU of it, MUL_MAT (up) of the same
@@ -70,6 +74,7 @@ impl Fusion {
             Fusion::NormAffine { residual: None, rms: false, .. } => "NORM+MUL(+ADD) (fused)",
             Fusion::NormAffine { residual: Some(_), rms: true, .. } => "ADD+RMS_NORM+MUL(+ADD) (fused)",
             Fusion::NormAffine { residual: None, rms: true, .. } => "RMS_NORM+MUL(+ADD) (fused)",
+            Fusion::MulMatBias { gelu_after: Some(_), .. } => "(CPY+)MUL_MAT+ADD(+CPY)+GELU (fused)",
             Fusion::MulMatBias { gelu: None, widened: None, half: None, .. } => "MUL_MAT+ADD (fused)",
             Fusion::MulMatBias { gelu: None, widened: None, half: Some(_), .. } => "MUL_MAT+ADD+CPY (fused)",
             Fusion::MulMatBias { gelu: None, widened: Some(_), .. } => "CPY+MUL_MAT+ADD (fused)",
@@ -90,8 +95,8 @@ impl Fusion {
             Fusion::NormAffine { residual, bias, .. } => {
                 2 + usize::from(bias.is_some()) + usize::from(residual.is_some())
             }
-            Fusion::MulMatBias { gelu, widened, bias_half, half, .. } => {
-                let optional = [gelu, widened, bias_half, half];
+            Fusion::MulMatBias { gelu, widened, bias_half, half, gelu_after, .. } => {
+                let optional = [gelu, widened, bias_half, half, gelu_after];
                 2 + optional.iter().filter(|n| n.is_some()).count()
             }
             Fusion::FlashAttnHalf { .. } => 2,
@@ -155,15 +160,21 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
                 if bias_half.is_some() && half.is_none() {
                     return None;
                 }
-                let (bias, last) = (add.src(1)?, half.unwrap_or(add_id));
+                let sum = half.unwrap_or(add_id);
+                // A GELU of the sum right after it, its only reader.
+                let gelu_after = ids.get(at + 1 + usize::from(half.is_some())).copied().filter(|&next| {
+                    graph.tensor(next).is_ok_and(|t| t.op() == Op::Unary(UnaryOp::Gelu) && t.src(0) == Some(sum))
+                        && read_once(sum)
+                });
                 return Some(Fusion::MulMatBias {
                     gelu: None,
                     widened: None,
                     mul_mat: first,
                     bias_half,
-                    bias,
+                    bias: add.src(1)?,
                     half,
-                    last,
+                    gelu_after,
+                    last: gelu_after.unwrap_or(sum),
                 });
             }
             return swiglu(graph, ids, consumers).or_else(|| projections(graph, ids, consumers));
@@ -176,12 +187,12 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
             if !widens || product.op() != Op::MulMat || product.src(1) != Some(first) || !read_once(first) {
                 return None;
             }
-            return match find(graph, &ids[1..], consumers)? {
-                Fusion::MulMatBias { gelu: None, widened: None, mul_mat, bias_half, bias, half, last } => {
-                    Some(Fusion::MulMatBias { gelu: None, widened: Some(first), mul_mat, bias_half, bias, half, last })
-                }
-                _ => None,
-            };
+            let mut f = find(graph, &ids[1..], consumers)?;
+            match &mut f {
+                Fusion::MulMatBias { gelu: None, widened: widened @ None, .. } => *widened = Some(first),
+                _ => return None,
+            }
+            return Some(f);
         }
         Op::FlashAttn { .. } => {
             // Its result cast to f16 by the node right after it, its only reader.
@@ -197,20 +208,15 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
             if product.op() != Op::MulMat || product.src(1) != Some(b) || !read_once(first) || !read_once(b) {
                 return None;
             }
-            return match find(graph, &ids[at..], consumers)? {
-                Fusion::MulMatBias { gelu: None, mul_mat, bias_half, bias, half, last, .. } => {
-                    Some(Fusion::MulMatBias {
-                        gelu: Some(first),
-                        widened: widened.then_some(second),
-                        mul_mat,
-                        bias_half,
-                        bias,
-                        half,
-                        last,
-                    })
+            let mut f = find(graph, &ids[at..], consumers)?;
+            match &mut f {
+                Fusion::MulMatBias { gelu: gelu @ None, widened: widen, .. } => {
+                    *gelu = Some(first);
+                    *widen = widened.then_some(second);
                 }
-                _ => None,
-            };
+                _ => return None,
+            }
+            return Some(f);
         }
         _ => return None,
     };
@@ -424,6 +430,7 @@ mod tests {
             bias_half: None,
             bias: b,
             half: None,
+            gelu_after: None,
             last: ids[1],
         };
         assert_eq!(find(&g, &ids, &c), Some(fused));
@@ -457,6 +464,7 @@ mod tests {
             bias_half: Some(ids[1]),
             bias: b,
             half: Some(ids[3]),
+            gelu_after: None,
             last: ids[3],
         };
         assert_eq!((find(&g, &ids, &c), fused.len()), (Some(fused), 4));
@@ -474,10 +482,55 @@ mod tests {
                 bias_half: None,
                 bias: b,
                 half: None,
+                gelu_after: None,
                 last: ids[at],
             };
             let want = if bias_to.is_some() { None } else { Some(plain) };
             assert_eq!(find(&g, &ids, &counts(&g)), want, "{bias_to:?} {to}");
+        }
+    }
+
+    #[test]
+    fn a_gelu_of_a_linear_layer_fuses_into_its_epilogue() {
+        // A linear layer (in f16 or f32), then a GELU of its result: the tanh form, or erf.
+        let build = |half: bool, tanh: bool| {
+            let mut g = Graph::new();
+            let w = g.new_tensor(DType::F16, &[8, 5]).unwrap();
+            let x = g.new_tensor(DType::F32, &[8, 3]).unwrap();
+            let b = g.new_tensor(DType::F32, &[5]).unwrap();
+            let y = g.mul_mat(w, x).unwrap();
+            let b = if half { g.cast(b, DType::F16).unwrap() } else { b };
+            let sum = g.add(y, b).unwrap();
+            let sum = if half { g.cast(sum, DType::F16).unwrap() } else { sum };
+            let out = if tanh { g.gelu(sum).unwrap() } else { g.gelu_erf(sum).unwrap() };
+            g.build_forward(out).unwrap();
+            let ids = g.nodes().to_vec();
+            (g, ids, b)
+        };
+        for half in [false, true] {
+            let (g, ids, b) = build(half, true);
+            let last = *ids.last().unwrap();
+            let fused = Fusion::MulMatBias {
+                gelu: None,
+                widened: None,
+                mul_mat: ids[0],
+                bias_half: half.then(|| ids[1]),
+                bias: b,
+                half: half.then(|| ids[3]),
+                gelu_after: Some(last),
+                last,
+            };
+            let mut c = counts(&g);
+            assert_eq!((find(&g, &ids, &c), fused.len()), (Some(fused), ids.len()), "half {half}");
+            // The sum read elsewhere too: the GELU runs apart.
+            let sum = ids[ids.len() - 2];
+            c[sum.index()] += 1;
+            let f = find(&g, &ids, &c);
+            assert!(matches!(f, Some(Fusion::MulMatBias { gelu_after: None, last, .. }) if last == sum), "{f:?}");
+            // No epilogue takes the erf form.
+            let (g, ids, _) = build(half, false);
+            let f = find(&g, &ids, &counts(&g));
+            assert!(matches!(f, Some(Fusion::MulMatBias { gelu_after: None, .. })), "{f:?}");
         }
     }
 
@@ -505,6 +558,7 @@ mod tests {
             bias_half: None,
             bias: b,
             half: None,
+            gelu_after: None,
             last: ids[2],
         };
         assert_eq!((find(&g, &ids, &c), fused.len()), (Some(fused), 3));
@@ -538,6 +592,7 @@ mod tests {
             bias_half: None,
             bias: b,
             half: None,
+            gelu_after: None,
             last: ids[3],
         };
         assert_eq!((find(&g, &ids, &c), fused.len()), (Some(fused), 4));
@@ -570,6 +625,7 @@ mod tests {
             bias_half: None,
             bias: b,
             half: None,
+            gelu_after: None,
             last: ids[2],
         };
         assert_eq!((find(&g, &ids, &counts(&g)), fused.len()), (Some(fused), 3));

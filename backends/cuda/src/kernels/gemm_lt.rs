@@ -1,7 +1,7 @@
 //! One product through cuBLASLt, `C = A^T B`, with a bias epilogue where one is given (the
 //! bias a column of `M` values added to every column of `C`, so that a linear layer's ADD
-//! of its bias costs no kernel and no pass over its result), C in f32 or rounded to f16 as it
-//! is written, and with the algorithm chosen once per shape by timing the library's candidates
+//! of its bias costs no kernel and no pass over its result), optionally followed by a GELU (the
+//! library's is the tanh approximation), C in f32 or rounded to f16 as it is written, and with the algorithm chosen once per shape by timing the library's candidates
 //! ([`Algorithms`]).
 //!
 //! The descriptors live for one call: products are queued when a split is captured into a
@@ -25,7 +25,7 @@ use super::backend_error;
 
 /// A product `C (m x n of type `c_ty`, ldc) = A^T (A: k x m of type `ty`, lda) B (k x n, `ty`,
 /// ldb)`, plus `bias` (m packed values of C's type) where given, summed in f32 (a 16-bit C is
-/// the f32 sum rounded).
+/// the f32 sum rounded), then with `gelu` (and a bias) taken through GELU's tanh form.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LtGemm {
     pub m: u64,
@@ -38,6 +38,7 @@ pub(crate) struct LtGemm {
     /// f32, or f16.
     pub c_ty: cudaDataType,
     pub bias: Option<u64>,
+    pub gelu: bool,
     /// TF32 tensor cores for f32 operands (the `tf32` mode, and split products' parts).
     pub tf32: bool,
 }
@@ -50,6 +51,7 @@ struct Shape {
     c_ty: u32,
     lds: (i64, i64, i64),
     bias: bool,
+    gelu: bool,
     tf32: bool,
 }
 
@@ -61,6 +63,7 @@ impl LtGemm {
             c_ty: self.c_ty as u32,
             lds: (self.a.1, self.b.1, self.c.1),
             bias: self.bias.is_some(),
+            gelu: self.gelu,
             tf32: self.tf32,
         }
     }
@@ -144,7 +147,12 @@ impl Descriptors {
             set(d.matmul, A::CUBLASLT_MATMUL_DESC_TRANSA, &cublasOperation_t::CUBLAS_OP_T)?;
             set(d.matmul, A::CUBLASLT_MATMUL_DESC_TRANSB, &cublasOperation_t::CUBLAS_OP_N)?;
             if let Some(bias) = g.bias {
-                set(d.matmul, A::CUBLASLT_MATMUL_DESC_EPILOGUE, &cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS)?;
+                let epilogue = if g.gelu {
+                    cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS
+                } else {
+                    cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS
+                };
+                set(d.matmul, A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue)?;
                 set(d.matmul, A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &(bias as *const c_void))?;
                 set(d.matmul, A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &g.c_ty)?;
             }

@@ -179,7 +179,8 @@ pub fn scratch_bytes(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> usize {
 /// before it, fused too, with its bits; of f16 values, widened to f32 by a CPY node, fused
 /// too), where a GEMM converts `b` anyway; `Ok(false)` for other plans. `product_b` is the
 /// product node's own b, as validated. An f16 `dst` is the sum cast to f16 (with an f16 bias).
-/// The addresses are as for [`launch`].
+/// With `gelu_after`, `dst` is GELU (tanh form) of the sum, which a GEMM's epilogue takes from
+/// the f32 sum; `Ok(false)` for other plans. The addresses are as for [`launch`].
 #[allow(clippy::too_many_arguments)]
 pub fn launch_mul_mat_bias(
     kernels: &Kernels,
@@ -188,7 +189,7 @@ pub fn launch_mul_mat_bias(
     a: Operand,
     product_b: Operand,
     (b, gelu_b): (Operand, bool),
-    dst: Operand,
+    (dst, gelu_after): (Operand, bool),
     bias: Operand,
 ) -> Result<bool> {
     let srcs = [Some(a), Some(product_b)];
@@ -201,7 +202,7 @@ pub fn launch_mul_mat_bias(
         return Ok(false);
     }
     stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
-    mul_mat::launch_with_bias(kernels, stream, scratch, a, (b, gelu_b), dst, bias)
+    mul_mat::launch_with_bias(kernels, stream, scratch, a, (b, gelu_b), (dst, gelu_after), bias)
 }
 
 /// Queues the FLASH_ATTN `attn` (its result operand and sources, as validated) with its result

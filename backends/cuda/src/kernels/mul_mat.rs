@@ -399,6 +399,7 @@ pub(super) fn lt_gemm(
         c,
         c_ty: cudarc::cublaslt::sys::cudaDataType::CUDA_R_32F,
         bias,
+        gelu: false,
         tf32: f32_products() == F32Products::Tf32,
     })
 }
@@ -799,7 +800,7 @@ pub(crate) fn launch_with_bias(
     scratch: &mut Scratch,
     a: Operand,
     (b, gelu_b): (Operand, bool),
-    dst: Operand,
+    (dst, gelu_after): (Operand, bool),
     bias: Operand,
 ) -> Result<bool> {
     // A GELU is taken as b is converted: planned as for f32 values (a 16-bit b of the GEMM's
@@ -819,6 +820,10 @@ pub(crate) fn launch_with_bias(
         _ => false,
     };
     if !b_taken {
+        return Ok(false);
+    }
+    // A GELU after the sum only in a cuBLASLt epilogue.
+    if gelu_after && !matches!(p.path, Path::Gemm { .. }) {
         return Ok(false);
     }
     if p.path == Path::MatVecMma {
@@ -871,6 +876,7 @@ pub(crate) fn launch_with_bias(
     if half {
         g.c_ty = cudarc::cublaslt::sys::cudaDataType::CUDA_R_16F;
     }
+    g.gelu = gelu_after;
     if [(ga, gemm), (gb, gemm), bias].into_iter().any(|s| TensorArg::overlap(dst, s)) {
         return Err(backend_error("a MUL_MAT's result overlaps its operands"));
     }
