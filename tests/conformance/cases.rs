@@ -622,6 +622,17 @@ fn get_rows(v: &mut Vec<Case>) {
             }));
         }
     }
+    // Packed float rows of a multiple of 8 values (8 values a thread on GPUs), across planes.
+    for t in FLOATS {
+        for (n, r, m, d2, d3) in [(64, 9, 40, 2, 3), (8, 5, 7, 1, 1)] {
+            let name = format!("GET_ROWS(type={t},n={n},r={r},m={m},ne_b=[{m},{d2},{d3},1],x8)");
+            v.push(Case::new("GET_ROWS", name, move |g| {
+                let a = g.leaf(t, [n, r, d2, d3])?;
+                let b = g.leaf_init(I32, [m, d2, d3, 1], Init::Ints(0, r as i32))?;
+                g.get_rows(a, b)
+            }));
+        }
+    }
     // Rows of a tensor whose rows are strided (a permuted view keeping dim 0).
     v.push(Case::new("GET_ROWS", "GET_ROWS(type=f32,n=10,r=5,m=4,ne_b=[4,3,1,1],perm_a=[0,2,1,3])", |g| {
         let a = g.input(F32, [10, 5, 3, 1], Some(SWAP12), Init::DEFAULT)?;
@@ -881,6 +892,8 @@ fn cont(v: &mut Vec<Case>) {
             ([33, 3, 4, 1], [2, 0, 1, 3]),
             ([10, 5, 4, 3], SWAP12),
             ([6, 5, 4, 3], [3, 2, 1, 0]),
+            // Transposed, several tiles of 32 x 32 with partial ones at both edges.
+            ([100, 70, 3, 1], SWAP01),
         ] {
             let name = format!("CONT(type={t},ne={},perm={})", fmt_ne(&ne), fmt_ne(&perm));
             v.push(Case::new("CONT", name, move |g| {

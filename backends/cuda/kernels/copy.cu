@@ -3,7 +3,7 @@
 // exactly as tessera-core's row conversions do. Also FILL, which MUL_MAT uses for K = 0.
 //
 // Launch: 2-D blocks (x over dimension 0 of a destination row, or its blocks when quantized;
-// y over rows), grid-strided over the destination's rows.
+// y over rows), grid-strided over the destination's rows; `cpy_transposed_*` as it says.
 //
 // The K-quants (kquant.cuh, kquant_low.cuh) are copied into the float types only: quantizing
 // into them is ggml's scale search, which the CUDA backend leaves to the CPU. Q4_1, Q5_0 and
@@ -112,6 +112,33 @@ __device__ void cpy_raw(const TensorArg &src, const TensorArg &dst) {
     }
 }
 
+// CONT of a transposed view into packed rows, bits as they are (`W`: 32- or 16-bit values):
+// `src` and `dst` of one shape, `src`'s dimension 1 packed and its dimension 0 strided. Blocks
+// of 32 x 8 threads move 32 x 32 tiles through shared memory, read along the source's dimension
+// 1 and written along the destination's dimension 0, so that both sides are coalesced (one
+// thread per value, reading down a column, is not).
+// Grid: (dimension 1 / 32, dimension 0 / 32, dimensions 2 x 3).
+template <typename W>
+__device__ void cpy_transposed(const TensorArg &src, const TensorArg &dst) {
+    __shared__ W tile[32][33];
+    const long long i0b = (long long)blockIdx.y * 32, i1b = (long long)blockIdx.x * 32;
+    const long long i2 = blockIdx.z % dst.ne[2], i3 = blockIdx.z / dst.ne[2];
+    const int tx = threadIdx.x;
+    for (int k = threadIdx.y; k < 32; k += 8) {
+        const long long i0 = i0b + k, i1 = i1b + tx;
+        if (i0 < dst.ne[0] && i1 < dst.ne[1]) {
+            tile[k][tx] = *(const W *)(row_ptr(src, i1, i2, i3) + i0 * src.nb[0]);
+        }
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < 32; k += 8) {
+        const long long i0 = i0b + tx, i1 = i1b + k;
+        if (i0 < dst.ne[0] && i1 < dst.ne[1]) {
+            *(W *)(row_ptr(dst, i1, i2, i3) + i0 * dst.nb[0]) = tile[tx][k];
+        }
+    }
+}
+
 #define CPY_KERNEL(name, S, D)                                                                                   \
     extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst) { \
         await_prior_kernel();                                                                                    \
@@ -202,3 +229,12 @@ extern "C" __global__ void fill_f32(const __grid_constant__ TensorArg dst, float
         }
     }
 }
+
+#define CPY_TRANSPOSED_KERNEL(name, W)                                                                           \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst) { \
+        await_prior_kernel();                                                                                    \
+        cpy_transposed<W>(src, dst);                                                                             \
+    }
+
+CPY_TRANSPOSED_KERNEL(cpy_transposed_b32, unsigned int)
+CPY_TRANSPOSED_KERNEL(cpy_transposed_b16, unsigned short)

@@ -5,7 +5,8 @@
 // An index outside 0..r cannot be reported from a kernel: the reference fails the compute, here
 // the destination row is filled with NaN (F32) or i32::MIN (I32) and nothing outside `a` is read.
 //
-// Launch: 2-D blocks (x over dimension 0, y over destination rows), grid-strided over rows.
+// Launch: 2-D blocks (x over dimension 0, y over destination rows), grid-strided over rows;
+// `get_rows_x8_*`: 1-D blocks over groups of 8 values, grid-strided.
 #include "kquant_low.cuh"
 #include "legacy_quant.cuh"
 
@@ -50,6 +51,68 @@ __device__ void get_rows_exact_i32(const TensorArg &a, const TensorArg &idx, con
         }
     }
 }
+
+// Eight values of a packed f32, f16 or bf16 row from `p` (16-byte aligned), as f32.
+template <typename S> __device__ __forceinline__ void load8(const char *p, float (&v)[8]);
+template <> __device__ __forceinline__ void load8<F32>(const char *p, float (&v)[8]) {
+    const float4 x = ((const float4 *)p)[0], y = ((const float4 *)p)[1];
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+}
+template <> __device__ __forceinline__ void load8<F16>(const char *p, float (&v)[8]) {
+    const uint4 u = *(const uint4 *)p;
+    const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = f16_bits_to_f32((unsigned short)(w[k] & 0xffffu));
+        v[2 * k + 1] = f16_bits_to_f32((unsigned short)(w[k] >> 16));
+    }
+}
+template <> __device__ __forceinline__ void load8<BF16>(const char *p, float (&v)[8]) {
+    const uint4 u = *(const uint4 *)p;
+    const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = bf16_bits_to_f32((unsigned short)(w[k] & 0xffffu));
+        v[2 * k + 1] = bf16_bits_to_f32((unsigned short)(w[k] >> 16));
+    }
+}
+
+// GET_ROWS of packed f32, f16 or bf16 rows of a multiple of 8 values into packed f32 rows, all
+// starting on 16-byte boundaries: one thread per 8 values (16-byte loads and stores), over a
+// flat grid-strided range of (destination row, group of 8) pairs. The bits of `get_rows`.
+template <typename S, int BYTES>
+__device__ void get_rows_x8(const TensorArg &a, const TensorArg &idx, const TensorArg &dst) {
+    const long long groups = dst.ne[0] / 8, n = nrows_of(dst) * groups;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        long long row, g, j, i2, i3;
+        divmod64(i, groups, row, g);
+        unravel_row(row, dst.ne[1], dst.ne[2], j, i2, i3);
+        float4 *d = (float4 *)(row_ptr(dst, j, i2, i3) + g * 32);
+        const long long r = picked_row(a, idx, j, i2, i3);
+        float v[8];
+        if (r < 0) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                v[k] = __int_as_float(0x7fc00000);
+            }
+        } else {
+            load8<S>(row_ptr(a, r, i2, i3) + g * 8 * BYTES, v);
+        }
+        d[0] = make_float4(v[0], v[1], v[2], v[3]);
+        d[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+}
+
+#define GET_ROWS_X8_KERNEL(name, S, BYTES)                                                                       \
+    extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg idx,  \
+                                    const __grid_constant__ TensorArg dst) {                                     \
+        await_prior_kernel();                                                                                    \
+        get_rows_x8<S, BYTES>(a, idx, dst);                                                                      \
+    }
+
+GET_ROWS_X8_KERNEL(get_rows_x8_f32, F32, 4)
+GET_ROWS_X8_KERNEL(get_rows_x8_f16, F16, 2)
+GET_ROWS_X8_KERNEL(get_rows_x8_bf16, BF16, 2)
 
 #define GET_ROWS_KERNEL(name, S)                                                                                 \
     extern "C" __global__ void name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg idx,  \

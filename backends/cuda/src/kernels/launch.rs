@@ -460,6 +460,22 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
         Op::MulMat => mul_mat::launch(kernels, stream, scratch, src(0)?, src(1)?, node.dst),
         Op::GetRows => {
             let ((a, at), (idx, _)) = (src(0)?, src(1)?);
+            // Packed float rows of a multiple of 8 values on 16-byte boundaries: 8 a thread.
+            let x8 = names::get_rows_x8(at).filter(|_| {
+                dt == DType::F32
+                    && dst.ne[0] % 8 == 0
+                    && rows_16_byte_aligned(&a, at.block_bytes() as i64)
+                    && rows_16_byte_aligned(&dst, 4)
+            });
+            if let Some(name) = x8 {
+                let cfg = LaunchConfig {
+                    grid_dim: (blocks(div_ceil(dst.nelements() / 8, 256)), 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // get_rows_x8_*(TensorArg a, TensorArg idx, TensorArg dst)
+                return launch_kernel!(kernels, stream, name, cfg, &a, &idx, &dst);
+            }
             let cfg = elementwise_config(dst.ne[0], dst.nrows());
             // get_rows_*(TensorArg a, TensorArg idx, TensorArg dst)
             launch_kernel!(kernels, stream, kernel(names::get_rows(at))?, cfg, &a, &idx, &dst)
@@ -612,11 +628,34 @@ pub(crate) fn copy(
     dst: (TensorArg, DType),
 ) -> Result<()> {
     let ((a, at), (d, dt)) = (src, dst);
+    if let Some((name, cfg)) = transposed_copy((&a, at), (&d, dt)) {
+        // cpy_transposed_*(TensorArg src, TensorArg dst)
+        return launch_kernel!(kernels, stream, name, cfg, &a, &d);
+    }
     // Quantizing kernels take one block of 32 values per thread.
     let per_row = if dt.is_quantized() { d.ne[0] / dt.block_len() as i64 } else { d.ne[0] };
     let cfg = elementwise_config(per_row, d.nrows());
     // cpy_*(TensorArg src, TensorArg dst)
     launch_kernel!(kernels, stream, kernel(names::cpy(at, dt))?, cfg, &a, &d)
+}
+
+/// The tiled kernel and launch for a copy of `a` into packed rows of `d` of its type and shape
+/// where `a` is a transposed view (its dimension 1 packed, dimension 0 strided); `None` for
+/// other copies, or grids too large (over 65535 tiles down dimension 0, or 65535 planes).
+fn transposed_copy((a, at): (&TensorArg, DType), (d, dt): (&TensorArg, DType)) -> Option<(&'static str, LaunchConfig)> {
+    let name = names::cpy_transposed(at).filter(|_| at == dt && a.ne == d.ne)?;
+    let es = at.block_bytes() as i64;
+    let transposed = a.ne[0] > 1 && a.ne[1] > 1 && a.nb[1] == es && a.nb[0] != es && d.nb[0] == es;
+    let (tiles0, tiles1, planes) = (div_ceil(a.ne[0], 32), div_ceil(a.ne[1], 32), a.ne[2] * a.ne[3]);
+    if !transposed || tiles0 > 65535 || planes > 65535 || tiles1 > i64::from(u32::MAX >> 1) {
+        return None;
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (tiles1 as u32, tiles0 as u32, planes as u32),
+        block_dim: (32, 8, 1),
+        shared_mem_bytes: 0,
+    };
+    Some((name, cfg))
 }
 
 /// What a fused norm also stores of its result (`NORM_COPY_*` in rows_packed.cu).

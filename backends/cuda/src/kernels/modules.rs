@@ -27,6 +27,8 @@ pub(crate) const MODULES: &[Module] = &[
         name: "copy",
         fatbin: fatbin!("copy"),
         kernels: &[
+            "cpy_transposed_b32",
+            "cpy_transposed_b16",
             "cpy_f32_f16",
             "cpy_f32_bf16",
             "cpy_f16_f32",
@@ -181,6 +183,9 @@ pub(crate) const MODULES: &[Module] = &[
             "get_rows_q5_K",
             "get_rows_q6_K",
             "get_rows_i32",
+            "get_rows_x8_f32",
+            "get_rows_x8_f16",
+            "get_rows_x8_bf16",
             "set_rows_f32",
             "set_rows_f16",
             "set_rows_bf16",

@@ -212,6 +212,20 @@ pub(crate) fn get_rows(a: DType) -> Option<&'static str> {
     })
 }
 
+/// GET_ROWS of packed float rows, 8 values a thread.
+pub(crate) fn get_rows_x8(a: DType) -> Option<&'static str> {
+    by_float(a, ["get_rows_x8_f32", "get_rows_x8_f16", "get_rows_x8_bf16"])
+}
+
+/// CONT of a transposed view of `t` values, bits as they are.
+pub(crate) fn cpy_transposed(t: DType) -> Option<&'static str> {
+    match t {
+        F32 | I32 => Some("cpy_transposed_b32"),
+        F16 | BF16 => Some("cpy_transposed_b16"),
+        _ => None,
+    }
+}
+
 /// SET_ROWS of F32 values into rows of type `dst`.
 pub(crate) fn set_rows(dst: DType) -> Option<&'static str> {
     by_float(dst, ["set_rows_f32", "set_rows_f16", "set_rows_bf16"])
