@@ -249,10 +249,10 @@ pub(crate) fn packed_rows_config(max_ne0: i64, nrows: i64) -> LaunchConfig {
     }
 }
 
-/// Whether `t` is one packed run of f32 values (dimensions of one value may have any stride)
-/// starting on a 16-byte boundary.
-fn packed_f32_16_byte_aligned(t: &TensorArg) -> bool {
-    let mut stride = 4i64;
+/// Whether `t` is one packed run of `es`-byte values (dimensions of one value may have any
+/// stride) starting on a 16-byte boundary.
+fn packed_16_byte_aligned(t: &TensorArg, es: i64) -> bool {
+    let mut stride = es;
     for d in 0..4 {
         if t.ne[d] > 1 && t.nb[d] != stride {
             return false;
@@ -270,14 +270,25 @@ pub(crate) fn binary_packed(a: Operand, b: Operand, dst: Operand) -> bool {
     [at, bt, dt].iter().all(|&t| t == DType::F32)
         && a.ne[0] % 4 == 0
         && (b.ne == a.ne || b.ne == [a.ne[0], 1, 1, 1])
-        && [a, b, d].iter().all(packed_f32_16_byte_aligned)
+        && [a, b, d].iter().all(|t| packed_16_byte_aligned(t, 4))
 }
 
-/// Whether a unary op or SCALE of `a` into `dst` runs `unary_f32_packed`: both f32, packed and
-/// 16-byte aligned, with a multiple of 4 values.
-pub(crate) fn unary_packed(a: Operand, dst: Operand) -> bool {
+/// How many values a thread of `unary_f32_packed` (4, both f32) or `unary_f16_packed` (8, both
+/// f16) takes at a time where a unary op or SCALE of `a` into `dst` runs one of them: both packed
+/// and 16-byte aligned, with a multiple of that many values; `None` otherwise.
+pub(crate) fn unary_packed(a: Operand, dst: Operand) -> Option<i64> {
     let ((a, at), (d, dt)) = (a, dst);
-    at == DType::F32 && dt == DType::F32 && d.nelements() % 4 == 0 && [a, d].iter().all(packed_f32_16_byte_aligned)
+    match (at, dt) {
+        (DType::F32, DType::F32) => {
+            let packed = d.nelements() % 4 == 0 && [a, d].iter().all(|t| packed_16_byte_aligned(t, 4));
+            packed.then_some(4)
+        }
+        (DType::F16, DType::F16) => {
+            let packed = d.nelements() % 8 == 0 && [a, d].iter().all(|t| packed_16_byte_aligned(t, 2));
+            packed.then_some(8)
+        }
+        _ => None,
+    }
 }
 
 /// Threads of `binary_f32_packed` and `unary_f32_packed` per block, and float4s per thread
@@ -356,8 +367,9 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
                 Op::Unary(u) => (unary_code(u), 1.0f32),
                 _ => return Err(backend_error("not a unary op")),
             };
-            let (name, cfg) = if unary_packed((a, at), node.dst) {
-                (names::UNARY_F32_PACKED, binary_packed_config(dst.nelements() / 4))
+            let (name, cfg) = if let Some(values) = unary_packed((a, at), node.dst) {
+                let name = if values == 8 { names::UNARY_F16_PACKED } else { names::UNARY_F32_PACKED };
+                (name, binary_packed_config(dst.nelements() / values))
             } else {
                 (kernel(names::unary(at))?, elementwise_config(dst.ne[0], dst.nrows()))
             };
@@ -693,7 +705,7 @@ pub(crate) fn norm_affine(
     if residual.is_some_and(|r| r.0.ne != src.0.ne || packed_rows(r, dst).is_none()) {
         return Ok(false);
     }
-    let row = |(t, dt): Operand| dt == DType::F32 && t.ne == [src.0.ne[0], 1, 1, 1] && packed_f32_16_byte_aligned(&t);
+    let row = |(t, dt): Operand| dt == DType::F32 && t.ne == [src.0.ne[0], 1, 1, 1] && packed_16_byte_aligned(&t, 4);
     if !row(w) || !b.is_none_or(row) {
         return Ok(false);
     }
@@ -862,20 +874,28 @@ mod tests {
     }
 
     #[test]
-    fn packed_unary_ops_take_packed_aligned_f32_with_whole_float4s() {
+    fn packed_unary_ops_take_packed_aligned_f32_or_f16_with_whole_loads() {
         let a = f32s([64, 5, 4, 3]);
-        assert!(unary_packed(a, a));
-        // Odd value counts, other types, gaps, misaligned starts and transposed sources take
+        assert_eq!(unary_packed(a, a), Some(4));
+        // f16: 8 values a load.
+        let mut h = (a.0, DType::F16);
+        h.0.nb = [2, 128, 640, 2560];
+        assert_eq!(unary_packed(h, h), Some(8));
+        // Odd value counts, mixed types, gaps, misaligned starts and transposed sources take
         // the generic kernel.
         let odd = f32s([3, 5, 1, 1]);
-        assert!(!unary_packed(odd, odd));
-        assert!(!unary_packed((a.0, DType::F16), a));
+        assert_eq!(unary_packed(odd, odd), None);
+        assert_eq!(unary_packed(h, a), None);
         let mut gapped = a;
         gapped.0.nb[1] = 272;
-        assert!(!unary_packed(gapped, a));
-        assert!(!unary_packed(a, at(a, 0x1008)));
+        assert_eq!(unary_packed(gapped, a), None);
+        assert_eq!(unary_packed(a, at(a, 0x1008)), None);
         let t = swapped(f32s([64, 64, 1, 1]), 0, 1);
-        assert!(!unary_packed(t, f32s([64, 64, 1, 1])));
+        assert_eq!(unary_packed(t, f32s([64, 64, 1, 1])), None);
+        let mut h4 = h;
+        h4.0.ne = [4, 5, 1, 1];
+        h4.0.nb = [2, 8, 40, 40];
+        assert_eq!(unary_packed(h4, h4), None, "20 f16 values are no whole loads");
     }
 
     #[test]

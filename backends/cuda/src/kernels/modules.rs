@@ -104,6 +104,7 @@ pub(crate) const MODULES: &[Module] = &[
             "binary_bf16_bf16",
             "binary_f32_packed",
             "unary_f32_packed",
+            "unary_f16_packed",
             "unary_f32",
             "unary_f16",
             "unary_bf16",

@@ -484,6 +484,8 @@ pub(crate) const BINARY_F32_PACKED: &str = "binary_f32_packed";
 
 /// Unary ops and SCALE of a packed, 16-byte aligned f32 tensor into another.
 pub(crate) const UNARY_F32_PACKED: &str = "unary_f32_packed";
+/// The same for f16 tensors.
+pub(crate) const UNARY_F16_PACKED: &str = "unary_f16_packed";
 
 pub(crate) const MUL_MAT_PTRS: &str = "mul_mat_ptrs";
 pub(crate) const FILL_F32: &str = "fill_f32";
@@ -520,6 +522,8 @@ mod tests {
                 diag_mask_inf,
                 rope,
                 get_rows,
+                get_rows_x8,
+                cpy_transposed,
                 set_rows,
                 concat,
                 pool_2d,
@@ -571,6 +575,7 @@ mod tests {
         chosen.insert(FILL_F32);
         chosen.insert(BINARY_F32_PACKED);
         chosen.insert(UNARY_F32_PACKED);
+        chosen.insert(UNARY_F16_PACKED);
         for name in &chosen {
             assert!(known.contains(name), "{name} is chosen but no module defines it");
         }
