@@ -326,15 +326,15 @@ fn rows(v: &mut Vec<Case>) {
             f(&mut g.graph, a)
         }));
     }
-    // NORM and RMS_NORM of packed f32 rows of a multiple of 4 values: the GPUs' packed-row
-    // kernels, a warp per row up to 1024 values (rows that fill a thread's slots or leave
-    // some empty), a block per row beyond.
+    // NORM and RMS_NORM of packed f32 (and f16) rows of a multiple of 4 values: the GPUs'
+    // packed-row kernels, a warp per row up to 1024 values (rows that fill a thread's slots or
+    // leave some empty), a block per row beyond.
     for (op, params, f) in &ops[2..4] {
         let (op, params, f) = (*op, *params, *f);
-        for ne in PACKED_ROWS {
-            let name = format!("{op}(type=f32,ne={}{params})", fmt_ne(&ne));
+        for (t, ne) in PACKED_ROWS.into_iter().flat_map(|ne| [(F32, ne), (F16, ne)]) {
+            let name = format!("{op}(type={t},ne={}{params})", fmt_ne(&ne));
             v.push(Case::new(op, name, move |g| {
-                let a = g.leaf(F32, ne)?;
+                let a = g.leaf(t, ne)?;
                 f(&mut g.graph, a)
             }));
         }
