@@ -228,6 +228,21 @@ fn one_by_one_and_captured_resetting(
     (one_by_one, g.get_f32(out).unwrap())
 }
 
+/// Sets the results `inner` to a sentinel, runs `g` as a program `backend` prepared from it, and
+/// says which of them the program wrote (a fused run leaves its intermediate results unwritten).
+fn captured_writes<const N: usize>(backend: &mut dyn Backend, g: &Graph, inner: [tessera::TensorId; N]) -> [bool; N] {
+    let sentinel = |t: tessera::TensorId| vec![7.0f32; g.tensor(t).unwrap().nelements()];
+    for t in inner {
+        g.set_f32(t, &sentinel(t)).unwrap();
+    }
+    let consumers = tessera::consumer_counts(g).unwrap();
+    let split = tessera::SplitRef { graph: g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
+    let mut program = backend.prepare(&split).unwrap();
+    backend.run(&mut *program, g).unwrap();
+    backend.synchronize().unwrap();
+    inner.map(|t| g.get_f32(t).unwrap() != sentinel(t))
+}
+
 /// A layer norm (NORM, MUL by a weight row, ADD of a bias row; with or without a residual ADD
 /// before it) captured into a program runs as one fused kernel (the norm's own result is never
 /// written); its bits are those of the nodes run one by one.
@@ -397,15 +412,8 @@ fn a_gelu_fused_into_the_product_after_it_gives_the_bits_of_its_node() {
                 let values: Vec<f32> = (0..count).map(|j| ((j * 7 + i * 13) % 101) as f32 / 25.0 - 2.0).collect();
                 g.set_f32(leaf, &values).unwrap();
             }
-            let sentinel = vec![7.0f32; k * n];
-            g.set_f32(act, &sentinel).unwrap();
             let mut backend = gpu.init_backend().unwrap();
-            let consumers = tessera::consumer_counts(&g).unwrap();
-            let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
-            let mut program = backend.prepare(&split).unwrap();
-            backend.run(&mut *program, &g).unwrap();
-            backend.synchronize().unwrap();
-            let act_written = g.get_f32(act).unwrap() != sentinel;
+            let [act_written] = captured_writes(&mut *backend, &g, [act]);
             (g.get_f32(out).unwrap(), act_written)
         };
         let ((fused, fused_wrote_act), (apart, apart_wrote_act)) = (run(false), run(true));
@@ -445,15 +453,7 @@ fn a_gelu_of_f16_values_fused_into_the_product_after_it_gives_the_bits_of_its_no
                 let values: Vec<f32> = (0..count).map(|j| ((j * 7 + i * 13) % 101) as f32 / 25.0 - 2.0).collect();
                 g.set_f32(leaf, &values).unwrap();
             }
-            let sentinel = vec![7.0f32; k * n];
-            g.set_f32(act, &sentinel).unwrap();
-            g.set_f32(wide, &sentinel).unwrap();
-            let consumers = tessera::consumer_counts(&g).unwrap();
-            let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
-            let mut program = backend.prepare(&split).unwrap();
-            backend.run(&mut *program, &g).unwrap();
-            backend.synchronize().unwrap();
-            let written = [act, wide].map(|t| g.get_f32(t).unwrap() != sentinel);
+            let written = captured_writes(&mut *backend, &g, [act, wide]);
             (g.get_f32(out).unwrap(), written)
         };
         let ((apart, apart_wrote), (fused, fused_wrote)) = (run(true), run(false));
@@ -504,15 +504,7 @@ fn attention_written_in_f16_and_read_as_it_is_gives_the_bits_of_its_nodes() {
             let values: Vec<f32> = (0..count).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect();
             g.set_f32(leaf, &values).unwrap();
         }
-        let sentinel = vec![7.0f32; hd * heads * tokens * seqs];
-        g.set_f32(attn, &sentinel).unwrap();
-        g.set_f32(wide, &sentinel).unwrap();
-        let consumers = tessera::consumer_counts(&g).unwrap();
-        let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
-        let mut program = backend.prepare(&split).unwrap();
-        backend.run(&mut *program, &g).unwrap();
-        backend.synchronize().unwrap();
-        let written = [attn, wide].map(|t| g.get_f32(t).unwrap() != sentinel);
+        let written = captured_writes(&mut *backend, &g, [attn, wide]);
         (g.get_f32(half).unwrap(), g.get_f32(out).unwrap(), written)
     };
     let ((apart_half, apart, apart_wrote), (fused_half, fused, fused_wrote)) = (run(true), run(false));

@@ -142,70 +142,72 @@ __device__ void unary(const TensorArg &src, const TensorArg &dst, int op, float 
     }
 }
 
-// `dst = f(src)` for f32 tensors the launcher found packed and 16-byte aligned, with a multiple of
-// 4 values: float4 i of `src` into float4 i of `dst`, BINARY_PACKED_UNROLL loads in flight per
-// thread. The same f32 operations as `unary`, so the same results.
-extern "C" __global__ void unary_f32_packed(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst,
-                                            int op, float s) {
-    await_prior_kernel();
-    const float4 *a4 = (const float4 *)src.data;
-    float4 *d4 = (float4 *)dst.data;
-    const long long n4 = nrows_of(dst) * dst.ne[0] / 4;
+// 16 bytes of packed values taken through a unary op: 4 f32 values, or 8 f16 values (each
+// through the same f32 operations, rounded back to f16).
+struct UnaryF32x4 {
+    using V = uint4;
+    static constexpr int N = 4;
+    __device__ __forceinline__ static V apply(V x, int op, float s) {
+        return make_uint4(__float_as_uint(unary_fn(op, __uint_as_float(x.x), s)),
+                          __float_as_uint(unary_fn(op, __uint_as_float(x.y), s)),
+                          __float_as_uint(unary_fn(op, __uint_as_float(x.z), s)),
+                          __float_as_uint(unary_fn(op, __uint_as_float(x.w), s)));
+    }
+};
+
+struct UnaryF16x8 {
+    using V = uint4;
+    static constexpr int N = 8;
+    __device__ __forceinline__ static V apply(V x, int op, float s) {
+        unsigned int w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float lo = unary_fn(op, f16_bits_to_f32((unsigned short)(w[k] & 0xffffu)), s);
+            const float hi = unary_fn(op, f16_bits_to_f32((unsigned short)(w[k] >> 16)), s);
+            w[k] = (unsigned int)f32_to_f16_bits(lo) | ((unsigned int)f32_to_f16_bits(hi) << 16);
+        }
+        return make_uint4(w[0], w[1], w[2], w[3]);
+    }
+};
+
+// `dst = f(src)` for tensors the launcher found packed and 16-byte aligned, with a multiple of
+// P::N values: 16-byte piece i of `src` into piece i of `dst`, BINARY_PACKED_UNROLL loads in
+// flight per thread. The same f32 operations as `unary`, so the same results.
+template <typename P>
+__device__ void unary_packed(const TensorArg &src, const TensorArg &dst, int op, float s) {
+    const typename P::V *a = (const typename P::V *)src.data;
+    typename P::V *d = (typename P::V *)dst.data;
+    const long long n = nrows_of(dst) * dst.ne[0] / P::N;
     const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += step * BINARY_PACKED_UNROLL) {
-        float4 x[BINARY_PACKED_UNROLL];
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step * BINARY_PACKED_UNROLL) {
+        typename P::V x[BINARY_PACKED_UNROLL];
 #pragma unroll
         for (int u = 0; u < BINARY_PACKED_UNROLL; u++) {
             const long long j = i + u * step;
-            if (j < n4) {
-                x[u] = a4[j];
+            if (j < n) {
+                x[u] = a[j];
             }
         }
 #pragma unroll
         for (int u = 0; u < BINARY_PACKED_UNROLL; u++) {
             const long long j = i + u * step;
-            if (j < n4) {
-                d4[j] = make_float4(unary_fn(op, x[u].x, s), unary_fn(op, x[u].y, s), unary_fn(op, x[u].z, s),
-                                    unary_fn(op, x[u].w, s));
+            if (j < n) {
+                d[j] = P::apply(x[u], op, s);
             }
         }
     }
 }
 
-// `dst = f(src)` for packed f16 tensors on 16-byte boundaries with a multiple of 8 values, as
-// `unary_f32_packed` does with float4s: 8 values per load and store, each taken through the f32
-// operations of `unary`, so the same results.
+extern "C" __global__ void unary_f32_packed(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst,
+                                            int op, float s) {
+    await_prior_kernel();
+    unary_packed<UnaryF32x4>(src, dst, op, s);
+}
+
 extern "C" __global__ void unary_f16_packed(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst,
                                             int op, float s) {
     await_prior_kernel();
-    const uint4 *a8 = (const uint4 *)src.data;
-    uint4 *d8 = (uint4 *)dst.data;
-    const long long n8 = nrows_of(dst) * dst.ne[0] / 8;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += step * BINARY_PACKED_UNROLL) {
-        uint4 x[BINARY_PACKED_UNROLL];
-#pragma unroll
-        for (int u = 0; u < BINARY_PACKED_UNROLL; u++) {
-            const long long j = i + u * step;
-            if (j < n8) {
-                x[u] = a8[j];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < BINARY_PACKED_UNROLL; u++) {
-            const long long j = i + u * step;
-            if (j < n8) {
-                unsigned int w[4] = {x[u].x, x[u].y, x[u].z, x[u].w};
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const float lo = unary_fn(op, f16_bits_to_f32((unsigned short)(w[k] & 0xffffu)), s);
-                    const float hi = unary_fn(op, f16_bits_to_f32((unsigned short)(w[k] >> 16)), s);
-                    w[k] = (unsigned int)f32_to_f16_bits(lo) | ((unsigned int)f32_to_f16_bits(hi) << 16);
-                }
-                d8[j] = make_uint4(w[0], w[1], w[2], w[3]);
-            }
-        }
-    }
+    unary_packed<UnaryF16x8>(src, dst, op, s);
 }
 
 #define BINARY_KERNEL(name, A, B)                                                                                \
