@@ -1,6 +1,6 @@
-//! The graph allocator on random graphs over up to three capped buffer types: every plan
-//! keeps the allocation invariants, and the planned memory computes the same bytes as a
-//! fresh buffer per tensor.
+//! The graph allocator on random graphs over up to three capped buffer types, with random runs
+//! of nodes kept alive together (as fused kernels need): every plan keeps the allocation
+//! invariants, and the planned memory computes the same bytes as a fresh buffer per tensor.
 #![no_main]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,6 +26,8 @@ struct Case {
     /// Largest allocation of each type, in units of 64 bytes (0 = unlimited).
     caps: [u16; 3],
     n_types: u8,
+    /// Runs of nodes, as (first node, node count), wrapped to the graph.
+    runs: Vec<(u8, u8)>,
 }
 
 fuzz_target!(|c: Case| {
@@ -38,7 +40,17 @@ fuzz_target!(|c: Case| {
     let slots: Vec<usize> = (0..b.graph.tensors().len())
         .map(|i| c.slots.get(i % c.slots.len().max(1)).map_or(0, |s| *s as usize % n_types))
         .collect();
+    let n_nodes = b.graph.nodes().len().max(1);
+    let runs: Vec<std::ops::Range<usize>> = c
+        .runs
+        .iter()
+        .map(|&(first, len)| {
+            let start = first as usize % n_nodes;
+            start..start + len as usize % 6
+        })
+        .collect();
     let mut galloc: GraphAllocator = GraphAllocator::new(&types);
+    galloc.set_runs(&runs).expect("runs");
     match galloc.alloc(&mut b.graph, Some(&slots)) {
         Ok(()) => {}
         // A tensor larger than a capped type cannot be placed, and tiny caps can need more

@@ -503,7 +503,11 @@ impl Embedder {
     fn set_inputs<S: AsRef<[u32]>>(&self, sequences: &[S], lens: &[usize]) -> Result<()> {
         let model = &self.built_for.as_ref().ok_or(tessera_core::Error::Cancelled)?.model;
         let inputs = inputs_for(&Layout::for_lengths(lens), lens)?;
-        let ids: Vec<i32> = sequences.iter().flat_map(|s| s.as_ref()).map(|&t| t as i32).collect();
+        // Sequence by sequence: a flattening iterator would push id by id.
+        let mut ids: Vec<i32> = Vec::with_capacity(lens.iter().sum());
+        for s in sequences {
+            ids.extend(s.as_ref().iter().map(|&t| t as i32));
+        }
         let sg = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?;
         sg.set_i32(model.token_ids, &ids)?;
         sg.set_i32(model.positions, &inputs.positions)?;

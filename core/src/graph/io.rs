@@ -50,6 +50,11 @@ impl Graph {
                 expected: alloc::format!("a contiguous tensor of {} values", values.len()),
             });
         }
+        if t.dtype() == DType::F32 && cfg!(target_endian = "little") {
+            // f32 values are their own little-endian bytes: no copy (a batch's inputs are
+            // hundreds of KiB).
+            return self.set_bytes(id, 0, bytemuck::cast_slice(values));
+        }
         let bytes = convert::to_bytes(t.dtype(), values)?;
         self.set_bytes(id, 0, &bytes)
     }
@@ -67,6 +72,9 @@ impl Graph {
                 shape: t.shape(),
                 expected: alloc::format!("a contiguous tensor of {} values", values.len()),
             });
+        }
+        if cfg!(target_endian = "little") {
+            return self.set_bytes(id, 0, bytemuck::cast_slice(values));
         }
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.set_bytes(id, 0, &bytes)
