@@ -1365,3 +1365,79 @@ fn get_tensor_async_reads_a_result_where_it_lives_and_refuses_too_many_bytes() {
     let reference = cpu_reference(&g, &[], &[(x, xv)]);
     assert_eq!(bits(&out), bits(&reference.get_f32(h).unwrap()));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fused runs
+
+/// The CPU, reporting every product followed by a cast of its result as one fused run (as a
+/// GPU that writes the cast values from the product would).
+struct FusingCpu(CpuBackend);
+
+impl Backend for FusingCpu {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn device(&self) -> &'static dyn Device {
+        self.0.device()
+    }
+    fn compute(&mut self, graph: &Graph, nodes: std::ops::Range<usize>) -> tessera::Result<()> {
+        self.0.compute(graph, nodes)
+    }
+    fn fused_runs(&self, split: &tessera::SplitRef<'_>, run: &mut dyn FnMut(std::ops::Range<usize>)) {
+        let ids = &split.graph.nodes()[split.nodes.clone()];
+        for (i, pair) in ids.windows(2).enumerate() {
+            let op = |id: TensorId| split.graph.tensor(id).unwrap().op();
+            if op(pair[0]) == Op::MulMat && op(pair[1]) == Op::Cpy {
+                run(split.nodes.start + i..split.nodes.start + i + 2);
+            }
+        }
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// What a backend reports as fused reaches the graph allocator: the input of a product fused
+/// with the cast after it stays allocated until the cast, so the cast's result lands elsewhere
+/// (one node at a time, it reuses that input's memory). The results are the same.
+#[test]
+fn a_backends_fused_runs_keep_what_they_read_allocated() {
+    let build = || {
+        let mut g = Graph::new();
+        let x = g.new_tensor(DType::F32, &[64, 64]).unwrap();
+        g.set_input(x).unwrap();
+        let input = g.relu(x).unwrap();
+        let w = g.new_tensor(DType::F32, &[64, 64]).unwrap();
+        g.set_input(w).unwrap();
+        // An output lives to the end: the product's other operand is the only memory it frees.
+        g.set_output(w).unwrap();
+        let product = g.mul_mat(w, input).unwrap();
+        let half = g.cast(product, DType::F16).unwrap();
+        g.set_output(half).unwrap();
+        g.build_forward(half).unwrap();
+        (g, [x, w], input, half)
+    };
+    let run = |backend: Box<dyn Backend>| {
+        let (g, leafs, input, half) = build();
+        let mut sched: Scheduler = Scheduler::new(vec![backend], SchedulerOptions::default()).unwrap();
+        sched.alloc_graph(&g).unwrap();
+        let sg = sched.graph().unwrap();
+        let values: Vec<f32> = (0..64 * 64).map(|i| (i % 13) as f32 - 6.0).collect();
+        for leaf in leafs {
+            sg.set_f32(leaf, &values).unwrap();
+        }
+        let bytes = |id: TensorId| {
+            let d = sg.data(id).unwrap();
+            d.offset..d.offset + sg.tensor(id).unwrap().nbytes()
+        };
+        let (a, b) = (bytes(input), bytes(half));
+        let overlap = a.start < b.end && b.start < a.end;
+        sched.compute().unwrap();
+        (overlap, sched.graph().unwrap().get_f32(half).unwrap())
+    };
+    let (apart, apart_values) = run(Box::new(FusingCpu(CpuBackend::reference())));
+    let (overlap, values) = run(cpu());
+    assert!(overlap, "one node at a time the cast reuses the product's input");
+    assert!(!apart, "a fused run's input was freed before its last node");
+    assert_eq!(apart_values, values);
+}
