@@ -1,7 +1,9 @@
 //! Nodes fused when a split is captured: runs of consecutive nodes whose intermediate results
 //! nothing else reads (the split's consumer counts say so) become one kernel. Every fusion
-//! gives the bits of the nodes one after another; where the kernel does not take the operands,
-//! the nodes run one by one.
+//! gives the values of the nodes one after another: their bits, or within a few roundings of
+//! them where a GEMM sums in another order or takes a GELU before rounding its result to f16.
+//! Where the kernel does not take the operands, the nodes run one by one. The allocator keeps
+//! what a run reads until its last node (`Backend::fused_runs`).
 
 use tessera_core::{BinaryOp, DType, Graph, Op, RopeMode, TensorFlags, TensorId, UnaryOp};
 
@@ -30,8 +32,8 @@ pub(crate) enum Fusion {
     /// b is a CPY of f16 values to f32 (the GELU's result, or without a GELU any f16 tensor), its
     /// only reader: the GEMM takes the f16 values as they are. With `gelu_after`, a GELU (the
     /// tanh approximation) of the sum (or of its f16 cast) is its only reader and `last`: the
-    /// GEMM's epilogue takes it, from the f32 sum before any rounding to f16 (so within one f16
-    /// step of the nodes, not their bits).
+    /// GEMM's epilogue takes it, from the f32 sum before any rounding to f16 (so within a few
+    /// f16 steps of the nodes, not their bits).
     MulMatBias {
         gelu: Option<TensorId>,
         widened: Option<TensorId>,
