@@ -17,6 +17,7 @@ use crate::llama::{self, Attention, Batch, CacheShape, LlamaGraph, Logits};
 use crate::llama_config::LlamaConfig;
 use crate::llama_module::LlamaModule;
 use crate::llama_vocab::LlamaVocab;
+use crate::logits_memory::LogitsMemory;
 use crate::sampler::Sampler;
 
 const NOT_GGUF: &str = "is not a GGUF file; Llama models are read from GGUF";
@@ -108,28 +109,8 @@ pub struct Generator {
     /// same shape only sets new inputs.
     built: Option<((usize, usize, Logits), LlamaGraph)>,
     /// What the last [`eval`](Self::eval) returned, kept so that decoding reuses its memory.
-    logits: Vec<f32>,
+    logits: LogitsMemory,
     timing: GenerationTiming,
-}
-
-/// Appends the f32 values of `logits` to `out`, whose memory is reused from token to token
-/// (a fresh vector for each token's 128 KB of logits cost tens of microseconds in page faults).
-fn read_logits(graph: &Graph, logits: TensorId, out: &mut Vec<f32>) -> Result<()> {
-    let t = graph.tensor(logits)?;
-    if t.dtype() != DType::F32 || !t.is_contiguous() {
-        out.extend_from_slice(&graph.get_f32(logits)?);
-        return Ok(());
-    }
-    let (at, count) = (out.len(), t.nelements());
-    out.try_reserve(count)
-        .map_err(|_| tessera_core::Error::OutOfMemory { what: "logits".into(), requested: count * 4 })?;
-    out.resize(at + count, 0.0);
-    let values = &mut out[at..];
-    graph.get_bytes(logits, 0, bytemuck::cast_slice_mut(values))?;
-    for v in values.iter_mut() {
-        *v = f32::from_bits(u32::from_le(v.to_bits())); // tensors hold little-endian values
-    }
-    Ok(())
 }
 
 /// Whether node `id` is an attention product (MUL_MAT or FLASH_ATTN) reading the key or value
@@ -311,6 +292,7 @@ impl Generator {
         let options_sched = SchedulerOptions { op_offload: true, ..SchedulerOptions::default() };
         let sched = tessera_std::sched_debug::scheduler(backends, &[], options_sched)?;
         let options = GeneratorOptions { context, ubatch, ..options };
+        let logits = LogitsMemory::new(placement.compute_of(LlamaModule::Head.index(), None).device, config.vocab);
         let mut g = Generator {
             config,
             file,
@@ -326,7 +308,7 @@ impl Generator {
             options,
             planned: Vec::new(),
             built: None,
-            logits: Vec::new(),
+            logits,
             timing: GenerationTiming::default(),
         };
         g.reserve()?;
@@ -447,14 +429,15 @@ impl Generator {
             }
             sg.set_f32(model.mask, &llama::causal_mask(batch, context))?;
             let out_id = model.logits;
-            if logits == Logits::Last {
-                self.logits.clear();
-            }
             self.sched.compute()?;
-            read_logits(self.sched.graph().ok_or(tessera_core::Error::Cancelled)?, out_id, &mut self.logits)?;
+            let graph = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?;
+            match logits {
+                Logits::Last => self.logits.read_last(graph, out_id)?,
+                Logits::All => self.logits.append(graph, out_id)?,
+            }
             self.past += chunk.len();
         }
-        Ok(&self.logits)
+        Ok(self.logits.values())
     }
 
     /// Generates up to `max_tokens` tokens after `prompt` (token ids, processed from the start

@@ -38,6 +38,7 @@ pub mod llama;
 pub mod llama_config;
 pub mod llama_module;
 pub mod llama_vocab;
+mod logits_memory;
 pub mod module;
 pub mod random_llama;
 pub mod sampler;

@@ -1,7 +1,8 @@
 //! One product through cuBLASLt, `C = A^T B`, with a bias epilogue where one is given (the
 //! bias a column of `M` values added to every column of `C`, so that a linear layer's ADD
-//! of its bias costs no kernel and no pass over its result), optionally followed by a GELU (the
-//! library's is the tanh approximation), C in f32 or rounded to f16 as it is written, and with the algorithm chosen once per shape by timing the library's candidates
+//! of its bias costs no kernel and no pass over its result), optionally followed by a GELU
+//! (the library's is the tanh approximation), C in f32 or rounded to f16 as it is written,
+//! and with the algorithm chosen once per shape by timing the library's candidates
 //! ([`Algorithms`]).
 //!
 //! The descriptors live for one call: products are queued when a split is captured into a
