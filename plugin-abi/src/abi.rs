@@ -33,7 +33,8 @@ use crate::tables::AbiReg;
 ///
 /// 2: programs (backend `prepare`, `update`, `run`; the program table), buffer `base`
 /// (replacing `host_base` and `host_writable`) and `init_tensor`, device
-/// `buffer_from_host_ptr`, and the graph descriptor's consumer counts.
+/// `buffer_from_host_ptr`, and the graph descriptor's consumer counts. Later within 2: the
+/// backend's `fused_runs` (a plugin without it fuses nothing the allocator needs to know of).
 pub const ABI_VERSION: u32 = 2;
 
 /// Name of the entry point that returns the plugin's [`AbiReg`].

@@ -172,6 +172,21 @@ abi_table! {
         /// with (same structure and addresses; the values may have changed). May return
         /// before the work is done.
         optional run: fn(ctx: Ctx, program: Ctx, err: *mut AbiError) -> i32;
+        /// The runs of consecutive nodes of the split `graph.nodes[first..last]` (with
+        /// `graph.consumers`; tensors need no memory yet) that this backend computes as one
+        /// kernel (`Backend::fused_runs`): at most `cap` of them written to `out` as pairs of
+        /// node indices, start and end (exclusive), and in `count` how many there are (more
+        /// than `cap`: the host asks again with room for them all).
+        optional fused_runs: fn(
+            ctx: Ctx,
+            graph: *const AbiGraph,
+            first: usize,
+            last: usize,
+            out: *mut usize,
+            cap: usize,
+            count: *mut usize,
+            err: *mut AbiError,
+        ) -> i32;
     }
 }
 

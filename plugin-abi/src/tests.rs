@@ -375,6 +375,14 @@ impl Backend for TestBackend {
         }
         Ok(())
     }
+    /// Every node alone, the whole split, and a run past its end (the host drops that one).
+    fn fused_runs(&self, split: &tessera_core::SplitRef<'_>, run: &mut dyn FnMut(Range<usize>)) {
+        for i in split.nodes.clone() {
+            run(i..i + 1);
+        }
+        run(split.nodes.clone());
+        run(split.nodes.start..split.nodes.end + 1);
+    }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
@@ -629,5 +637,34 @@ fn buffer_bases_cross_exactly_and_host_memory_is_used_in_place() {
     assert!(imported.set_bytes(0, &[1]).is_err(), "read-only host memory");
     assert_eq!(reg.live_objects(), 2);
     drop((buf, imported));
+    reg.shutdown().unwrap();
+}
+
+#[test]
+fn fused_runs_cross_the_tables_in_the_hosts_node_indices() {
+    use tessera_core::SplitRef;
+
+    let reg = loopback::<TestExport>("test").unwrap();
+    let backend = reg.device(0).unwrap().init_backend().unwrap();
+    // No memory yet: the allocator asks for runs before it places anything.
+    let mut g = Graph::new();
+    let a = g.new_tensor(DType::F32, &[4, 2]).unwrap();
+    let t = g.transpose(a).unwrap();
+    let c = g.cont(t).unwrap();
+    let n = g.neg(c).unwrap();
+    let d = g.cont(n).unwrap();
+    g.build_forward(d).unwrap();
+    let count = g.nodes().len();
+    assert!(count >= 3);
+    let consumers = vec![1u32; g.tensors().len()];
+    let split = SplitRef { graph: &g, nodes: 1..count, consumers: &consumers, layout: 0 };
+    let mut runs = Vec::new();
+    backend.fused_runs(&split, &mut |r| runs.push(r));
+    // More runs than nodes: the host asked again with room for them; the one past the split
+    // was dropped.
+    let mut want: Vec<Range<usize>> = (1..count).map(|i| i..i + 1).collect();
+    want.push(1..count);
+    assert_eq!(runs, want);
+    drop(backend);
     reg.shutdown().unwrap();
 }

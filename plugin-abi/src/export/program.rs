@@ -1,4 +1,5 @@
-//! Programs: the backend's `prepare`, `update` and `run` entries and the program table.
+//! Programs: the backend's `prepare`, `update`, `run` and `fused_runs` entries and the program
+//! table.
 //!
 //! A split crosses once, when it is prepared (and again when an update moves its tensors).
 //! The program keeps the graph it was decoded into, and `run` replays the wrapped backend's
@@ -97,6 +98,42 @@ impl<E: Exporter> BackendExports<E> {
             unsafe { backend(ctx) }?.update(&mut p.program, &split)?;
             p.graph = graph;
             Ok(())
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)] // the ABI's entry
+    pub(crate) unsafe extern "C" fn fused_runs(
+        ctx: Ctx,
+        graph: *const AbiGraph,
+        first: usize,
+        last: usize,
+        out: *mut usize,
+        cap: usize,
+        count: *mut usize,
+        err: *mut AbiError,
+    ) -> i32 {
+        fallible::<E>(err, "fused_runs", || {
+            // SAFETY: the host passes a valid graph whose buffer references follow the ABI.
+            let (graph, consumers) = unsafe { decode_split("FUSED_RUNS", graph, first, last) }?;
+            if count.is_null() || (out.is_null() && cap > 0) {
+                return Err(super::null_output());
+            }
+            let split = SplitRef { graph: &graph, nodes: first..last, consumers: &consumers, layout: 0 };
+            let mut found = 0usize;
+            // SAFETY: `ctx` is a live backend context of this plugin.
+            unsafe { backend(ctx) }?.fused_runs(&split, &mut |run| {
+                if found < cap {
+                    // SAFETY: `out` holds `2 * cap` writable values (the host's promise), and
+                    // `found < cap`.
+                    unsafe {
+                        out.add(2 * found).write(run.start);
+                        out.add(2 * found + 1).write(run.end);
+                    }
+                }
+                found = found.saturating_add(1);
+            });
+            // SAFETY: non-null (checked above) and writable (the host's promise).
+            unsafe { put(count, found) }
         })
     }
 

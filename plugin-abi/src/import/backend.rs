@@ -17,6 +17,8 @@ use super::{free_handle, PluginDevice, PluginEvent, PluginProgram, PluginShared}
 use crate::abi::{AbiError, Ctx};
 use crate::desc::{encode_graph, EncodedGraph};
 use crate::tables::{AbiBackend, AbiBackendFns, AbiProgram, BackendFns};
+use alloc::vec::Vec;
+use core::mem::size_of;
 
 /// A stream on a device of a loaded plugin.
 pub struct PluginBackend {
@@ -116,6 +118,49 @@ impl PluginBackend {
         let (mut encoded, buffers) = self.encode(split.graph, split.nodes.clone())?;
         encoded.set_consumers(split.consumers)?;
         Ok((encoded, buffers))
+    }
+
+    /// The runs the plugin fuses in `split` (indices into the split's graph), as
+    /// [`Backend::fused_runs`] reports them; none where the plugin has no such entry.
+    fn runs_of(&self, split: &SplitRef<'_>) -> Result<Vec<Range<usize>>> {
+        let Some(fused_runs) = self.fns.fused_runs else { return Ok(Vec::new()) };
+        let n = split.nodes.len();
+        let ids = split.graph.nodes().get(split.nodes.clone()).ok_or(Error::Cancelled)?;
+        // Only the graph's structure crosses: its tensors may have no memory yet.
+        let mut encoded = encode_graph(split.graph, ids, None)?;
+        encoded.set_consumers(split.consumers)?;
+        let abi = encoded.as_abi();
+        // A run starts at each node at most, but a plugin may say otherwise: then ask once
+        // more with room for what it said.
+        let mut cap = n;
+        for asked in 0..2 {
+            let mut pairs: Vec<usize> = Vec::new();
+            let len = cap.checked_mul(2).ok_or(Error::Overflow { what: "fused runs" })?;
+            pairs.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
+                what: "fused runs of a plugin".into(),
+                requested: len * size_of::<usize>(),
+            })?;
+            pairs.resize(len, 0);
+            let mut count = 0usize;
+            // SAFETY: a function of the backend's table with its context; the descriptors
+            // live for the call, `pairs` holds `2 * cap` writable values and `count` is
+            // writable.
+            self.shared.call(&self.name, |err| unsafe {
+                fused_runs(self.ctx, &abi, 0, n, pairs.as_mut_ptr(), cap, &mut count, err)
+            })?;
+            if count > cap && asked == 0 {
+                cap = count;
+                continue;
+            }
+            let start = split.nodes.start;
+            // Runs outside the split's nodes are the plugin's mistake: dropped.
+            return Ok(pairs[..2 * count.min(cap)]
+                .chunks_exact(2)
+                .filter(|r| r[0] < r[1] && r[1] <= n)
+                .map(|r| start + r[0]..start + r[1])
+                .collect());
+        }
+        Ok(Vec::new())
     }
 
     /// This backend's program, if `program` is one.
@@ -224,6 +269,13 @@ impl Backend for PluginBackend {
         // SAFETY: a function of the backend's table with its context and a live program of it,
         // whose memory the program holds.
         self.shared.call(&self.name, |err| unsafe { run(self.ctx, p.ctx(), err) })
+    }
+    /// The plugin's runs, asked across the tables; a failed call reports none (the plugin's
+    /// fused kernels then fall back where the allocator shares their operands' memory).
+    fn fused_runs(&self, split: &SplitRef<'_>, run: &mut dyn FnMut(Range<usize>)) {
+        for r in self.runs_of(split).unwrap_or_default() {
+            run(r);
+        }
     }
     fn record_event(&mut self, event: &dyn Event) -> Result<()> {
         self.event_call(event, self.fns.record_event)
