@@ -119,6 +119,12 @@ fn row_op_cases() -> Vec<Case> {
         let m = g.leaf_init(DType::F32, [1031, 70, 1, 1], Init::MaskInf)?;
         g.soft_max(a, Some(m), 1.0)
     }));
+    v.push(Case::new("FLASH_ATTN", "FLASH_ATTN(type_kv=f16,d=64,n=40,kv=300,hq=4,hk=2,mask=causal)", |g| {
+        let q = g.input(DType::F32, [64, 40, 4, 1], SWAP12, Init::DEFAULT)?;
+        let (k, v) = (g.leaf(DType::F16, [64, 300, 2, 1])?, g.leaf(DType::F16, [64, 300, 2, 1])?);
+        let m = g.leaf_init(DType::F32, [300, 40, 1, 1], Init::Causal)?;
+        g.flash_attn(q, k, v, Some(m), 0.125)
+    }));
     for (mode, n_dims) in [(RopeMode::Normal, 128), (RopeMode::Neox, 64), (RopeMode::Neox, 126)] {
         let name = format!("ROPE(ne=[128,32,17,1],n_dims={n_dims},mode={mode:?})");
         v.push(Case::new("ROPE", name, move |g| {

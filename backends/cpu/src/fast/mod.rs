@@ -4,8 +4,8 @@
 //!
 //! Ops with fast kernels: MUL_MAT (`matmul`), the element-wise ops (`elementwise`), NORM,
 //! RMS_NORM and SOFT_MAX (`normalize`), ROPE (`rope`), GET_ROWS, SET_ROWS and CPY/CONT
-//! (`convert`); the row kernels they call are written once and compiled per instruction set
-//! (`vector`).
+//! (`convert`), FLASH_ATTN (`attention`); the row kernels they call are written once and
+//! compiled per instruction set (`vector`).
 //!
 //! Adding an op: give it an arm in [`Fast::compute_node`] that calls a driver in its own
 //! module (as `matmul` does). A driver sizes its work memory with [`WorkMemory::reserve`],
@@ -16,6 +16,7 @@
 //! the [`simd::Kernels`] table; add fields there (with a portable version in
 //! `simd/scalar`) rather than testing features in a driver.
 
+mod attention;
 mod convert;
 mod dispatch;
 mod elementwise;
@@ -99,6 +100,7 @@ impl Fast {
             Op::GetRows => convert::get_rows(k, team, memory, n)?,
             Op::Cpy | Op::Cont => convert::copy(k, team, n)?,
             Op::SetRows => convert::set_rows(k, n)?,
+            Op::FlashAttn { scale, .. } => attention::flash_attn(k, team, memory, n, scale)?,
             _ => false,
         };
         if !done {

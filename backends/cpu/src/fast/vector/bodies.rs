@@ -125,6 +125,62 @@ pub unsafe fn soft_max(n: usize, x: *const f32, mask: *const f32, scale: f32, y:
     map_row!(n, y, y, |v| map(v, |p| p * inv));
 }
 
+/// One query row's attention over `kv` keys and values held as dense f32 rows (`keys` `kv x d`,
+/// `values` `kv x dv`): the scores `q . keys[p]` into `scores`, their SOFT_MAX after `scale`
+/// and the mask row (null: none), then `y = sum_p scores[p] values[p]` (keys of weight 0, the
+/// masked-out ones, skipped). A row whose scores are all -inf gets zeros, as the reference's.
+///
+/// # Safety
+/// `q` readable for `d` f32, `keys` for `kv * d`, `values` for `kv * dv`, `mask` null or
+/// readable for `kv`; `scores` writable for `kv` and `y` for `dv`, neither overlapping the
+/// others.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // one row of an op with four operands
+pub unsafe fn attend(
+    (d, dv, kv): (usize, usize, usize),
+    q: *const f32,
+    keys: *const f32,
+    values: *const f32,
+    mask: *const f32,
+    scale: f32,
+    scores: *mut f32,
+    y: *mut f32,
+) {
+    for p in 0..kv {
+        // SAFETY: key row `p` of `d` values.
+        let key = unsafe { keys.add(p * d) };
+        let mut acc = [0.0; LANES];
+        steps!(d, |i, c| {
+            // SAFETY: values `i..i + c` of the query and the key row; padding lanes are 0.
+            let (a, b) = unsafe { (load(q.add(i), c, 0.0), load(key.add(i), c, 0.0)) };
+            acc = zip(acc, zip(a, b, |x, y| x * y), |s, t| s + t);
+        });
+        // SAFETY: `p < kv`.
+        unsafe { *scores.add(p) = sum(acc) };
+    }
+    // SAFETY: `kv` scores, in place, and the mask row (or null).
+    unsafe { soft_max(kv, scores, mask, scale, scores) };
+    steps!(dv, |i, c| {
+        // SAFETY: values `i..i + c` of `y`.
+        unsafe { store(y.add(i), c, [0.0; LANES]) };
+    });
+    for p in 0..kv {
+        // SAFETY: `p < kv`.
+        let w = unsafe { *scores.add(p) };
+        if w == 0.0 {
+            continue;
+        }
+        // SAFETY: value row `p` of `dv` values.
+        let value = unsafe { values.add(p * dv) };
+        steps!(dv, |i, c| {
+            // SAFETY: values `i..i + c` of `y` and of the value row.
+            let (acc, x) = unsafe { (load(y.add(i), c, 0.0), load(value.add(i), c, 0.0)) };
+            // SAFETY: as above.
+            unsafe { store(y.add(i), c, zip(acc, x, |s, t| s + w * t)) };
+        });
+    }
+}
+
 /// `y = (x - mean) / sqrt(var + eps)` over a row of `n > 0` values.
 ///
 /// # Safety

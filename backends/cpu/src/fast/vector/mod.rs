@@ -19,6 +19,10 @@ pub type BinaryScalar = unsafe fn(op: BinaryOp, n: usize, a: *const f32, s: f32,
 pub type Unary = unsafe fn(op: UnaryOp, n: usize, x: *const f32, y: *mut f32);
 /// `y = softmax(x * scale + mask)` over a row of `n` values; `mask` may be null.
 pub type SoftMax = unsafe fn(n: usize, x: *const f32, mask: *const f32, scale: f32, y: *mut f32);
+/// One query row's attention over dense f32 keys and values (see `bodies::attend`):
+/// `(d, dv, kv)`, query, keys, values, mask row (or null), scale, scores, result.
+pub type Attend =
+    unsafe fn((usize, usize, usize), *const f32, *const f32, *const f32, *const f32, f32, *mut f32, *mut f32);
 /// NORM or RMS_NORM of a row of `n > 0` values.
 pub type Norm = unsafe fn(n: usize, x: *const f32, eps: f32, y: *mut f32);
 /// ROPE of a row of `n` values, the first `n_dims` rotated by a precomputed table.
@@ -42,6 +46,7 @@ pub struct RowKernels {
     pub binary_scalar: BinaryScalar,
     pub unary: Unary,
     pub soft_max: SoftMax,
+    pub attend: Attend,
     pub norm: Norm,
     pub rms_norm: Norm,
     pub rope: Rope,
@@ -76,6 +81,21 @@ macro_rules! row_kernels {
                 unsafe { bodies::soft_max(n, x, mask, scale, y) }
             }
             $(#[target_feature(enable = $features)])?
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn attend(
+                dims: (usize, usize, usize),
+                q: *const f32,
+                keys: *const f32,
+                values: *const f32,
+                mask: *const f32,
+                scale: f32,
+                scores: *mut f32,
+                y: *mut f32,
+            ) {
+                // SAFETY: as above.
+                unsafe { bodies::attend(dims, q, keys, values, mask, scale, scores, y) }
+            }
+            $(#[target_feature(enable = $features)])?
             unsafe fn norm(n: usize, x: *const f32, eps: f32, y: *mut f32) {
                 // SAFETY: as above.
                 unsafe { bodies::norm(n, x, eps, y) }
@@ -105,7 +125,7 @@ macro_rules! row_kernels {
                 // SAFETY: as above.
                 unsafe { bodies::from_f32(dtype, n, x, y) }
             }
-            RowKernels { binary, binary_streaming: binary, binary_scalar, unary, soft_max, norm, rms_norm, rope, sin_cos, to_f32, from_f32 }
+            RowKernels { binary, binary_streaming: binary, binary_scalar, unary, soft_max, attend, norm, rms_norm, rope, sin_cos, to_f32, from_f32 }
         };
     };
 }

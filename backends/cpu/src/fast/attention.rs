@@ -1,0 +1,110 @@
+//! FLASH_ATTN on the vectorised row kernels. A work item is one key head of one sequence: its
+//! thread widens that head's keys and values to dense f32 rows once, then attends every query
+//! row of the query heads that share them (`attend`: scores, soft-max, weighted sum of values,
+//! in f32). Each query row is computed by one thread in a fixed order, so results do not
+//! depend on the thread count.
+
+use tessera_core::{soft_max_mask_fits, soft_max_mask_row, DType, Result};
+use tessera_reference::NodeTensors;
+
+use super::parallel::{Team, WorkCounter};
+use super::row_tensor::{f32_destination, f32_source, threads_for_values, RowTensor};
+use super::scratch::WorkMemory;
+use super::simd::Kernels;
+
+/// Key and value types widened here (the others take the reference kernel).
+fn widened(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// FLASH_ATTN of node `n` (queries, keys, values, optional mask; see `Graph::flash_attn`).
+/// `Ok(false)`: a layout or type the fast path does not take (the reference kernel then
+/// computes it, or names what does not fit).
+pub fn flash_attn(
+    kernels: &Kernels,
+    team: &mut Team,
+    memory: &mut WorkMemory,
+    n: &NodeTensors,
+    scale: f32,
+) -> Result<bool> {
+    let (Some(q), Some(dst)) = (f32_source(n, 0), f32_destination(n)) else { return Ok(false) };
+    let (Some(k), Some(v)) =
+        (n.opt_src(1).and_then(|t| RowTensor::of(&t)), n.opt_src(2).and_then(|t| RowTensor::of(&t)))
+    else {
+        return Ok(false);
+    };
+    let mask = match n.opt_src(3) {
+        None => None,
+        Some(m) => match RowTensor::of(&m) {
+            Some(m) if matches!(m.dtype, DType::F32 | DType::F16) => Some(m),
+            _ => return Ok(false),
+        },
+    };
+    let [d, nq, hq, b] = q.ne;
+    let [dk, kv, hk, bk] = k.ne;
+    let dv = v.ne[0];
+    let fits = dk == d
+        && widened(k.dtype)
+        && widened(v.dtype)
+        && hk > 0
+        && bk > 0
+        && hq % hk == 0
+        && b % bk == 0
+        && v.ne[1..] == k.ne[1..]
+        && dst.ne == [dv, hq, nq, b]
+        && mask.is_none_or(|m| soft_max_mask_fits(m.ne, [kv, nq, hq, b]));
+    if !fits {
+        return Ok(false);
+    }
+    if dv == 0 || nq == 0 || hq == 0 || b == 0 {
+        return Ok(true);
+    }
+    let group = hq / hk;
+    let items = hk * b;
+    // Per thread: the keys and values as f32 rows, the scores and an f32 mask row.
+    let floats = kv.checked_mul(d + dv + 2).ok_or(tessera_core::Error::Overflow { what: "FLASH_ATTN work memory" })?;
+    let threads = threads_for_values(team.threads(), nq * hq * b * kv * (d + dv)).min(items);
+    let regions = memory.reserve(0, floats * 4, threads)?;
+    let next = WorkCounter::new();
+    let (to_f32, attend) = (kernels.rows.to_f32, kernels.rows.attend);
+    team.run(threads, &|w| {
+        let base = regions.private(w.ith).cast::<f32>();
+        // SAFETY: the private region holds `kv (d + dv + 2)` f32, this thread's alone.
+        let (keys, values, scores, mask_row) =
+            unsafe { (base, base.add(kv * d), base.add(kv * (d + dv)), base.add(kv * (d + dv + 1))) };
+        while let Some(item) = next.next(items) {
+            let (kh, i3) = (item % hk, item / hk);
+            let kb = i3 % bk;
+            for p in 0..kv {
+                // SAFETY: key and value row `p` of head `kh` of sequence `kb` (dense rows of
+                // `d` and `dv` values of a widened type) into f32 rows of the scratch.
+                unsafe {
+                    to_f32(k.dtype, d, k.row_ptr(p, kh, kb), keys.add(p * d));
+                    to_f32(v.dtype, dv, v.row_ptr(p, kh, kb), values.add(p * dv));
+                }
+            }
+            for h in kh * group..(kh + 1) * group {
+                for i in 0..nq {
+                    let m = match &mask {
+                        None => core::ptr::null(),
+                        Some(m) => {
+                            let (j1, j2, j3) = soft_max_mask_row(m.ne, i, h, i3);
+                            if m.dtype == DType::F32 {
+                                m.row(j1, j2, j3).cast_const()
+                            } else {
+                                // SAFETY: an f16 mask row of `kv` values into the scratch.
+                                unsafe { to_f32(m.dtype, kv, m.row_ptr(j1, j2, j3), mask_row) };
+                                mask_row.cast_const()
+                            }
+                        }
+                    };
+                    // SAFETY: query row `(i, h, i3)` of `d` values, the widened rows, the mask
+                    // row of `kv` values (or null), `kv` scores of the scratch and result row
+                    // `(h, i, i3)` of `dv` values, which this item alone writes.
+                    unsafe { attend((d, dv, kv), q.row(i, h, i3), keys, values, m, scale, scores, dst.row(h, i, i3)) };
+                }
+            }
+        }
+    })?;
+    Ok(true)
+}
