@@ -51,8 +51,8 @@ pub use dtype::DType;
 pub use error::{Error, Result, Shape};
 pub use graph::{Graph, TensorParts};
 pub use op::{
-    soft_max_mask_fits, soft_max_mask_row, BinaryOp, Im2ColParams, Op, Pool2dParams, PoolKind, Precision, RopeMode,
-    RopeParams, UnaryOp,
+    flash_attn_fits, soft_max_mask_fits, soft_max_mask_row, BinaryOp, Im2ColParams, Op, Pool2dParams, PoolKind,
+    Precision, RopeMode, RopeParams, UnaryOp,
 };
 pub use registry::{BackendReg, Extension, Registry};
 pub use sched::{consumer_counts, Completion, Scheduler, SchedulerOptions, SplitPlan};

@@ -266,6 +266,23 @@ pub fn soft_max_mask_fits(mask: [usize; 4], src: [usize; 4]) -> bool {
     mask[0] == src[0] && (mask[1] >= src[1] || divides(1)) && divides(2) && divides(3)
 }
 
+/// Whether FLASH_ATTN operands of shapes `q` `[d, n, hq, b]`, `k` `[d, kv, hk, bk]`, `v`
+/// `[dv, kv, hk, bk]`, result `dst` `[dv, hq, n, b]` and optional `mask` fit one another:
+/// query heads a multiple of key heads, sequences of keys repeated over the queries', and a
+/// mask that fits the `[kv, n, hq, b]` scores as SOFT_MAX's does.
+pub fn flash_attn_fits(q: [usize; 4], k: [usize; 4], v: [usize; 4], dst: [usize; 4], mask: Option<[usize; 4]>) -> bool {
+    let [d, n, hq, b] = q;
+    let [dk, kv, hk, bk] = k;
+    dk == d
+        && hk > 0
+        && bk > 0
+        && hq % hk == 0
+        && b % bk == 0
+        && v[1..] == k[1..]
+        && dst == [v[0], hq, n, b]
+        && mask.is_none_or(|m| soft_max_mask_fits(m, [kv, n, hq, b]))
+}
+
 /// The mask row that source row `(i1, i2, i3)` of a SOFT_MAX reads.
 pub fn soft_max_mask_row(mask: [usize; 4], i1: usize, i2: usize, i3: usize) -> (usize, usize, usize) {
     (i1 % mask[1], i2 % mask[2], i3 % mask[3])

@@ -3,7 +3,7 @@
 use alloc::format;
 use alloc::vec::Vec;
 
-use tessera_core::{soft_max_mask_fits, soft_max_mask_row, Error, Result};
+use tessera_core::{flash_attn_fits, soft_max_mask_row, Error, Result};
 
 use super::{rows_of, NodeTensors, Scratch};
 
@@ -18,16 +18,9 @@ fn invalid(message: alloc::string::String) -> Error {
 pub fn flash_attn(n: &NodeTensors, scratch: &mut Scratch, scale: f32) -> Result<()> {
     let (q, k, v, mask, dst) = (n.src(0)?, n.src(1)?, n.src(2)?, n.opt_src(3), &n.dst);
     let [d, nq, hq, b] = q.ne;
-    let [dk, kv, hk, bk] = k.ne;
+    let [_, kv, hk, bk] = k.ne;
     let dv = v.ne[0];
-    let fits = dk == d
-        && hk > 0
-        && bk > 0
-        && hq % hk == 0
-        && b % bk == 0
-        && v.ne[1..] == k.ne[1..]
-        && dst.ne == [dv, hq, nq, b]
-        && mask.is_none_or(|m| soft_max_mask_fits(m.ne, [kv, nq, hq, b]));
+    let fits = flash_attn_fits(q.ne, k.ne, v.ne, dst.ne, mask.as_ref().map(|m| m.ne));
     if !fits {
         let m = mask.map(|m| m.ne);
         return Err(invalid(format!(

@@ -4,7 +4,7 @@
 //! in f32). Each query row is computed by one thread in a fixed order, so results do not
 //! depend on the thread count.
 
-use tessera_core::{soft_max_mask_fits, soft_max_mask_row, DType, Result};
+use tessera_core::{flash_attn_fits, soft_max_mask_row, DType, Result};
 use tessera_reference::NodeTensors;
 
 use super::parallel::{Team, WorkCounter};
@@ -41,18 +41,10 @@ pub fn flash_attn(
         },
     };
     let [d, nq, hq, b] = q.ne;
-    let [dk, kv, hk, bk] = k.ne;
+    let [_, kv, hk, bk] = k.ne;
     let dv = v.ne[0];
-    let fits = dk == d
-        && widened(k.dtype)
-        && widened(v.dtype)
-        && hk > 0
-        && bk > 0
-        && hq % hk == 0
-        && b % bk == 0
-        && v.ne[1..] == k.ne[1..]
-        && dst.ne == [dv, hq, nq, b]
-        && mask.is_none_or(|m| soft_max_mask_fits(m.ne, [kv, nq, hq, b]));
+    let fits =
+        widened(k.dtype) && widened(v.dtype) && flash_attn_fits(q.ne, k.ne, v.ne, dst.ne, mask.as_ref().map(|m| m.ne));
     if !fits {
         return Ok(false);
     }
