@@ -1,7 +1,7 @@
 //! FLASH_ATTN on the vectorised row kernels. A work item is one key head of one sequence: its
-//! thread widens that head's keys and values to dense f32 rows once, then attends every query
-//! row of the query heads that share them (`attend`: scores, soft-max, weighted sum of values,
-//! in f32). Each query row is computed by one thread in a fixed order, so results do not
+//! thread widens that head's keys (transposed) and values to f32 once, then attends every
+//! query row of the query heads that share them (`attend`: scores, soft-max, weighted sum of
+//! values, in f32). Each query row is computed by one thread in a fixed order, so results do not
 //! depend on the thread count.
 
 use tessera_core::{flash_attn_fits, soft_max_mask_row, DType, Result};
@@ -53,25 +53,34 @@ pub fn flash_attn(
     }
     let group = hq / hk;
     let items = hk * b;
-    // Per thread: the keys and values as f32 rows, the scores and an f32 mask row.
-    let floats = kv.checked_mul(d + dv + 2).ok_or(tessera_core::Error::Overflow { what: "FLASH_ATTN work memory" })?;
+    // Per thread: the keys (transposed) and values in f32, the scores, an f32 mask row and
+    // one key row.
+    let floats = kv
+        .checked_mul(d + dv + 2)
+        .and_then(|f| f.checked_add(d))
+        .ok_or(tessera_core::Error::Overflow { what: "FLASH_ATTN work memory" })?;
     let threads = threads_for_values(team.threads(), nq * hq * b * kv * (d + dv)).min(items);
     let regions = memory.reserve(0, floats * 4, threads)?;
     let next = WorkCounter::new();
     let (to_f32, attend) = (kernels.rows.to_f32, kernels.rows.attend);
     team.run(threads, &|w| {
         let base = regions.private(w.ith).cast::<f32>();
-        // SAFETY: the private region holds `kv (d + dv + 2)` f32, this thread's alone.
-        let (keys, values, scores, mask_row) =
-            unsafe { (base, base.add(kv * d), base.add(kv * (d + dv)), base.add(kv * (d + dv + 1))) };
+        // SAFETY: the private region holds `kv (d + dv + 2) + d` f32, this thread's alone.
+        let (keys, values, scores, mask_row, key_row) = unsafe {
+            (base, base.add(kv * d), base.add(kv * (d + dv)), base.add(kv * (d + dv + 1)), base.add(kv * (d + dv + 2)))
+        };
         while let Some(item) = next.next(items) {
             let (kh, i3) = (item % hk, item / hk);
             let kb = i3 % bk;
             for p in 0..kv {
                 // SAFETY: key and value row `p` of head `kh` of sequence `kb` (dense rows of
-                // `d` and `dv` values of a widened type) into f32 rows of the scratch.
+                // `d` and `dv` values of a widened type) into f32 rows of the scratch, the key
+                // then into column `p` of the transposed keys.
                 unsafe {
-                    to_f32(k.dtype, d, k.row_ptr(p, kh, kb), keys.add(p * d));
+                    to_f32(k.dtype, d, k.row_ptr(p, kh, kb), key_row);
+                    for i in 0..d {
+                        *keys.add(i * kv + p) = *key_row.add(i);
+                    }
                     to_f32(v.dtype, dv, v.row_ptr(p, kh, kb), values.add(p * dv));
                 }
             }

@@ -1,11 +1,12 @@
 //! ADD, SUB, MUL and DIV (with `src1` repeated over `src0`), SCALE and the unary ops on the
 //! vectorised row kernels, rows split over the threads.
 
-use tessera_core::{BinaryOp, Result, UnaryOp};
-use tessera_reference::NodeTensors;
+use tessera_core::{BinaryOp, DType, Result, UnaryOp};
+use tessera_reference::{HostTensor, NodeTensors};
 
 use super::parallel::Team;
-use super::row_tensor::{f32_destination, f32_source, threads_for_values};
+use super::row_tensor::{f32_destination, f32_source, threads_for_values, RowTensor};
+use super::scratch::WorkMemory;
 use super::simd::Kernels;
 
 /// Destinations of same-shape binary ops from this size on are written with streaming
@@ -54,23 +55,37 @@ pub fn binary(kernels: &Kernels, team: &mut Team, n: &NodeTensors, op: BinaryOp)
     Ok(true)
 }
 
-/// `dst = f(src0)` for SCALE (`Some(s)`) or a unary op.
-pub fn map(kernels: &Kernels, team: &mut Team, n: &NodeTensors, f: Map) -> Result<bool> {
-    let (Some(a), Some(d)) = (f32_source(n, 0), f32_destination(n)) else { return Ok(false) };
+/// `dst = f(src0)` for SCALE (`Some(s)`) or a unary op, of f32 or f16 rows (f16 values are
+/// widened to f32 in the thread's work memory, computed, and rounded back, as the reference
+/// kernel computes them). `Ok(false)`: a layout the fast path does not take.
+pub fn map(kernels: &Kernels, team: &mut Team, memory: &mut WorkMemory, n: &NodeTensors, f: Map) -> Result<bool> {
+    let rows_of = |t: &HostTensor| RowTensor::of(t).filter(|r| matches!(r.dtype, DType::F32 | DType::F16));
+    let (Some(a), Some(d)) = (n.opt_src(0).as_ref().and_then(rows_of), rows_of(&n.dst)) else { return Ok(false) };
     if a.ne != d.ne {
         return Ok(false);
     }
     let (n, rows) = (d.len(), d.rows());
+    let widened = a.dtype != DType::F32 || d.dtype != DType::F32;
+    let threads = threads_for_values(team.threads(), rows * n);
+    let regions = memory.reserve(0, if widened { n * 4 } else { 0 }, threads)?;
     let rk = kernels.rows;
-    team.run(threads_for_values(team.threads(), rows * n), &|w| {
+    team.run(threads, &|w| {
+        let row = regions.private(w.ith).cast::<f32>();
         for r in w.share(rows) {
             let (i1, i2, i3) = d.index(r);
-            let (x, y) = (a.row(i1, i2, i3), d.row(i1, i2, i3));
-            // SAFETY: rows of `n` values; this thread alone writes row `r`.
+            let (x, y) = if widened { (row, row) } else { (a.row(i1, i2, i3), d.row(i1, i2, i3)) };
+            // SAFETY: rows of `n` values (the work row holds `n` f32 of this thread's own);
+            // this thread alone writes row `r`.
             unsafe {
+                if widened {
+                    (rk.to_f32)(a.dtype, n, a.row_ptr(i1, i2, i3), row);
+                }
                 match f {
                     Map::Scale(s) => (rk.binary_scalar)(BinaryOp::Mul, n, x, s, y),
                     Map::Unary(op) => (rk.unary)(op, n, x, y),
+                }
+                if widened {
+                    (rk.from_f32)(d.dtype, n, row, d.row_ptr(i1, i2, i3));
                 }
             }
         }

@@ -91,8 +91,8 @@ impl Fast {
         let done = match n.op {
             Op::MulMat => matmul::mul_mat(k, team, memory, n)?,
             Op::Binary(op) => elementwise::binary(k, team, n, op)?,
-            Op::Scale(s) => elementwise::map(k, team, n, Map::Scale(s))?,
-            Op::Unary(op) => elementwise::map(k, team, n, Map::Unary(op))?,
+            Op::Scale(s) => elementwise::map(k, team, memory, n, Map::Scale(s))?,
+            Op::Unary(op) => elementwise::map(k, team, memory, n, Map::Unary(op))?,
             Op::Norm { eps } => normalize::norm(k, team, n, Norm::Norm { eps })?,
             Op::RmsNorm { eps } => normalize::norm(k, team, n, Norm::Rms { eps })?,
             Op::SoftMax { scale } => normalize::soft_max(k, team, n, scale)?,

@@ -125,13 +125,15 @@ pub unsafe fn soft_max(n: usize, x: *const f32, mask: *const f32, scale: f32, y:
     map_row!(n, y, y, |v| map(v, |p| p * inv));
 }
 
-/// One query row's attention over `kv` keys and values held as dense f32 rows (`keys` `kv x d`,
-/// `values` `kv x dv`): the scores `q . keys[p]` into `scores`, their SOFT_MAX after `scale`
-/// and the mask row (null: none), then `y = sum_p scores[p] values[p]` (keys of weight 0, the
-/// masked-out ones, skipped). A row whose scores are all -inf gets zeros, as the reference's.
+/// One query row's attention over `kv` keys and values held as f32: `keys` transposed
+/// (`d x kv`: value `i` of key `p` at `i * kv + p`, so that sixteen keys' scores are summed
+/// in sixteen lanes with no sum across lanes), `values` as rows (`kv x dv`). The scores
+/// `q . key_p` go to `scores`, then their SOFT_MAX after `scale` and the mask row (null:
+/// none), then `y = sum_p scores[p] values[p]` (keys of weight 0, the masked-out ones,
+/// skipped). A row whose scores are all -inf gets zeros, as the reference's.
 ///
 /// # Safety
-/// `q` readable for `d` f32, `keys` for `kv * d`, `values` for `kv * dv`, `mask` null or
+/// `q` readable for `d` f32, `keys` for `d * kv`, `values` for `kv * dv`, `mask` null or
 /// readable for `kv`; `scores` writable for `kv` and `y` for `dv`, neither overlapping the
 /// others.
 #[inline(always)]
@@ -146,18 +148,16 @@ pub unsafe fn attend(
     scores: *mut f32,
     y: *mut f32,
 ) {
-    for p in 0..kv {
-        // SAFETY: key row `p` of `d` values.
-        let key = unsafe { keys.add(p * d) };
+    steps!(kv, |p, c| {
         let mut acc = [0.0; LANES];
-        steps!(d, |i, c| {
-            // SAFETY: values `i..i + c` of the query and the key row; padding lanes are 0.
-            let (a, b) = unsafe { (load(q.add(i), c, 0.0), load(key.add(i), c, 0.0)) };
-            acc = zip(acc, zip(a, b, |x, y| x * y), |s, t| s + t);
-        });
-        // SAFETY: `p < kv`.
-        unsafe { *scores.add(p) = sum(acc) };
-    }
+        for i in 0..d {
+            // SAFETY: value `i` of the query; values `p..p + c` of row `i` of the keys.
+            let (a, b) = unsafe { (*q.add(i), load(keys.add(i * kv + p), c, 0.0)) };
+            acc = zip(acc, b, |s, t| s + a * t);
+        }
+        // SAFETY: scores `p..p + c`.
+        unsafe { store(scores.add(p), c, acc) };
+    });
     // SAFETY: `kv` scores, in place, and the mask row (or null).
     unsafe { soft_max(kv, scores, mask, scale, scores) };
     steps!(dv, |i, c| {

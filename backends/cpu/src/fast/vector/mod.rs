@@ -19,7 +19,7 @@ pub type BinaryScalar = unsafe fn(op: BinaryOp, n: usize, a: *const f32, s: f32,
 pub type Unary = unsafe fn(op: UnaryOp, n: usize, x: *const f32, y: *mut f32);
 /// `y = softmax(x * scale + mask)` over a row of `n` values; `mask` may be null.
 pub type SoftMax = unsafe fn(n: usize, x: *const f32, mask: *const f32, scale: f32, y: *mut f32);
-/// One query row's attention over dense f32 keys and values (see `bodies::attend`):
+/// One query row's attention over f32 keys (transposed) and values (see `bodies::attend`):
 /// `(d, dv, kv)`, query, keys, values, mask row (or null), scale, scores, result.
 pub type Attend =
     unsafe fn((usize, usize, usize), *const f32, *const f32, *const f32, *const f32, f32, *mut f32, *mut f32);
