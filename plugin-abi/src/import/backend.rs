@@ -4,8 +4,9 @@ use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::any::Any;
-use core::mem::offset_of;
+use core::mem::{offset_of, size_of};
 use core::ops::Range;
 
 use tessera_core::buffer::check_range;
@@ -17,8 +18,6 @@ use super::{free_handle, PluginDevice, PluginEvent, PluginProgram, PluginShared}
 use crate::abi::{AbiError, Ctx};
 use crate::desc::{encode_graph, EncodedGraph};
 use crate::tables::{AbiBackend, AbiBackendFns, AbiProgram, BackendFns};
-use alloc::vec::Vec;
-use core::mem::size_of;
 
 /// A stream on a device of a loaded plugin.
 pub struct PluginBackend {

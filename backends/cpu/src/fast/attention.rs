@@ -59,7 +59,8 @@ pub fn flash_attn(
         .checked_mul(d + dv + 2)
         .and_then(|f| f.checked_add(d))
         .ok_or(tessera_core::Error::Overflow { what: "FLASH_ATTN work memory" })?;
-    let threads = threads_for_values(team.threads(), nq * hq * b * kv * (d + dv)).min(items);
+    let work = [nq, hq, b, kv, d + dv].iter().fold(1usize, |w, &x| w.saturating_mul(x));
+    let threads = threads_for_values(team.threads(), work).min(items);
     let regions = memory.reserve(0, floats * 4, threads)?;
     let next = WorkCounter::new();
     let (to_f32, attend) = (kernels.rows.to_f32, kernels.rows.attend);
