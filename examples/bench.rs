@@ -5,7 +5,7 @@
 //! MUL_MAT(type_a=f32,type_b=f32,m=1024,n=1024,k=1024):  74 runs - 13575.26 us/run - 2.15 GFLOP/run - 158.19 GFLOPS
 //! ```
 //!
-//! `cargo run --release --example bench -- [-o OP] [-p FILTER] [--device|--backend NAME] [--threads N] [--kernels SET] [--time SECONDS]`
+//! `cargo run --release --example bench -- [-o OP] [-p FILTER] [--device|--backend NAME] [--threads N] [--kernels SET] [--time SECONDS] [--copies auto|N]`
 //!
 //! `-p` keeps the cases whose parameter string contains the filter, or one of its parts
 //! separated by `|` (`-p 'type_a=f16,type_b=f32,m=4096,n=1,|type_a=q4_0'`).
@@ -19,7 +19,10 @@
 //! (default 1) have passed, and reports the median: on a device with timing events (CUDA)
 //! the median of batches of runs queued back to back, timed by the device's clock; elsewhere
 //! the median of at least 3 runs (2 for cases slower than a second), each timed by the host
-//! clock through a synchronize. FLOP counts are ggml's
+//! clock through a synchronize. A run of a product computes it many times, as ggml's perf mode
+//! repeats the product's node in one graph (`--copies auto`: enough copies for 100 GFLOP a
+//! run on a GPU, 8 on a CPU; `--copies 1` runs one product a program), each copy with its own
+//! `b` and all sharing the weights; the time printed is per copy. FLOP counts are ggml's
 //! (MUL_MAT: 2 m n k per matrix); bandwidth is sources plus destination bytes per run, in
 //! GB/s of 2^30 bytes as ggml prints it.
 //!
@@ -52,11 +55,18 @@ enum Work {
 /// I32 leafs with integers in `0..256`); returns the node that is timed.
 type Build = Box<dyn Fn(&mut Graph) -> Result<TensorId>>;
 
+/// Builds `copies` of a case's op into one graph, as ggml's `test-backend-ops perf` repeats the
+/// op's node in one graph: the weights are shared, every copy has its own other inputs (so that
+/// no copy reuses what another converted or quantized); returns the copies' nodes.
+type Repeat = Box<dyn Fn(&mut Graph, usize) -> Result<Vec<TensorId>>>;
+
 /// One benchmark: ggml's parameter string and a graph builder whose output node is timed.
 struct Case {
     op: &'static str,
     params: String,
     build: Build,
+    /// For the ops that ggml times as many copies in one graph (the products): their builder.
+    repeat: Option<Repeat>,
     work: Work,
     spread: f32,
 }
@@ -101,14 +111,20 @@ fn mul_mat() -> Vec<Case> {
     for (m, n, k) in shapes {
         // Every weight type (I32 is no weight type).
         for ta in DType::ALL.into_iter().filter(|&t| t != DType::I32) {
+            let copies = move |g: &mut Graph, copies: usize| -> Result<Vec<TensorId>> {
+                let a = g.new_tensor(ta, &[k, m])?;
+                (0..copies)
+                    .map(|_| {
+                        let b = g.new_tensor(DType::F32, &[k, n])?;
+                        g.mul_mat(a, b)
+                    })
+                    .collect()
+            };
             cases.push(Case {
                 op: "MUL_MAT",
                 params: format!("type_a={ta},type_b=f32,m={m},n={n},k={k},bs=[1,1],nr=[1,1]"),
-                build: Box::new(move |g| {
-                    let a = g.new_tensor(ta, &[k, m])?;
-                    let b = g.new_tensor(DType::F32, &[k, n])?;
-                    g.mul_mat(a, b)
-                }),
+                build: Box::new(move |g| Ok(copies(g, 1)?[0])),
+                repeat: Some(Box::new(copies)),
                 work: Work::Flops(2.0 * (m * n * k) as f64),
                 spread: 1.0,
             });
@@ -151,6 +167,7 @@ fn flash_attn() -> Vec<Case> {
                     g.set_flash_attn_precision(out, precision)?;
                     Ok(out)
                 }),
+                repeat: None,
                 work: Work::Flops(4.0 * (hd * tokens * tokens * heads * seqs) as f64),
                 spread: 1.0,
             }
@@ -179,6 +196,7 @@ fn llama_prompt_attention() -> impl Iterator<Item = Case> {
                 g.set_flash_attn_precision(out, precision)?;
                 Ok(out)
             }),
+            repeat: None,
             work: Work::Flops(4.0 * (hd * n * n * heads) as f64),
             spread: 1.0,
         }
@@ -198,6 +216,7 @@ fn bin_bcast(op: BinaryOp, cases: &[([usize; 4], [usize; 4])]) -> Vec<Case> {
                     let (a, b) = (g.new_tensor(DType::F32, &ne_a)?, g.new_tensor(DType::F32, &ne)?);
                     g.binary(op, a, b)
                 }),
+                repeat: None,
                 work: Work::Bytes(3.0 * bytes(ne_a)),
                 spread: 1.0,
             }
@@ -239,6 +258,7 @@ fn one_source(
             let a = g.new_tensor(DType::F32, &ne)?;
             f(g, a)
         }),
+        repeat: None,
         work: Work::Bytes(2.0 * bytes(ne)),
         spread,
     }
@@ -321,6 +341,7 @@ fn rope() -> Vec<Case> {
             let pos = g.new_tensor(DType::I32, &[ne[2]])?;
             g.rope(a, pos, RopeParams { mode, n_dims, freq_base: 10000.0, freq_scale: 1.0 })
         }),
+        repeat: None,
         work: Work::Bytes(2.0 * bytes(ne) + 4.0 * ne[2] as f64),
         spread: 1.0,
     })
@@ -342,6 +363,7 @@ fn get_rows() -> Vec<Case> {
                     let rows = g.new_tensor(DType::I32, &[r])?;
                     g.get_rows(a, rows)
                 }),
+                repeat: None,
                 work: Work::Bytes(matrix + 4.0 * r as f64 + bytes([n, r, 1, 1])),
                 spread: 1.0,
             }
@@ -367,6 +389,7 @@ fn cpy() -> Vec<Case> {
                 let (a, b) = (g.new_tensor(ts, &ne)?, g.new_tensor(td, &ne)?);
                 g.cpy(a, b)
             }),
+            repeat: None,
             work: Work::Bytes(size(ts) + size(td)),
             spread: 1.0,
         }
@@ -396,10 +419,40 @@ struct Timing {
     median: Duration,
 }
 
-fn run_case(case: &Case, backend: &mut dyn Backend, budget: Duration) -> Result<Timing> {
+/// How many copies of a product one run computes (`--copies`).
+#[derive(Clone, Copy)]
+enum Copies {
+    /// As ggml's `test-backend-ops perf` does: enough for 100 GFLOP a run on a device with
+    /// timing events (a GPU), 8 on others, plus one; at most [`MAX_COPIES`].
+    Auto,
+    Fixed(usize),
+}
+
+/// Most copies of a product in one run (ggml's graphs hold 8192 nodes).
+const MAX_COPIES: usize = 1024;
+
+impl Copies {
+    fn of(self, case: &Case, timed_on_device: bool) -> usize {
+        let target = if timed_on_device { 100e9 } else { 8e9 };
+        match (self, &case.repeat, &case.work) {
+            (_, None, _) => 1,
+            (Copies::Fixed(n), Some(_), _) => n,
+            (Copies::Auto, Some(_), Work::Flops(flops)) => ((target / flops) as usize).min(MAX_COPIES - 1) + 1,
+            (Copies::Auto, Some(_), Work::Bytes(_)) => 1,
+        }
+    }
+}
+
+fn run_case(case: &Case, backend: &mut dyn Backend, budget: Duration, copies: Copies) -> Result<Timing> {
     let mut g = Graph::new();
-    let out = (case.build)(&mut g)?;
-    g.build_forward(out)?;
+    let timed_on_device = backend.device().new_timing_event()?.is_some();
+    let outs = match (&case.repeat, copies.of(case, timed_on_device)) {
+        (Some(repeat), n) if n > 1 => repeat(&mut g, n)?,
+        _ => vec![(case.build)(&mut g)?],
+    };
+    for &out in &outs {
+        g.build_forward(out)?;
+    }
     alloc_graph_tensors(&mut g, backend.device().buffer_type())?;
     for (i, &leaf) in g.leafs().to_vec().iter().enumerate() {
         let t = g.tensor(leaf)?;
@@ -421,10 +474,13 @@ fn run_case(case: &Case, backend: &mut dyn Backend, budget: Duration) -> Result<
     run(backend)?; // warm-up: work memory, threads, page faults, the GPU's clocks
     backend.synchronize()?;
     let device = backend.device();
-    match (device.new_timing_event()?, device.new_timing_event()?) {
-        (Some(start), Some(end)) => time_on_device(&mut run, backend, (&*start, &*end), budget),
-        _ => time_on_host(&mut run, backend, budget),
-    }
+    let timing = match (device.new_timing_event()?, device.new_timing_event()?) {
+        (Some(start), Some(end)) => time_on_device(&mut run, backend, (&*start, &*end), budget)?,
+        _ => time_on_host(&mut run, backend, budget)?,
+    };
+    // Per copy of the op, as ggml divides its time by the nodes it repeated.
+    let n = outs.len();
+    Ok(Timing { runs: timing.runs * n, median: timing.median / n as u32 })
 }
 
 /// Each run timed by the host clock around the run and a synchronize; the median run.
@@ -504,10 +560,11 @@ struct Args {
     threads: Option<usize>,
     kernels: Option<String>,
     budget: Duration,
+    copies: Copies,
 }
 
 const USAGE: &str =
-    "usage: bench [-o OP] [-p FILTER] [--device|--backend NAME] [--threads N] [--kernels SET] [--time SECONDS]";
+    "usage: bench [-o OP] [-p FILTER] [--device|--backend NAME] [--threads N] [--kernels SET] [--time SECONDS] [--copies auto|N]";
 
 /// The arguments, or `None` for `--help`.
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -518,6 +575,7 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         threads: None,
         kernels: None,
         budget: Duration::from_secs(1),
+        copies: Copies::Auto,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -540,6 +598,16 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
                     return Err(format!("--time {s}: seconds per case, more than 0 and at most 3600"));
                 }
                 args.budget = Duration::from_secs_f64(s);
+            }
+            "--copies" => {
+                let v = value()?;
+                args.copies = match v.as_str() {
+                    "auto" => Copies::Auto,
+                    n => match n.parse::<usize>() {
+                        Ok(n) if (1..=MAX_COPIES).contains(&n) => Copies::Fixed(n),
+                        _ => return Err(format!("--copies {v}: `auto` or a count from 1 to {MAX_COPIES}")),
+                    },
+                };
             }
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument '{other}' (try --help)")),
@@ -622,7 +690,7 @@ fn main() -> ExitCode {
             if args.filter.as_ref().is_some_and(|f| !f.split('|').any(|part| case.params.contains(part))) {
                 continue;
             }
-            match run_case(&case, &mut *backend, args.budget) {
+            match run_case(&case, &mut *backend, args.budget, args.copies) {
                 Ok(t) => print_line(&case, &t),
                 Err(e) => outln!("  {}({}): failed: {e}", case.op, case.params),
             }
