@@ -90,7 +90,7 @@ impl Fast {
         let (k, team, memory) = (self.kernels, &mut self.team, &mut self.memory);
         let done = match n.op {
             Op::MulMat => matmul::mul_mat(k, team, memory, n)?,
-            Op::Binary(op) => elementwise::binary(k, team, n, op)?,
+            Op::Binary(op) => elementwise::binary(k, team, memory, n, op)?,
             Op::Scale(s) => elementwise::map(k, team, memory, n, Map::Scale(s))?,
             Op::Unary(op) => elementwise::map(k, team, memory, n, Map::Unary(op))?,
             Op::Norm { eps } => normalize::norm(k, team, n, Norm::Norm { eps })?,
