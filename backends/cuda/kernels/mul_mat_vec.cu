@@ -18,31 +18,18 @@
 #include "legacy_quant.cuh"
 #include "mul_mat_vec.cuh"
 
-// One warp per block of 32 values of one column: blocks of column j of matrix mat at
-// out[(mat * ncols + j) * nblocks + block]. Grid: x over blocks (MMV_WARPS per thread block),
-// y over columns, z strided over matrices.
+// b quantized into Q8_1 blocks: those of column j of matrix mat at
+// out[(mat * ncols + j) * nblocks + block]. Grid as quantize_b_blocks (mul_mat_vec.cuh).
 extern "C" __global__ void quantize_q8_1(const __grid_constant__ TensorArg b, Q8_1 *out) {
-    await_prior_kernel();
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const long long nblocks = b.ne[0] / QK;
-    const long long block = (long long)blockIdx.x * MMV_WARPS + warp;
-    if (block >= nblocks) {
-        return;
-    }
-    const long long j = blockIdx.y;
-    const long long nmat = b.ne[2] * b.ne[3];
-    for (long long mat = blockIdx.z; mat < nmat; mat += gridDim.z) {
-        long long i3, i2;
-        divmod64(mat, b.ne[2], i3, i2);
-        const float x = *(const float *)(row_ptr(b, j, i2, i3) + (block * QK + lane) * b.nb[0]);
-        const Q8_1Lane v = quantize_q8_1_lane(x);
+    quantize_b_blocks(b, [&](long long mat, long long j, long long block, int lane, const Q8_1Lane &v) {
         Q8_1 *dst = out + (mat * b.ne[1] + j) * nblocks + block;
         ((signed char *)dst->qs)[lane] = (signed char)v.q;
         if (lane == 0) {
             dst->d = v.d;
             dst->s = v.s;
         }
-    }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -377,6 +364,95 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
 }
 
 // ---------------------------------------------------------------------------------------------
+// q8_0 weights by one column, the rows read as runs of 16-byte pieces. Rows of a multiple of 8
+// blocks (272 bytes, 17 pieces) starting on 16-byte boundaries are such runs; b is quantized
+// into the same byte layout (quantize_q8_0_rows: each block's 32 quants where the weights' lie,
+// zeros where their scale lies, the blocks' scales apart), so that each 32-bit word of weights
+// meets its word of b in one dp4a, the scale bytes adding nothing. A block is 34 bytes and
+// starts on an even byte, so each word's quants belong to one block, that of its second byte,
+// and a piece covers at most two blocks; the second one starts in the piece, so its scale is
+// in the piece's registers, the first one's a 2-byte load that the warp's piece loads have
+// brought into L1. mul_mat_vec_quant reads a q8_0 block by 2-byte loads (the block is only
+// 2-byte aligned) and waits on memory latency: on an H200 a 4096 x 14336 product took 22.3 us
+// that way, 20.4 us here with both scales loaded and 20.0 with the second from the registers.
+// Not kept: two pieces in flight per row (unrolled twice: spills at 64 registers, 22.4 us),
+// and the pieces copied into shared memory by cp.async, three stages (25.1 us).
+
+// b quantized for mul_mat_vec_q8_0_rows: column j of matrix mat as 34-byte blocks from
+// out + (mat * ncols + j) * nblocks * 34, each 2 zero bytes and then the block's quants (Q8_1's
+// quantization), and the blocks' scales d as f32 after all columns' blocks, in the same order.
+// Grid as quantize_b_blocks (mul_mat_vec.cuh).
+extern "C" __global__ void quantize_q8_0_rows(const __grid_constant__ TensorArg b, char *out) {
+    const long long nblocks = b.ne[0] / QK;
+    float *scales = (float *)(out + b.ne[1] * b.ne[2] * b.ne[3] * nblocks * Q8_0_BYTES);
+    quantize_b_blocks(b, [&](long long mat, long long j, long long block, int lane, const Q8_1Lane &v) {
+        const long long at = (mat * b.ne[1] + j) * nblocks + block;
+        char *dst = out + at * Q8_0_BYTES;
+        dst[2 + lane] = (char)(signed char)v.q;
+        if (lane == 0) {
+            *(unsigned short *)dst = 0;
+            scales[at] = v.d;
+        }
+    });
+}
+
+template <typename Out>
+__device__ void mul_mat_vec_q8_0_rows(const TensorArg &a, const char *bq, const Out &out, long long row0,
+                                      long long r2, long long r3) {
+    constexpr int R = MmvRows<1>::value;
+    __shared__ float shared[MMV_WARPS * R];
+    const long long nblocks = a.ne[0] / QK;
+    // The launcher keeps a row under 2^31 bytes.
+    const int npieces = (int)(nblocks * Q8_0_BYTES / 16);
+    const long long nmat = out.nmat();
+    const float *scales = (const float *)(bq + nmat * npieces * 16ll);
+    mmv_prefetch_then_wait<R, 1>(a, a, nmat, out.ne2(), row0, r2, r3, nblocks * Q8_0_BYTES);
+    for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
+        long long i3, i2;
+        divmod64(mat, out.ne2(), i3, i2);
+        const char *arow[R];
+        mmv_rows<R, 1>(arow, a, a, row0, i2, i3, r2, r3);
+        const uint4 *y = (const uint4 *)(bq + mat * npieces * 16ll);
+        const float *yd = scales + mat * nblocks;
+        float acc[R][1];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            acc[r][0] = 0.0f;
+        }
+#pragma unroll 1
+        for (int p = threadIdx.x; p < npieces; p += 32 * MMV_WARPS) {
+            uint4 w[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                w[r] = __ldg((const uint4 *)arow[r] + p);
+            }
+            const uint4 yq = __ldg(y + p);
+            const int first = 16 * p;
+            const int blk0 = (first + 1) / Q8_0_BYTES, blk1 = (first + 13) / Q8_0_BYTES;
+            // Where in the piece blk1 starts (16: the piece is all blk0's). Word j is blk1's
+            // where its second byte, 4 j + 1, is at or past that: words from (start1 + 2) / 4.
+            const int start1 = blk1 != blk0 ? Q8_0_BYTES * blk1 - first : 16;
+            const float d0 = __ldg(yd + blk0), d1 = __ldg(yd + blk1);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int c1 = __dp4a((int)w[r].x, (int)yq.x, 0);
+                const int c2 = __dp4a((int)w[r].y, (int)yq.y, c1);
+                const int c3 = __dp4a((int)w[r].z, (int)yq.z, c2);
+                const int c4 = __dp4a((int)w[r].w, (int)yq.w, c3);
+                const int s0 = start1 < 6 ? c1 : start1 < 10 ? c2 : start1 < 14 ? c3 : c4;
+                // blk1's scale lies in the piece, at byte start1.
+                const unsigned int hw = start1 < 4 ? w[r].x : start1 < 8 ? w[r].y : start1 < 12 ? w[r].z : w[r].w;
+                const float a1 = start1 < 16 ? f16_bits_to_f32((unsigned short)(start1 & 2 ? hw >> 16 : hw)) : 0.0f;
+                const float a0 = f16_bits_to_f32(__ldg((const unsigned short *)(arow[r] + Q8_0_BYTES * blk0)));
+                acc[r][0] = fmaf(a0 * d0, (float)s0, acc[r][0]);
+                acc[r][0] = fmaf(a1 * d1, (float)(c4 - s0), acc[r][0]);
+            }
+        }
+        out.template store<R, 1, 1>(acc, shared, row0, a.ne[1], i2, i3);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Entry points: one per weight type and column count (the column count is a template argument
 // so that the sums stay in registers).
 
@@ -398,6 +474,13 @@ template <int NCOLS> struct MmvMinBlocks {
             mul_mat_vec_float<W, NCOLS, 1>(a, a, b, MmvDst{dst, add}, mmv_row0<NCOLS>(), r2, r3);                \
         }                                                                                                        \
     }
+
+// One column of b by q8_0 weights in runs of 16-byte pieces (mul_mat_vec_q8_0_rows).
+extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, MmvMinBlocks<1>::value) mul_mat_vec_q8_0_rows_1(
+    const __grid_constant__ TensorArg a, const char *bq, const __grid_constant__ TensorArg dst,
+    const __grid_constant__ TensorArg add, long long r2, long long r3) {
+    mul_mat_vec_q8_0_rows(a, bq, MmvDst{dst, add}, mmv_row0<1>(), r2, r3);
+}
 
 // silu(a b) * (a2 b) for one column b: a SwiGLU feed-forward's gate and up projections.
 // 8 blocks an SM as for one product (64 registers, one 16-byte load of each of the 8 rows in

@@ -257,6 +257,28 @@ __device__ __forceinline__ Q8_1Lane quantize_q8_1_lane(float x) {
     return {q, d, d * (float)sum};
 }
 
+// The body of the kernels quantizing b for the matrix-vector kernels: one warp per block of 32
+// values of one column, each value quantized as Q8_1 (quantize_q8_1_lane) and handed to
+// `store(mat, j, block, lane, v)` for column j of matrix mat (columns past b's last are zeros).
+// Grid: x over blocks (MMV_WARPS per thread block), y over columns, z strided over matrices.
+template <typename Store> __device__ __forceinline__ void quantize_b_blocks(const TensorArg &b, Store store) {
+    await_prior_kernel();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const long long nblocks = b.ne[0] / QK;
+    const long long block = (long long)blockIdx.x * MMV_WARPS + warp;
+    if (block >= nblocks) {
+        return;
+    }
+    const long long j = blockIdx.y;
+    const long long nmat = b.ne[2] * b.ne[3];
+    for (long long mat = blockIdx.z; mat < nmat; mat += gridDim.z) {
+        long long i3, i2;
+        divmod64(mat, b.ne[2], i3, i2);
+        const float x = j < b.ne[1] ? *(const float *)(row_ptr(b, j, i2, i3) + (block * QK + lane) * b.nb[0]) : 0.0f;
+        store(mat, j, block, lane, quantize_q8_1_lane(x));
+    }
+}
+
 // A 32-bit word of quants at a 2-byte aligned address (the blocks of q8_0, q4_0 and q6_K are 34,
 // 18 and 210 bytes long).
 __device__ __forceinline__ int load_i32_a2(const char *p) {

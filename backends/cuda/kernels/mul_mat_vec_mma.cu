@@ -43,20 +43,8 @@ static_assert(sizeof(MmaB) == 320, "MmaB must match MMA_B_BYTES in mul_mat.rs");
 // quantize_q8_1 (mul_mat_vec.cu), stored into the B-fragment layout. Grid: x over blocks
 // (MMV_WARPS per thread block), y over the 8 columns, z strided over matrices.
 extern "C" __global__ void quantize_q8_1_mma(const __grid_constant__ TensorArg b, MmaB *out) {
-    await_prior_kernel();
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const long long nblocks = b.ne[0] / QK;
-    const long long block = (long long)blockIdx.x * MMV_WARPS + warp;
-    if (block >= nblocks) {
-        return;
-    }
-    const int j = blockIdx.y;
-    const long long nmat = b.ne[2] * b.ne[3];
-    for (long long mat = blockIdx.z; mat < nmat; mat += gridDim.z) {
-        long long i3, i2;
-        divmod64(mat, b.ne[2], i3, i2);
-        const float x = j < b.ne[1] ? *(const float *)(row_ptr(b, j, i2, i3) + (block * QK + lane) * b.nb[0]) : 0.0f;
-        const Q8_1Lane v = quantize_q8_1_lane(x);
+    quantize_b_blocks(b, [&](long long mat, long long j, long long block, int lane, const Q8_1Lane &v) {
         MmaB *dst = out + mat * nblocks + block;
         const int word = lane / 4;
         ((signed char *)dst->qs[j][word % 4])[4 * (word / 4) + lane % 4] = (signed char)v.q;
@@ -64,7 +52,7 @@ extern "C" __global__ void quantize_q8_1_mma(const __grid_constant__ TensorArg b
             dst->ds[j / 2][j % 2] = v.d;
             dst->ds[j / 2][2 + j % 2] = v.s;
         }
-    }
+    });
 }
 
 // The A fragment of m16n8k32 for lane (g = lane / 4, t = lane % 4), read from a block's copy in

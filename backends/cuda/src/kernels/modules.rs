@@ -238,6 +238,8 @@ pub(crate) const MODULES: &[Module] = &[
         fatbin: fatbin!("mul_mat_vec"),
         kernels: &[
             "quantize_q8_1",
+            "quantize_q8_0_rows",
+            "mul_mat_vec_q8_0_rows_1",
             "mul_mat_vec_f32_1",
             "mul_mat_vec_f32_2",
             "mul_mat_vec_f32_3",

@@ -9,7 +9,8 @@
 //! - `N <= 8`: a matrix-vector kernel (mul_mat_vec.cu, mul_mat_vec_kquant.cu, and for several
 //!   columns of q8_0, q4_0, f16 and bf16 the tensor-core mul_mat_vec_mma.cu) that reads the weights once
 //!   for all columns: quantized weights with `b` quantized to Q8_1 blocks in scratch first (any
-//!   strides; q4_K and q5_K rows must start on 16-byte boundaries), float
+//!   strides; q4_K and q5_K rows must start on 16-byte boundaries; one column of q8_0 rows on
+//!   16-byte boundaries reads them 16 bytes at a time, `b` quantized into their byte layout), float
 //!   weights with `b` read in place when both operands' rows start on 16-byte boundaries and are
 //!   packed;
 //! - otherwise a GEMM of type f32 (f32 weights), bf16 (bf16 weights) or f16 (f16 and quantized
@@ -475,6 +476,8 @@ fn mat_vec(
         Epilogue::Add(_) => names::mul_mat_vec(at, n as usize),
         Epilogue::Glu(_) => names::mul_mat_vec_glu(at).filter(|_| n == 1),
     };
+    let pieces = quantize_b && matches!(epilogue, Epilogue::Add(_)) && n == 1 && q8_0_pieces((a, at));
+    let name = if pieces { Some(names::MUL_MAT_VEC_Q8_0_ROWS) } else { name };
     let name = name.ok_or_else(|| backend_error("no matrix-vector kernel"))?;
     let nmat = (b2 * b3).clamp(1, 65535) as u32;
     let cfg = cudarc::driver::LaunchConfig {
@@ -482,8 +485,8 @@ fn mat_vec(
         block_dim: MMV_BLOCK,
         shared_mem_bytes: 0,
     };
-    let bq =
-        if quantize_b { Some(quantized_b(kernels, stream, scratch, b, scratch_bytes, BLayout::Blocks)?) } else { None };
+    let layout = if pieces { BLayout::Q8_0Rows } else { BLayout::Blocks };
+    let bq = if quantize_b { Some(quantized_b(kernels, stream, scratch, b, scratch_bytes, layout)?) } else { None };
     // mul_mat_vec_<type>_<n>(TensorArg a, TensorArg b | const Q8_1 *bq, TensorArg dst, TensorArg add,
     //                        long long r2, long long r3)
     // mul_mat_vec_glu_<type>(TensorArg gate, TensorArg up, TensorArg b | const Q8_1 *bq, TensorArg dst,
@@ -494,6 +497,17 @@ fn mat_vec(
         (Epilogue::Glu(up), None) => launch_kernel!(kernels, stream, name, cfg, &a, up, &b, &d, &r2, &r3),
         (Epilogue::Glu(up), Some(bq)) => launch_kernel!(kernels, stream, name, cfg, &a, up, &bq, &d, &r2, &r3),
     }
+}
+
+/// Whether q8_0 weights `a` are runs of 16-byte pieces for `mul_mat_vec_q8_0_rows_1`: packed
+/// rows of a multiple of 8 blocks (272 bytes), each starting on a 16-byte boundary and shorter
+/// than 2 GiB. Its `b` ([`BLayout::Q8_0Rows`], 38 bytes a block) fits the scratch planned for
+/// Q8_1 blocks (40).
+fn q8_0_pieces((a, at): Operand) -> bool {
+    at == DType::Q8_0
+        && (a.ne[0] / 32) % 8 == 0
+        && a.ne[0] / 32 * 34 < 1 << 31
+        && rows_16_byte_aligned(&a, DType::Q8_0.block_bytes() as i64)
 }
 
 /// The device address of `b` quantized into Q8_1 blocks (`scratch_bytes` of them) in `layout`
@@ -516,6 +530,7 @@ pub(crate) fn quantized_b(
     // The tensor-core layouts hold 8 columns, zeros past b's last.
     let (name, grid_dim) = match layout {
         BLayout::Blocks => (names::QUANTIZE_Q8_1, (blocks, n as u32, nmat)),
+        BLayout::Q8_0Rows => (names::QUANTIZE_Q8_0_ROWS, (blocks, n as u32, nmat)),
         BLayout::Fragments => (names::QUANTIZE_Q8_1_MMA, (blocks, MMV_MAX_COLS as u32, nmat)),
         // A warp for each step of 16 values, all columns.
         BLayout::Fragments16 { bf16 } => {
@@ -525,7 +540,8 @@ pub(crate) fn quantized_b(
         BLayout::Packed { .. } | BLayout::Split { .. } => return Err(backend_error("not a matrix-vector layout")),
     };
     let cfg = cudarc::driver::LaunchConfig { grid_dim, block_dim: MMV_BLOCK, shared_mem_bytes: 0 };
-    // quantize_q8_1(TensorArg b, Q8_1 *out), quantize_q8_1_mma(TensorArg b, MmaB *out),
+    // quantize_q8_1(TensorArg b, Q8_1 *out), quantize_q8_0_rows(TensorArg b, char *out),
+    // quantize_q8_1_mma(TensorArg b, MmaB *out),
     // convert_b_mma_<type>(TensorArg b, uint2 *out)
     launch_kernel!(kernels, stream, name, cfg, &b, &bq)?;
     scratch.set_converted(b, layout, 0);

@@ -474,6 +474,10 @@ pub(crate) const SPLIT_TF32_GELU_ERF: &str = "split_tf32_gelu_erf";
 /// Quantizes the columns of a matrix-vector product's b for quantized weights.
 pub(crate) const QUANTIZE_Q8_1: &str = "quantize_q8_1";
 
+/// One column of b by q8_0 weights read as runs of 16-byte pieces, and b quantized for it.
+pub(crate) const MUL_MAT_VEC_Q8_0_ROWS: &str = "mul_mat_vec_q8_0_rows_1";
+pub(crate) const QUANTIZE_Q8_0_ROWS: &str = "quantize_q8_0_rows";
+
 /// Quantizes the columns of b for the tensor-core matrix-vector kernels.
 pub(crate) const QUANTIZE_Q8_1_MMA: &str = "quantize_q8_1_mma";
 pub(crate) const CONVERT_B_MMA_F16: &str = "convert_b_mma_f16";
@@ -557,6 +561,8 @@ mod tests {
         }
         chosen.insert(MUL_MAT_PTRS);
         chosen.insert(QUANTIZE_Q8_1);
+        chosen.insert(MUL_MAT_VEC_Q8_0_ROWS);
+        chosen.insert(QUANTIZE_Q8_0_ROWS);
         chosen.insert(QUANTIZE_Q8_1_MMA);
         chosen.insert(CONVERT_B_MMA_F16);
         chosen.insert(CONVERT_B_MMA_BF16);

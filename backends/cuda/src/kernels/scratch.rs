@@ -58,6 +58,9 @@ struct Held {
 pub(crate) enum BLayout {
     /// `Q8_1` blocks column by column (mul_mat_vec.cuh).
     Blocks,
+    /// Each column's quants in q8_0 weight rows' byte layout, zeros at the scales, then the
+    /// blocks' scales (`quantize_q8_0_rows` in mul_mat_vec.cu).
+    Q8_0Rows,
     /// The 8 columns' blocks interleaved as the tensor-core kernels read them (`MmaB` in
     /// mul_mat_vec_mma.cu).
     Fragments,
