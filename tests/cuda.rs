@@ -343,8 +343,10 @@ fn matrix_vector_products_share_quantized_activations_and_fuse_their_addends() {
 #[test]
 fn a_swiglu_feed_forward_fused_gives_the_bits_of_its_nodes() {
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
-    for wt in [DType::Q4_0, DType::Q6_K, DType::BF16] {
-        let (k, m) = (768, 200);
+    // q8_0 rows of 8192 values are read as 16-byte pieces, those of 768 by 2-byte loads.
+    for (wt, k) in [(DType::Q4_0, 768), (DType::Q8_0, 768), (DType::Q8_0, 8192), (DType::Q6_K, 768), (DType::BF16, 768)]
+    {
+        let m = 200;
         let mut g = Graph::new();
         let wg = g.new_tensor(wt, &[k, m]).unwrap();
         let wu = g.new_tensor(wt, &[k, m]).unwrap();
@@ -665,10 +667,12 @@ fn tensor_core_products_after_a_fused_norm_quantize_their_own_operand() {
 #[test]
 fn attention_projections_fused_give_the_bits_of_their_nodes() {
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
-    let (k, hd, heads, kv_heads, context, position) = (256, 32, 8, 2, 8, 5i32);
+    let (hd, heads, kv_heads, context, position) = (32, 8, 2, 8, 5i32);
     let (h, kv) = (hd * heads, hd * kv_heads);
     let rope = RopeParams { mode: RopeMode::Normal, n_dims: hd, freq_base: 10000.0, freq_scale: 1.0 };
-    for wt in [DType::Q4_0, DType::Q4_K, DType::F16] {
+    // q8_0 rows of 8192 values are read as 16-byte pieces, those of 256 by 2-byte loads.
+    for (wt, k) in [(DType::Q4_0, 256), (DType::Q8_0, 256), (DType::Q8_0, 8192), (DType::Q4_K, 256), (DType::F16, 256)]
+    {
         let mut g = Graph::new();
         let x0 = g.new_tensor(DType::F32, &[k, 1]).unwrap();
         let wn = g.new_tensor(DType::F32, &[k]).unwrap();

@@ -545,11 +545,11 @@ fn mul_mat(v: &mut Vec<Case>) {
             list.push((67, 8, 2048, [1, 1], [1, 1], Layout::Plain));
             list.push((33, 5, 512, [2, 1], [2, 2], Layout::Plain));
             list.push((19, 6, 256, [2, 1], [2, 2], Layout::PermA));
-            // The same with one column: the GPUs' q8_0 products over rows read as 16-byte
-            // pieces (K a multiple of 256).
-            list.push((67, 1, 2048, [1, 1], [1, 1], Layout::Plain));
-            list.push((33, 1, 512, [2, 1], [2, 2], Layout::Plain));
-            list.push((19, 1, 256, [2, 1], [2, 2], Layout::PermA));
+            // The same with one column and long rows: the GPUs' q8_0 products over rows read
+            // as 16-byte pieces (K a multiple of 256, rows of 512 pieces and more).
+            list.push((67, 1, 8192, [1, 1], [1, 1], Layout::Plain));
+            list.push((33, 1, 8192, [2, 1], [2, 2], Layout::Plain));
+            list.push((19, 1, 8448, [2, 1], [2, 2], Layout::PermA));
         }
         list.push((7, 5, k, [2, 3], [1, 1], Layout::PermB));
         list.push((7, 1, k, [1, 1], [2, 3], Layout::PermB));

@@ -365,7 +365,8 @@ __device__ void mul_mat_vec_quant(const TensorArg &a, const TensorArg &a2, const
 
 // ---------------------------------------------------------------------------------------------
 // q8_0 weights by one column, the rows read as runs of 16-byte pieces. Rows of a multiple of 8
-// blocks (272 bytes, 17 pieces) starting on 16-byte boundaries are such runs; b is quantized
+// blocks (272 bytes, 17 pieces) starting on 16-byte boundaries are such runs (the launcher
+// takes them from 512 pieces, Q8_0_MIN_PIECES in mul_mat.rs); b is quantized
 // into the same byte layout (quantize_q8_0_rows: each block's 32 quants where the weights' lie,
 // zeros where their scale lies, the blocks' scales apart), so that each 32-bit word of weights
 // meets its word of b in one dp4a, the scale bytes adding nothing. A block is 34 bytes and
@@ -396,22 +397,23 @@ extern "C" __global__ void quantize_q8_0_rows(const __grid_constant__ TensorArg 
     });
 }
 
-template <typename Out>
-__device__ void mul_mat_vec_q8_0_rows(const TensorArg &a, const char *bq, const Out &out, long long row0,
-                                      long long r2, long long r3) {
-    constexpr int R = MmvRows<1>::value;
+// With GROUPS = 2, the same rows of `a` and `a2` (mmv_rows).
+template <int GROUPS, typename Out>
+__device__ void mul_mat_vec_q8_0_rows(const TensorArg &a, const TensorArg &a2, const char *bq, const Out &out,
+                                      long long row0, long long r2, long long r3) {
+    constexpr int ROWS = MmvRows<1>::value, R = GROUPS * ROWS;
     __shared__ float shared[MMV_WARPS * R];
     const long long nblocks = a.ne[0] / QK;
     // The launcher keeps a row under 2^31 bytes.
     const int npieces = (int)(nblocks * Q8_0_BYTES / 16);
     const long long nmat = out.nmat();
     const float *scales = (const float *)(bq + nmat * npieces * 16ll);
-    mmv_prefetch_then_wait<R, 1>(a, a, nmat, out.ne2(), row0, r2, r3, nblocks * Q8_0_BYTES);
+    mmv_prefetch_then_wait<ROWS, GROUPS>(a, a2, nmat, out.ne2(), row0, r2, r3, nblocks * Q8_0_BYTES);
     for (long long mat = blockIdx.y; mat < nmat; mat += gridDim.y) {
         long long i3, i2;
         divmod64(mat, out.ne2(), i3, i2);
         const char *arow[R];
-        mmv_rows<R, 1>(arow, a, a, row0, i2, i3, r2, r3);
+        mmv_rows<ROWS, GROUPS>(arow, a, a2, row0, i2, i3, r2, r3);
         const uint4 *y = (const uint4 *)(bq + mat * npieces * 16ll);
         const float *yd = scales + mat * nblocks;
         float acc[R][1];
@@ -448,7 +450,7 @@ __device__ void mul_mat_vec_q8_0_rows(const TensorArg &a, const char *bq, const 
                 acc[r][0] = fmaf(a1 * d1, (float)(c4 - s0), acc[r][0]);
             }
         }
-        out.template store<R, 1, 1>(acc, shared, row0, a.ne[1], i2, i3);
+        out.template store<ROWS, 1, GROUPS>(acc, shared, row0, a.ne[1], i2, i3);
     }
 }
 
@@ -479,7 +481,25 @@ template <int NCOLS> struct MmvMinBlocks {
 extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32, MmvMinBlocks<1>::value) mul_mat_vec_q8_0_rows_1(
     const __grid_constant__ TensorArg a, const char *bq, const __grid_constant__ TensorArg dst,
     const __grid_constant__ TensorArg add, long long r2, long long r3) {
-    mul_mat_vec_q8_0_rows(a, bq, MmvDst{dst, add}, mmv_row0<1>(), r2, r3);
+    mul_mat_vec_q8_0_rows<1>(a, a, bq, MmvDst{dst, add}, mmv_row0<1>(), r2, r3);
+}
+
+// silu(a b) * (a2 b) for one column b (a SwiGLU's gate and up projections) by q8_0 weights
+// in runs of 16-byte pieces.
+extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32) mul_mat_vec_glu_q8_0_rows(
+    const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg a2, const char *bq,
+    const __grid_constant__ TensorArg dst, long long r2, long long r3) {
+    const TensorArg none = {};
+    mul_mat_vec_q8_0_rows<2>(a, a2, bq, MmvDst{dst, none}, mmv_row0<1>(), r2, r3);
+}
+
+// Up to three products of one column b by q8_0 weights in runs of 16-byte pieces, each stored
+// through its own epilogue (MmvProjections).
+extern "C" __global__ void __launch_bounds__(MMV_WARPS * 32) mul_mat_vec_proj_q8_0_rows(
+    const __grid_constant__ MmvProjections p, const char *bq) {
+    const MmvProjection &o = mmv_projection_of(p);
+    const long long row0 = ((long long)blockIdx.x - o.first) * MmvRows<1>::value;
+    mul_mat_vec_q8_0_rows<1>(o.a, o.a, bq, MmvProjectionStore{p, o}, row0, 1, 1);
 }
 
 // silu(a b) * (a2 b) for one column b: a SwiGLU feed-forward's gate and up projections.

@@ -173,31 +173,39 @@ __device__ void soft_max_packed(const TensorArg &src, const TensorArg &mask, con
     }
 }
 
+// The quants of the float4 `x` of a block of 32 values whose 8 float4s are held by 8
+// consecutive lanes (which share the block's maximum through shuffles), a byte each, as
+// quantize_q8_1 (mul_mat_vec.cu) gives them; and the block's scale `d`.
+__device__ __forceinline__ int quantize_float4(const float (&x)[4], float &d) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        amax = fmaxf(amax, fabsf(x[k]));
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o *= 2) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    }
+    d = amax / 127.0f;
+    int packed = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int q = amax == 0.0f ? 0 : __float2int_rn(x[k] / d);
+        packed |= (q & 0xff) << (8 * k);
+    }
+    return packed;
+}
+
 // Stores a row held as `load_row` holds it quantized into Q8_1 blocks at `out`, with the bits
-// that quantize_q8_1 (mul_mat_vec.cu) gives: a block's 32 values are the float4s of 8
-// consecutive lanes, which share its maximum and sum through shuffles.
+// that quantize_q8_1 gives.
 template <int GROUP, int V4>
 __device__ __forceinline__ void store_q8_1(Q8_1 *out, int t, int n4, const float (&x)[V4][4]) {
 #pragma unroll
     for (int j = 0; j < V4; j++) {
         const int c = t + GROUP * j;
-        float amax = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            amax = fmaxf(amax, fabsf(x[j][k]));
-        }
-#pragma unroll
-        for (int o = 1; o < 8; o *= 2) {
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        }
-        const float d = amax / 127.0f;
-        int packed = 0, sum = 0;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int q = amax == 0.0f ? 0 : __float2int_rn(x[j][k] / d);
-            packed |= (q & 0xff) << (8 * k);
-            sum += q;
-        }
+        float d;
+        const int packed = quantize_float4(x[j], d);
+        int sum = __dp4a(packed, 0x01010101, 0);
 #pragma unroll
         for (int o = 1; o < 8; o *= 2) {
             sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -208,6 +216,30 @@ __device__ __forceinline__ void store_q8_1(Q8_1 *out, int t, int n4, const float
             if (c % 8 == 0) {
                 block.d = d;
                 block.s = d * (float)sum;
+            }
+        }
+    }
+}
+
+// Stores a row held as `load_row` holds it as quantize_q8_0_rows (mul_mat_vec.cu) lays out a
+// column, with its bits: each block's quants at `out` + 34 * block + 2, two zero bytes before
+// them, its scale at `scales`[block].
+template <int GROUP, int V4>
+__device__ __forceinline__ void store_q8_0_rows(char *out, float *scales, int t, int n4, const float (&x)[V4][4]) {
+#pragma unroll
+    for (int j = 0; j < V4; j++) {
+        const int c = t + GROUP * j;
+        float d;
+        const unsigned int packed = (unsigned int)quantize_float4(x[j], d);
+        if (c < n4) {
+            char *block = out + (long long)(c / 8) * Q8_0_BYTES;
+            // The quants lie 2 bytes past a 4-byte boundary.
+            unsigned short *q = (unsigned short *)(block + 2 + 4 * (c % 8));
+            q[0] = (unsigned short)(packed & 0xffffu);
+            q[1] = (unsigned short)(packed >> 16);
+            if (c % 8 == 0) {
+                *(unsigned short *)block = 0;
+                scales[c / 8] = d;
             }
         }
     }
@@ -232,12 +264,15 @@ __device__ __forceinline__ void store_row16(unsigned short *out, int t, int n4, 
 }
 
 // What a norm also stores of its result, for the product that reads it next: nothing, Q8_1
-// blocks (`store_q8_1`, rows of a multiple of 32 values), or packed f16 or bf16 rows
-// (`store_row16`), row r at `copy` + r times the row's size.
+// blocks (`store_q8_1`, rows of a multiple of 32 values), packed f16 or bf16 rows
+// (`store_row16`), row r at `copy` + r times the row's size, or quants in q8_0 rows' byte
+// layout (`store_q8_0_rows`: rows of a multiple of 32 values, each row's blocks at `copy` + r
+// times the row's 34-byte blocks, then all rows' scales).
 #define NORM_COPY_NONE 0
 #define NORM_COPY_Q8_1 1
 #define NORM_COPY_F16 2
 #define NORM_COPY_BF16 3
+#define NORM_COPY_Q8_0_ROWS 4
 
 // NORM: (x - mean) / sqrt(var + eps) with var = mean((x - mean)^2) taken from the registers;
 // RMS_NORM (`rms`): x / sqrt(mean(x^2) + eps). Both multiply by the inverse square root, as
@@ -338,6 +373,10 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
             store_row16<GROUP, V4, false>((unsigned short *)copy + row * (4ll * n4), t, n4, x);
         } else if (copy_type == NORM_COPY_BF16) {
             store_row16<GROUP, V4, true>((unsigned short *)copy + row * (4ll * n4), t, n4, x);
+        } else if (copy_type == NORM_COPY_Q8_0_ROWS) {
+            const long long nblocks = n4 / 8;
+            float *scales = (float *)((char *)copy + nrows_of(src) * nblocks * Q8_0_BYTES);
+            store_q8_0_rows<GROUP, V4>((char *)copy + row * nblocks * Q8_0_BYTES, scales + row * nblocks, t, n4, x);
         }
     }
 }

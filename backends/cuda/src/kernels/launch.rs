@@ -676,6 +676,9 @@ pub(crate) enum NormCopy {
     None,
     /// Q8_1 blocks at this address.
     Q8_1(u64),
+    /// Quants in q8_0 rows' byte layout and their scales at this address
+    /// ([`BLayout::Q8_0Rows`](super::scratch::BLayout::Q8_0Rows)).
+    Q8_0Rows(u64),
     /// Packed f16 (or bf16) rows at `at`.
     Packed16 {
         at: u64,
@@ -718,6 +721,7 @@ pub(crate) fn norm_affine(
         NormCopy::None => (0u64, 0i32),
         NormCopy::Q8_1(at) => (at, 1),
         NormCopy::Packed16 { at, bf16 } => (at, if bf16 { 3 } else { 2 }),
+        NormCopy::Q8_0Rows(at) => (at, 4),
     };
     // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w, TensorArg b,
     //               int affine, TensorArg r, int residual, void *copy, int copy_type)

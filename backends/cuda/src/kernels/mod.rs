@@ -284,8 +284,12 @@ pub fn launch_norm_affine(
     let packed = next
         .and_then(|(a, d)| mul_mat::packed_b(a, dst, d))
         .filter(|&(_, _, bytes)| !quantize && bytes <= scratch.capacity());
+    // Where the next product reads q8_0 rows as 16-byte pieces, b quantized into their byte
+    // layout (38 bytes a block, within the Q8_1 blocks' 40).
+    let pieces = next.is_some_and(|(a, d)| d.0.ne[1] == 1 && mul_mat::q8_0_pieces(a));
     // The copy the kernel stores, and where the scratch holds it.
     let copy = match packed {
+        _ if quantize && pieces => Some((launch::NormCopy::Q8_0Rows(scratch.reserve(q8_bytes)?), BLayout::Q8_0Rows, 0)),
         _ if quantize => Some((launch::NormCopy::Q8_1(scratch.reserve(q8_bytes)?), BLayout::Blocks, 0)),
         Some((layout @ BLayout::Packed { gemm, .. }, offset, bytes)) => {
             let at = scratch.reserve(bytes)? + offset as u64;

@@ -240,6 +240,8 @@ pub(crate) const MODULES: &[Module] = &[
             "quantize_q8_1",
             "quantize_q8_0_rows",
             "mul_mat_vec_q8_0_rows_1",
+            "mul_mat_vec_glu_q8_0_rows",
+            "mul_mat_vec_proj_q8_0_rows",
             "mul_mat_vec_f32_1",
             "mul_mat_vec_f32_2",
             "mul_mat_vec_f32_3",

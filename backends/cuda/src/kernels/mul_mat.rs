@@ -472,12 +472,19 @@ fn mat_vec(
     let m = a.ne[1];
     let [_, n, b2, b3] = b.ne;
     let (r2, r3) = (b2 / a.ne[2], b3 / a.ne[3]);
-    let name = match epilogue {
-        Epilogue::Add(_) => names::mul_mat_vec(at, n as usize),
-        Epilogue::Glu(_) => names::mul_mat_vec_glu(at).filter(|_| n == 1),
+    let pieces = quantize_b
+        && n == 1
+        && q8_0_pieces((a, at))
+        && match epilogue {
+            Epilogue::Add(_) => true,
+            Epilogue::Glu(up) => q8_0_pieces((*up, at)),
+        };
+    let name = match (epilogue, pieces) {
+        (Epilogue::Add(_), true) => Some(names::MUL_MAT_VEC_Q8_0_ROWS),
+        (Epilogue::Glu(_), true) => Some(names::MUL_MAT_VEC_GLU_Q8_0_ROWS),
+        (Epilogue::Add(_), false) => names::mul_mat_vec(at, n as usize),
+        (Epilogue::Glu(_), false) => names::mul_mat_vec_glu(at).filter(|_| n == 1),
     };
-    let pieces = quantize_b && matches!(epilogue, Epilogue::Add(_)) && n == 1 && q8_0_pieces((a, at));
-    let name = if pieces { Some(names::MUL_MAT_VEC_Q8_0_ROWS) } else { name };
     let name = name.ok_or_else(|| backend_error("no matrix-vector kernel"))?;
     let nmat = (b2 * b3).clamp(1, 65535) as u32;
     let cfg = cudarc::driver::LaunchConfig {
@@ -499,14 +506,25 @@ fn mat_vec(
     }
 }
 
-/// Whether q8_0 weights `a` are runs of 16-byte pieces for `mul_mat_vec_q8_0_rows_1`: packed
-/// rows of a multiple of 8 blocks (272 bytes), each starting on a 16-byte boundary and shorter
-/// than 2 GiB. Its `b` ([`BLayout::Q8_0Rows`], 38 bytes a block) fits the scratch planned for
-/// Q8_1 blocks (40).
-fn q8_0_pieces((a, at): Operand) -> bool {
+/// Pieces of 16 bytes a q8_0 row needs at least for the `*q8_0_rows*` kernels: 4 a thread of
+/// the block. On an H200 a 4096 x 14336 product (952 pieces a row) took 20.0 us against 22.3
+/// through the 2-byte loads of `mul_mat_vec_q8_0_1`; a 1.1-billion-parameter model's decoding
+/// (rows of 2048 and 5632 values: 136 and 374 pieces) went 1-3% slower with every one-column
+/// q8_0 product on them (the SwiGLU kernel keeps 96 registers, against 80).
+const Q8_0_MIN_PIECES: i64 = 512;
+
+/// Whether q8_0 weights `a` are runs of 16-byte pieces for the `*q8_0_rows*` kernels: packed
+/// rows of a multiple of 8 blocks (272 bytes), each starting on a 16-byte boundary, at least
+/// [`Q8_0_MIN_PIECES`] pieces long and shorter than 2 GiB. Its `b` ([`BLayout::Q8_0Rows`], 38
+/// bytes a block) fits the scratch planned for Q8_1 blocks (40). Every one-column q8_0 kernel
+/// (a product, SwiGLU's pair, projections, a norm's quantized copy) decides by this, so that
+/// fused products keep the bits of their nodes.
+pub(crate) fn q8_0_pieces((a, at): Operand) -> bool {
+    let nblocks = a.ne[0] / 32;
     at == DType::Q8_0
-        && (a.ne[0] / 32) % 8 == 0
-        && a.ne[0] / 32 * 34 < 1 << 31
+        && nblocks % 8 == 0
+        && nblocks * 34 / 16 >= Q8_0_MIN_PIECES
+        && nblocks * 34 < 1 << 31
         && rows_16_byte_aligned(&a, DType::Q8_0.block_bytes() as i64)
 }
 

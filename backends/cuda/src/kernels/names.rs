@@ -474,8 +474,11 @@ pub(crate) const SPLIT_TF32_GELU_ERF: &str = "split_tf32_gelu_erf";
 /// Quantizes the columns of a matrix-vector product's b for quantized weights.
 pub(crate) const QUANTIZE_Q8_1: &str = "quantize_q8_1";
 
-/// One column of b by q8_0 weights read as runs of 16-byte pieces, and b quantized for it.
+/// One column of b by q8_0 weights read as runs of 16-byte pieces (a product, SwiGLU's pair,
+/// projections), and b quantized for them.
 pub(crate) const MUL_MAT_VEC_Q8_0_ROWS: &str = "mul_mat_vec_q8_0_rows_1";
+pub(crate) const MUL_MAT_VEC_GLU_Q8_0_ROWS: &str = "mul_mat_vec_glu_q8_0_rows";
+pub(crate) const MUL_MAT_VEC_PROJ_Q8_0_ROWS: &str = "mul_mat_vec_proj_q8_0_rows";
 pub(crate) const QUANTIZE_Q8_0_ROWS: &str = "quantize_q8_0_rows";
 
 /// Quantizes the columns of b for the tensor-core matrix-vector kernels.
@@ -562,6 +565,8 @@ mod tests {
         chosen.insert(MUL_MAT_PTRS);
         chosen.insert(QUANTIZE_Q8_1);
         chosen.insert(MUL_MAT_VEC_Q8_0_ROWS);
+        chosen.insert(MUL_MAT_VEC_GLU_Q8_0_ROWS);
+        chosen.insert(MUL_MAT_VEC_PROJ_Q8_0_ROWS);
         chosen.insert(QUANTIZE_Q8_0_ROWS);
         chosen.insert(QUANTIZE_Q8_1_MMA);
         chosen.insert(CONVERT_B_MMA_F16);

@@ -12,7 +12,7 @@ use tessera_core::{DType, Op, Result, RopeMode, RopeParams};
 
 use super::arg::TensorArg;
 use super::launch::{div_ceil, launch_kernel, RopePowers};
-use super::mul_mat::{mmv_rows, plan, quantized_b, Path, MMV_BLOCK};
+use super::mul_mat::{mmv_rows, plan, q8_0_pieces, quantized_b, Path, MMV_BLOCK};
 use super::scratch::BLayout;
 use super::validate::{validate, Node};
 use super::{backend_error, names, Kernels, Operand, Scratch};
@@ -209,9 +209,13 @@ pub fn launch_projections(
     };
     let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: MMV_BLOCK, shared_mem_bytes: 0 };
     stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
-    // mul_mat_vec_proj_<type>(MmvProjections p, TensorArg b | const Q8_1 *bq)
+    // mul_mat_vec_proj_<type>(MmvProjections p, TensorArg b | const Q8_1 *bq),
+    // mul_mat_vec_proj_q8_0_rows(MmvProjections p, const char *bq)
     if quantize == Some(true) {
-        let bq = quantized_b(kernels, stream, scratch, b.0, scratch_bytes, BLayout::Blocks)?;
+        let pieces = outs.iter().all(|o| q8_0_pieces(o.a));
+        let (name, layout) =
+            if pieces { (names::MUL_MAT_VEC_PROJ_Q8_0_ROWS, BLayout::Q8_0Rows) } else { (name, BLayout::Blocks) };
+        let bq = quantized_b(kernels, stream, scratch, b.0, scratch_bytes, layout)?;
         launch_kernel!(kernels, stream, name, cfg, &p, &bq)?;
     } else {
         launch_kernel!(kernels, stream, name, cfg, &p, &b.0)?;
