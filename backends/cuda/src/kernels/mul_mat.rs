@@ -10,7 +10,8 @@
 //!   columns of q8_0, q4_0, f16 and bf16 the tensor-core mul_mat_vec_mma.cu) that reads the weights once
 //!   for all columns: quantized weights with `b` quantized to Q8_1 blocks in scratch first (any
 //!   strides; q4_K and q5_K rows must start on 16-byte boundaries; one column of q8_0 rows on
-//!   16-byte boundaries reads them 16 bytes at a time, `b` quantized into their byte layout), float
+//!   16-byte boundaries, 7936 values and longer, reads them 16 bytes at a time, `b` quantized
+//!   into their byte layout: [`q8_0_pieces`]), float
 //!   weights with `b` read in place when both operands' rows start on 16-byte boundaries and are
 //!   packed;
 //! - otherwise a GEMM of type f32 (f32 weights), bf16 (bf16 weights) or f16 (f16 and quantized
