@@ -58,7 +58,9 @@ __device__ __forceinline__ void mmv_rows(const char *(&arow)[GROUPS * ROWS], con
 // then waits for the previous kernel (`await_prior_kernel`). With programmatic launch the block
 // starts while that kernel still runs, so the weights' memory latency overlaps it. Only the
 // prefetch comes before the wait: it reads nothing into the block, and L2 is where later writes
-// land. `nmat` matrices of results, `ne2` along dimension 2.
+// land. `nmat` matrices of results, `ne2` along dimension 2. What it is worth depends on the
+// model (H200, random Llama-shaped models decoding, tokens/s): a 1.1B q8_0 one decoded 11%
+// slower without it, a 7.2B q8_0 or q4_0 one 5% faster; budgets of 4 to 16 MB fell between.
 template <int ROWS, int GROUPS>
 __device__ __forceinline__ void mmv_prefetch_then_wait(const TensorArg &a, const TensorArg &a2, long long nmat,
                                                        long long ne2, long long row0, long long r2, long long r3,
