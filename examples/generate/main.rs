@@ -23,7 +23,7 @@ Text generation with a Llama-architecture GGUF model.
 
 usage: generate --model FILE --prompt TEXT [-n 128] [OPTIONS]
        generate --model FILE --bench [-p 512] [-n 128] [-r 5] [OPTIONS]
-       generate --write-random OUT.gguf [--shape tiny|1b] [--type TYPE] [--seed N]
+       generate --write-random OUT.gguf [--shape tiny|1b|7b] [--type TYPE] [--seed N]
 
 options:
   --model FILE           the model, GGUF with general.architecture = llama
@@ -53,8 +53,9 @@ options:
   -r, --repetitions N    timed repetitions of --bench [5]
   --write-random FILE    write a Llama-shaped model with random weights and a made-up
                          vocabulary, in llama.cpp's layout, then stop
-  --shape NAME           its shape: tiny (2 blocks, 8 heads, 2 KV heads) or 1b (16 blocks of
-                         2048, 32 heads, 8 KV heads, FFN 5632, 32000 tokens) [tiny]
+  --shape NAME           its shape: tiny (2 blocks, 8 heads, 2 KV heads), 1b (16 blocks of
+                         2048, 32 heads, 8 KV heads, FFN 5632, 32000 tokens) or 7b (32
+                         blocks of 4096, 32 heads, 8 KV heads, FFN 14336, 32000 tokens) [tiny]
   --type TYPE            its matrix type (f32, f16, q8_0, q4_0, q4_K, ...) [f32]
   -h, --help             print this help
 
@@ -258,8 +259,8 @@ fn load(a: &Args) -> Result<Generator, BoxError> {
 
 fn run(a: &Args) -> Result<(), BoxError> {
     if let Some(path) = &a.write_random {
-        let shape =
-            random_llama::shape(&a.shape).ok_or_else(|| format!("--shape: unknown shape '{}'; tiny or 1b", a.shape))?;
+        let shape = random_llama::shape(&a.shape)
+            .ok_or_else(|| format!("--shape: unknown shape '{}'; tiny, 1b or 7b", a.shape))?;
         let start = Instant::now();
         random_llama::write(path, &shape, a.matrix_type, a.sampling.seed)?;
         eprintln!(

@@ -41,11 +41,27 @@ pub const ONE_B: LlamaConfig = LlamaConfig {
     context: 4096,
 };
 
-/// The shape called `name` (`tiny`, `1b`).
+/// About 7.2 billion parameters, shaped like Mistral 7B: its feed-forward products are the
+/// 4096 x 14336 ones of the MUL_MAT benchmarks.
+pub const SEVEN_B: LlamaConfig = LlamaConfig {
+    vocab: 32_000,
+    hidden: 4096,
+    layers: 32,
+    ff: 14_336,
+    heads: 32,
+    kv_heads: 8,
+    rope_dims: 128,
+    rope_base: 1_000_000.0,
+    eps: 1e-5,
+    context: 8192,
+};
+
+/// The shape called `name` (`tiny`, `1b`, `7b`).
 pub fn shape(name: &str) -> Option<LlamaConfig> {
     match name.to_lowercase().as_str() {
         "tiny" => Some(TINY),
         "1b" => Some(ONE_B),
+        "7b" => Some(SEVEN_B),
         _ => None,
     }
 }
@@ -152,4 +168,20 @@ pub fn write(path: &Path, c: &LlamaConfig, matrix_type: DType, seed: u64) -> Res
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let w = gguf_writer(c, matrix_type, seed, threads)?;
     w.write_to(path).map_err(|source| Error::Io { path: path.display().to_string(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_shape_is_a_model_the_loader_accepts() {
+        for (name, expected) in [("tiny", TINY), ("1b", ONE_B), ("7B", SEVEN_B)] {
+            let c = shape(name).unwrap_or_else(|| panic!("no shape '{name}'"));
+            assert_eq!(c, expected, "{name}");
+            c.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        assert_eq!(SEVEN_B.head_dim(), 128);
+        assert!(shape("13b").is_none());
+    }
 }
