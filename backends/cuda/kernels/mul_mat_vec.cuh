@@ -52,7 +52,9 @@ __device__ __forceinline__ void mmv_rows(const char *(&arow)[GROUPS * ROWS], con
 // block reads them would be read from memory twice (a 117 MB matrix read 151 MB).
 #define MMV_PREFETCH_BUDGET (40ll << 20)
 
-// For the quantized kernels (float weights gained nothing from it, mul_mat_vec.cu):
+// For the matrix-vector kernels of quantized weights (float weights gained nothing from it, and
+// the q8_0 piece kernels of mul_mat_vec.cu and the tensor-core ones of mul_mat_vec_mma.cu run
+// faster without it, as they say):
 // prefetches into L2 the weight rows of the block's first matrix (row_bytes each, or the first
 // part of each row that keeps the launch's prefetch within MMV_PREFETCH_BUDGET), rows from row0,
 // then waits for the previous kernel (`await_prior_kernel`). With programmatic launch the block
