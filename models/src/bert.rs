@@ -142,6 +142,17 @@ impl Builder<'_, '_> {
         self.g.add(y, beta)
     }
 
+    /// `x` as an f32 operand (a product's b, a residual ADD's first source): f16 values
+    /// widened by a CPY of their own, which a GPU fuses into the node reading it (which then
+    /// reads the f16 values as they are); f32 values as they are.
+    fn widened(&mut self, x: TensorId) -> tessera_core::Result<TensorId> {
+        if self.g.tensor(x)?.dtype() == DType::F16 {
+            self.g.cast(x, DType::F32)
+        } else {
+            Ok(x)
+        }
+    }
+
     fn next_id(&self) -> u32 {
         self.g.tensors().len() as u32
     }
@@ -170,8 +181,9 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
 /// [`build`], with the layers for which `flash_attn(layer)` gives a precision computing
 /// attention as one FLASH_ATTN node of that precision (no score matrix in memory) instead of
 /// products and a soft-max. Those layers in reduced precision keep attention's keys, values and
-/// result and the feed-forward's hidden values in f16, and take those hidden values through
-/// GELU's tanh approximation instead of its erf form.
+/// result, the feed-forward's hidden values, the output projections' results and the residual
+/// stream (the layer norms' results) in f16, and take those hidden values through GELU's tanh
+/// approximation instead of its erf form.
 pub fn build_with(
     g: &mut Graph,
     c: &BertConfig,
@@ -224,6 +236,13 @@ pub fn build_with(
     let x = b.g.add(x, type0)?;
     let x = b.g.reshape(x, &[h, t, rows])?;
     let mut x = b.layer_norm("embeddings.LayerNorm", x, h, c.eps)?;
+    // The residual stream is f16 where the layer reading it is in reduced precision (its
+    // products and residual ADDs read it so); the rounding is the CPY's, which a GPU fuses into
+    // the norm.
+    let reduced_at = |layer: usize| layer < c.layers && flash_attn(layer) == Some(Precision::Reduced);
+    if reduced_at(0) {
+        x = b.g.cast(x, DType::F16)?;
+    }
     module_tensors.push((Module::Embed, start..b.next_id()));
 
     b.module = Module::Encoder;
@@ -234,16 +253,17 @@ pub fn build_with(
         let layer_start = b.next_id();
         let pre = format!("encoder.layer.{layer}");
         let flash = flash_attn(layer);
-        let reduced = flash == Some(Precision::Reduced);
+        let reduced = reduced_at(layer);
         // Self-attention in blocks of `a` tokens (rows, or packed sequences gathered into
         // padded blocks), heads split as [head_dim, tokens, heads, blocks].
-        let q = b.linear(&format!("{pre}.attention.self.query"), x, h, h)?;
+        let input = b.widened(x)?;
+        let q = b.linear(&format!("{pre}.attention.self.query"), input, h, h)?;
         // Attention in reduced precision takes its keys and values in f16.
         let (k, v) = if reduced {
-            (
-                b.linear_half(&format!("{pre}.attention.self.key"), x, h, h)?,
-                b.linear_half(&format!("{pre}.attention.self.value"), x, h, h)?,
-            )
+            let input = b.widened(x)?;
+            let k = b.linear_half(&format!("{pre}.attention.self.key"), input, h, h)?;
+            let input = b.widened(x)?;
+            (k, b.linear_half(&format!("{pre}.attention.self.value"), input, h, h)?)
         } else {
             (
                 b.linear(&format!("{pre}.attention.self.key"), x, h, h)?,
@@ -299,27 +319,43 @@ pub fn build_with(
             None => ctx,
         };
         let ctx = b.g.reshape(ctx, &[h, t, rows])?;
-        // f16 values widened for the product (which a GPU reads as they are).
-        let ctx = if b.g.tensor(ctx)?.dtype() == DType::F16 { b.g.cast(ctx, DType::F32)? } else { ctx };
-        let attn = b.linear(&format!("{pre}.attention.output.dense"), ctx, h, h)?;
+        let ctx = b.widened(ctx)?;
+        // In reduced precision the projection's result is f16, widened for the residual ADD
+        // (which a GPU fuses into the layer norm after it).
+        let attn = if reduced {
+            let attn = b.linear_half(&format!("{pre}.attention.output.dense"), ctx, h, h)?;
+            b.widened(attn)?
+        } else {
+            b.linear(&format!("{pre}.attention.output.dense"), ctx, h, h)?
+        };
         let attn = b.g.add(attn, x)?;
         let attn = b.layer_norm(&format!("{pre}.attention.output.LayerNorm"), attn, h, c.eps)?;
+        let attn = if reduced { b.g.cast(attn, DType::F16)? } else { attn };
         // Feed-forward.
         // In reduced precision the feed-forward's hidden values are f16, taken through GELU's
         // tanh form (at most 4.8e-4 from the erf form, about one f16 step of the values where
         // they differ most), which a GPU applies as the first product writes them, and widened
         // for the second product (which a GPU fuses into reading them).
         let up = if reduced {
-            let up = b.linear_half(&format!("{pre}.intermediate.dense"), attn, h, c.intermediate)?;
+            let input = b.widened(attn)?;
+            let up = b.linear_half(&format!("{pre}.intermediate.dense"), input, h, c.intermediate)?;
             let up = b.g.gelu(up)?;
             b.g.cast(up, DType::F32)?
         } else {
             let up = b.linear(&format!("{pre}.intermediate.dense"), attn, h, c.intermediate)?;
             b.g.gelu_erf(up)?
         };
-        let down = b.linear(&format!("{pre}.output.dense"), up, c.intermediate, h)?;
+        let down = if reduced {
+            let down = b.linear_half(&format!("{pre}.output.dense"), up, c.intermediate, h)?;
+            b.widened(down)?
+        } else {
+            b.linear(&format!("{pre}.output.dense"), up, c.intermediate, h)?
+        };
         let down = b.g.add(down, attn)?;
         x = b.layer_norm(&format!("{pre}.output.LayerNorm"), down, h, c.eps)?;
+        if reduced_at(layer + 1) {
+            x = b.g.cast(x, DType::F16)?;
+        }
         layer_tensors.push(layer_start..b.next_id());
     }
     module_tensors.push((Module::Encoder, start..b.next_id()));

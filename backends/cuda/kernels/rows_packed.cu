@@ -5,6 +5,8 @@
 // The launcher takes these for f32 source and destination whose rows are packed (nb[0] = 4),
 // hold a multiple of 4 values, at most 8192, and all start on 16-byte boundaries (data and
 // nb[1..3] multiples of 16); the mask of SOFT_MAX may have any strides (read value by value).
+// A fused layer norm may also take its source and residual rows and write its result as f16
+// rows (packed, on 16-byte boundaries too).
 //
 // Launch: a group of GROUP threads owns a row and the groups grid-stride over rows:
 // - GROUP = 32, a warp per row (rows of up to 1024 values): blocks of 128 threads, 4 rows each;
@@ -86,6 +88,24 @@ __device__ __forceinline__ void load_row(const char *row, int t, int n4, float p
         x[j][1] = v.y;
         x[j][2] = v.z;
         x[j][3] = v.w;
+    }
+}
+
+// Loads f16 values as load_row loads floats: the 4 halves of slot t + GROUP * j in one 8-byte
+// load, widened exactly; slots past the end get 0.
+template <int GROUP, int V4>
+__device__ __forceinline__ void load_row16(const char *row, int t, int n4, float (&x)[V4][4]) {
+#pragma unroll
+    for (int j = 0; j < V4; j++) {
+        const int c = t + GROUP * j;
+        uint2 v = make_uint2(0u, 0u);
+        if (c < n4) {
+            v = ((const uint2 *)row)[c];
+        }
+        x[j][0] = f16_bits_to_f32((unsigned short)(v.x & 0xffffu));
+        x[j][1] = f16_bits_to_f32((unsigned short)(v.x >> 16));
+        x[j][2] = f16_bits_to_f32((unsigned short)(v.y & 0xffffu));
+        x[j][3] = f16_bits_to_f32((unsigned short)(v.y >> 16));
     }
 }
 
@@ -279,13 +299,15 @@ __device__ __forceinline__ void store_row16(unsigned short *out, int t, int n4, 
 // the reference does. With `affine` 1 or 2 the result is then multiplied by the packed row `w`
 // and (2) `b` is added, each rounded as the MUL and ADD it replaces (a layer norm's weight and
 // bias fused into the norm: the same bits as the three ops one after another). With `residual`
-// the row of `r` (the source's shape, packed rows) is added to the source's first, as the ADD
-// of a residual connection before it. Each result row is also stored in `copy` as `copy_type`
-// says (NORM_COPY_*).
+// the row of `r` (the source's shape, packed rows: f32 with 1, f16 with 2) is added to the
+// source's first, as the ADD of a residual connection before it. With `src_half` the source
+// rows are f16, widened exactly (as a CPY to f32 before the ops). With `dst_half` the result
+// is stored as f16 rows only, rounded as a CPY to f16 after the ops. Each result row is also
+// stored in `copy` as `copy_type` says (NORM_COPY_*).
 template <int GROUP, int V4>
-__device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float eps, int rms, const TensorArg &w,
-                            const TensorArg &b, int affine, const TensorArg &r, int residual, void *copy,
-                            int copy_type) {
+__device__ void norm_packed(const TensorArg &src, int src_half, const TensorArg &dst, int dst_half, float eps,
+                            int rms, const TensorArg &w, const TensorArg &b, int affine, const TensorArg &r,
+                            int residual, void *copy, int copy_type) {
     __shared__ float partial[2][GROUP / 32];
     int parity = 0;
     const int t = threadIdx.x % GROUP;
@@ -296,10 +318,18 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
         unravel_row(row, src.ne[1], src.ne[2], i1, i2, i3);
         char *drow = row_ptr(dst, i1, i2, i3);
         float x[V4][4];
-        load_row<GROUP, V4>(row_ptr(src, i1, i2, i3), t, n4, 0.0f, x);
+        if (src_half) {
+            load_row16<GROUP, V4>(row_ptr(src, i1, i2, i3), t, n4, x);
+        } else {
+            load_row<GROUP, V4>(row_ptr(src, i1, i2, i3), t, n4, 0.0f, x);
+        }
         if (residual) {
             float y[V4][4];
-            load_row<GROUP, V4>(row_ptr(r, i1, i2, i3), t, n4, 0.0f, y);
+            if (residual == 2) {
+                load_row16<GROUP, V4>(row_ptr(r, i1, i2, i3), t, n4, y);
+            } else {
+                load_row<GROUP, V4>(row_ptr(r, i1, i2, i3), t, n4, 0.0f, y);
+            }
 #pragma unroll
             for (int j = 0; j < V4; j++) {
 #pragma unroll
@@ -366,7 +396,11 @@ __device__ void norm_packed(const TensorArg &src, const TensorArg &dst, float ep
                 }
             }
         }
-        store_row<GROUP, V4>(drow, t, n4, x);
+        if (dst_half) {
+            store_row16<GROUP, V4, false>((unsigned short *)drow, t, n4, x);
+        } else {
+            store_row<GROUP, V4>(drow, t, n4, x);
+        }
         if (copy_type == NORM_COPY_Q8_1) {
             store_q8_1<GROUP, V4>((Q8_1 *)copy + row * (n4 / 8), t, n4, x);
         } else if (copy_type == NORM_COPY_F16) {
@@ -411,11 +445,13 @@ __device__ __forceinline__ void norm_prefetch_then_wait(const TensorArg &w, cons
 #define NORM_BOUNDS(GROUP) __launch_bounds__(PackedBlock<GROUP>::value, 768 / PackedBlock<GROUP>::value)
 #define NORM_PACKED_KERNEL(name, GROUP, V4)                                                                      \
     extern "C" __global__ void NORM_BOUNDS(GROUP)                                                                \
-        name(const __grid_constant__ TensorArg src, const __grid_constant__ TensorArg dst, float eps, int rms,   \
-             const __grid_constant__ TensorArg w, const __grid_constant__ TensorArg b, int affine,               \
-             const __grid_constant__ TensorArg r, int residual, void *copy, int copy_type) {                     \
+        name(const __grid_constant__ TensorArg src, int src_half, const __grid_constant__ TensorArg dst,         \
+             int dst_half, float eps, int rms, const __grid_constant__ TensorArg w,                              \
+             const __grid_constant__ TensorArg b, int affine, const __grid_constant__ TensorArg r, int residual, \
+             void *copy, int copy_type) {                                                                        \
         norm_prefetch_then_wait(w, b, affine, src.ne[0]);                                                        \
-        norm_packed<GROUP, V4>(src, dst, eps, rms, w, b, affine, r, residual, copy, copy_type);                  \
+        norm_packed<GROUP, V4>(src, src_half, dst, dst_half, eps, rms, w, b, affine, r, residual, copy,          \
+                               copy_type);                                                                       \
     }
 
 // Named by the longest row each takes: rows of up to 128 * V4 values on a warp, of up to

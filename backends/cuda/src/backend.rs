@@ -234,7 +234,7 @@ impl CudaBackend {
     /// the operands. `next` is the node queued after it, if any.
     fn launch_fusion(&mut self, graph: &Graph, f: Fusion, next: Option<TensorId>) -> Result<bool> {
         let (first, last) = match f {
-            Fusion::NormAffine { residual, norm, last, .. } => (residual.unwrap_or(norm), last),
+            Fusion::NormAffine { widened, residual, norm, last, .. } => (widened.or(residual).unwrap_or(norm), last),
             Fusion::MulMatBias { gelu, widened, mul_mat, last, .. } => (gelu.or(widened).unwrap_or(mul_mat), last),
             Fusion::FlashAttnHalf { attn, cast } => (attn, cast),
             Fusion::SwiGlu { gate, last, .. } => (gate, last),
@@ -252,12 +252,15 @@ impl CudaBackend {
         let (Some(src0), dst) = (t.src(0), operand(last)?) else { return Ok(false) };
         match f {
             Fusion::NormAffine { residual, weight, bias, eps, rms, last, .. } => {
-                let (src, w, b) = (operand(src0)?, operand(weight)?, bias.map(operand).transpose()?);
-                // With a residual ADD first, its two sources; else the norm's.
-                let r = match (residual, t.src(1)) {
-                    (Some(_), Some(src1)) => Some(operand(src1)?),
-                    (Some(_), None) => return Ok(false),
-                    (None, _) => None,
+                let (w, b) = (operand(weight)?, bias.map(operand).transpose()?);
+                // The first node's source: the norm's, or the residual ADD's first (through
+                // the widening CPY before it, if any: the kernel reads that CPY's f16 source).
+                // With a residual ADD, its second source too.
+                let src = operand(src0)?;
+                let r = match residual.map(|add| graph.tensor(add).map(|t| t.src(1))).transpose()? {
+                    Some(Some(src1)) => Some(operand(src1)?),
+                    Some(None) => return Ok(false),
+                    None => None,
                 };
                 // The result left converted too, for the products that read it next: the next
                 // node's, where it is a product of this GPU taking the result as its b.

@@ -13,12 +13,17 @@ pub(crate) enum Fusion {
     /// NORM or RMS_NORM, then MUL by a weight row, then (optionally) ADD of a bias row: a
     /// layer norm. `last` is the node whose result the fused kernel writes. With `residual`,
     /// the norm's source is the ADD node `residual` of two tensors of one shape (a residual
-    /// connection), fused too.
+    /// connection), fused too, and with `widened` before it a CPY widening f16 values to f32
+    /// read only as the ADD's first source (the kernel reads the f16 values). With `half`, a CPY
+    /// of the layer norm's result (its only reader) to a new f16 tensor comes last: the kernel
+    /// writes f16 rows only (a residual stream kept in f16).
     NormAffine {
+        widened: Option<TensorId>,
         residual: Option<TensorId>,
         norm: TensorId,
         weight: TensorId,
         bias: Option<TensorId>,
+        half: Option<TensorId>,
         last: TensorId,
         eps: f32,
         rms: bool,
@@ -72,10 +77,18 @@ impl Fusion {
     /// How profiles name it.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Fusion::NormAffine { residual: Some(_), rms: false, .. } => "ADD+NORM+MUL(+ADD) (fused)",
-            Fusion::NormAffine { residual: None, rms: false, .. } => "NORM+MUL(+ADD) (fused)",
-            Fusion::NormAffine { residual: Some(_), rms: true, .. } => "ADD+RMS_NORM+MUL(+ADD) (fused)",
-            Fusion::NormAffine { residual: None, rms: true, .. } => "RMS_NORM+MUL(+ADD) (fused)",
+            Fusion::NormAffine { widened: Some(_), rms: false, .. } => "CPY+ADD+NORM+MUL(+ADD)(+CPY) (fused)",
+            Fusion::NormAffine { widened: Some(_), rms: true, .. } => "CPY+ADD+RMS_NORM+MUL(+ADD)(+CPY) (fused)",
+            Fusion::NormAffine { residual: Some(_), rms: false, half: None, .. } => "ADD+NORM+MUL(+ADD) (fused)",
+            Fusion::NormAffine { residual: None, rms: false, half: None, .. } => "NORM+MUL(+ADD) (fused)",
+            Fusion::NormAffine { residual: Some(_), rms: true, half: None, .. } => "ADD+RMS_NORM+MUL(+ADD) (fused)",
+            Fusion::NormAffine { residual: None, rms: true, half: None, .. } => "RMS_NORM+MUL(+ADD) (fused)",
+            Fusion::NormAffine { residual: Some(_), rms: false, half: Some(_), .. } => "ADD+NORM+MUL(+ADD)+CPY (fused)",
+            Fusion::NormAffine { residual: None, rms: false, half: Some(_), .. } => "NORM+MUL(+ADD)+CPY (fused)",
+            Fusion::NormAffine { residual: Some(_), rms: true, half: Some(_), .. } => {
+                "ADD+RMS_NORM+MUL(+ADD)+CPY (fused)"
+            }
+            Fusion::NormAffine { residual: None, rms: true, half: Some(_), .. } => "RMS_NORM+MUL(+ADD)+CPY (fused)",
             Fusion::MulMatBias { gelu_after: Some(_), .. } => "(CPY+)MUL_MAT+ADD(+CPY)+GELU (fused)",
             Fusion::MulMatBias { gelu: None, widened: None, half: None, .. } => "MUL_MAT+ADD (fused)",
             Fusion::MulMatBias { gelu: None, widened: None, half: Some(_), .. } => "MUL_MAT+ADD+CPY (fused)",
@@ -94,8 +107,9 @@ impl Fusion {
     /// How many nodes it covers.
     pub(crate) fn len(&self) -> usize {
         match self {
-            Fusion::NormAffine { residual, bias, .. } => {
-                2 + usize::from(bias.is_some()) + usize::from(residual.is_some())
+            Fusion::NormAffine { widened, residual, bias, half, .. } => {
+                let optional = [widened, residual, bias, half];
+                2 + optional.iter().filter(|n| n.is_some()).count()
             }
             Fusion::MulMatBias { gelu, widened, bias_half, half, gelu_after, .. } => {
                 let optional = [gelu, widened, bias_half, half, gelu_after];
@@ -133,8 +147,9 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
             .is_ok_and(|n| matches!(n.op(), Op::Norm { .. } | Op::RmsNorm { .. }) && n.src(0) == Some(first));
         if same_shape && normed {
             return match find(graph, &ids[1..], consumers)? {
-                Fusion::NormAffine { residual: None, norm, weight, bias, last, eps, rms } => {
-                    Some(Fusion::NormAffine { residual: Some(first), norm, weight, bias, last, eps, rms })
+                Fusion::NormAffine { widened: None, residual: None, norm, weight, bias, half, last, eps, rms } => {
+                    let residual = Some(first);
+                    Some(Fusion::NormAffine { widened: None, residual, norm, weight, bias, half, last, eps, rms })
                 }
                 _ => None,
             };
@@ -182,16 +197,25 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
             return swiglu(graph, ids, consumers).or_else(|| projections(graph, ids, consumers));
         }
         Op::Cpy => {
-            // f16 values widened to f32, read only as the b of the product right after it.
+            // f16 values widened to f32, read only as the b of the product right after it, or
+            // as the first source of the residual ADD of a layer norm right after it.
             let of_f16 = t.src(0).and_then(|s| graph.tensor(s).ok()).is_some_and(|s| s.dtype() == DType::F16);
             let widens = of_f16 && is_cast(graph, first, None, DType::F32);
-            let product = graph.tensor(second).ok()?;
-            if !widens || product.op() != Op::MulMat || product.src(1) != Some(first) || !read_once(first) {
+            let reader = graph.tensor(second).ok()?;
+            let read = match reader.op() {
+                Op::MulMat => reader.src(1) == Some(first),
+                Op::Binary(BinaryOp::Add) => reader.src(0) == Some(first),
+                _ => false,
+            };
+            if !widens || !read || !read_once(first) {
                 return None;
             }
             let mut f = find(graph, &ids[1..], consumers)?;
             match &mut f {
                 Fusion::MulMatBias { gelu: None, widened: widened @ None, .. } => *widened = Some(first),
+                Fusion::NormAffine { widened: widened @ None, residual: Some(add), .. } if *add == second => {
+                    *widened = Some(first)
+                }
                 _ => return None,
             }
             return Some(f);
@@ -232,8 +256,15 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
         let adds_to_mul = add.op() == Op::Binary(BinaryOp::Add) && add.src(0) == Some(second);
         (adds_to_mul && read_once(second)).then(|| add.src(1)).flatten().map(|b| (third, b))
     });
-    let last = bias.map_or(second, |(third, _)| third);
-    Some(Fusion::NormAffine { residual: None, norm: first, weight, bias: bias.map(|(_, b)| b), last, eps, rms })
+    let affine = bias.map_or(second, |(third, _)| third);
+    // The result cast to f16 by the node right after it, its only reader.
+    let half = ids
+        .get(2 + usize::from(bias.is_some()))
+        .copied()
+        .filter(|&next| is_cast(graph, next, Some(affine), DType::F16) && read_once(affine));
+    let last = half.unwrap_or(affine);
+    let bias = bias.map(|(_, b)| b);
+    Some(Fusion::NormAffine { widened: None, residual: None, norm: first, weight, bias, half, last, eps, rms })
 }
 
 /// MUL_MAT (gate), SILU of it, MUL_MAT (up) of the same activation by weights of the gate's
@@ -412,6 +443,65 @@ mod tests {
         g.build_forward(m).unwrap();
         let ids = g.nodes().to_vec();
         assert_eq!(find(&g, &ids, &counts(&g)), None);
+    }
+
+    #[test]
+    fn a_layer_norm_cast_to_f16_fuses_with_the_cast() {
+        // A residual ADD of f32 and f16 rows, the norm, its weight and bias, a cast to `to`
+        // read by `readers` casts back to f32.
+        let build = |to: DType, readers: usize| {
+            let mut g = Graph::new();
+            let x = g.new_tensor(DType::F32, &[8, 3]).unwrap();
+            let y = g.new_tensor(DType::F16, &[8, 3]).unwrap();
+            let w = g.new_tensor(DType::F32, &[8]).unwrap();
+            let b = g.new_tensor(DType::F32, &[8]).unwrap();
+            let sum = g.add(x, y).unwrap();
+            let n = g.norm(sum, 1e-5).unwrap();
+            let m = g.mul(n, w).unwrap();
+            let out = g.add(m, b).unwrap();
+            let half = g.cast(out, to).unwrap();
+            let mut last = half;
+            for _ in 0..readers {
+                let wide = g.cast(half, DType::F32).unwrap();
+                last = g.scale(wide, 2.0).unwrap();
+            }
+            g.build_forward(last).unwrap();
+            let ids = g.nodes().to_vec();
+            (g, ids)
+        };
+        let (g, ids) = build(DType::F16, 2);
+        let f = find(&g, &ids, &counts(&g)).unwrap();
+        let Fusion::NormAffine { residual, half, last, .. } = f else { panic!("{f:?}") };
+        assert_eq!((residual, half, last, f.len()), (Some(ids[0]), Some(ids[4]), ids[4], 5));
+        assert_eq!(f.name(), "ADD+NORM+MUL(+ADD)+CPY (fused)");
+        // A cast to bf16 is not taken: the norm ends at its bias.
+        let (g, ids) = build(DType::BF16, 1);
+        let f = find(&g, &ids, &counts(&g)).unwrap();
+        assert_eq!((f.len(), matches!(f, Fusion::NormAffine { half: None, last, .. } if last == ids[3])), (4, true));
+    }
+
+    #[test]
+    fn f16_rows_widened_for_the_residual_add_of_a_layer_norm_fuse_with_it() {
+        let mut g = Graph::new();
+        let x = g.new_tensor(DType::F16, &[8, 3]).unwrap();
+        let y = g.new_tensor(DType::F16, &[8, 3]).unwrap();
+        let w = g.new_tensor(DType::F32, &[8]).unwrap();
+        let wide = g.cast(x, DType::F32).unwrap();
+        let sum = g.add(wide, y).unwrap();
+        let n = g.norm(sum, 1e-5).unwrap();
+        let m = g.mul(n, w).unwrap();
+        let out = g.cast(m, DType::F16).unwrap();
+        g.build_forward(out).unwrap();
+        let ids = g.nodes().to_vec();
+        let f = find(&g, &ids, &counts(&g)).unwrap();
+        let Fusion::NormAffine { widened, residual, half, .. } = f else { panic!("{f:?}") };
+        assert_eq!((widened, residual, half, f.len()), (Some(ids[0]), Some(ids[1]), Some(ids[4]), 5));
+        assert_eq!(f.name(), "CPY+ADD+NORM+MUL(+ADD)(+CPY) (fused)");
+        // The widened values read elsewhere too: the CPY runs on its own.
+        let mut c = counts(&g);
+        c[ids[0].index()] += 1;
+        assert_eq!(find(&g, &ids, &c), None);
+        assert!(matches!(find(&g, &ids[1..], &c), Some(Fusion::NormAffine { widened: None, .. })));
     }
 
     #[test]

@@ -225,14 +225,14 @@ const PACKED_WARP_ROW_MAX: i64 = 1024;
 /// from 128 up closest above `ne0`, so that each thread holds as few 16-byte pieces as it can.
 pub(crate) fn packed_rows(src: Operand, dst: Operand) -> Option<i64> {
     let ((s, st), (d, dt)) = (src, dst);
-    let ne0 = s.ne[0];
-    let ok = st == DType::F32
-        && dt == DType::F32
-        && ne0 > 0
-        && ne0 % 4 == 0
-        && ne0 <= PACKED_ROW_MAX
-        && rows_16_byte_aligned(&s, 4)
-        && rows_16_byte_aligned(&d, 4);
+    let ok = st == DType::F32 && dt == DType::F32 && rows_16_byte_aligned(&s, 4) && rows_16_byte_aligned(&d, 4);
+    packed_row_kernel(s.ne[0]).filter(|_| ok)
+}
+
+/// The longest row of the packed-row kernel that takes rows of `ne0` values, if one does (see
+/// [`packed_rows`]).
+fn packed_row_kernel(ne0: i64) -> Option<i64> {
+    let ok = ne0 > 0 && ne0 % 4 == 0 && ne0 <= PACKED_ROW_MAX;
     // ne0 is positive: the conversions are exact.
     ok.then(|| (ne0.max(128) as u64).next_power_of_two() as i64)
 }
@@ -407,17 +407,20 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
             let rms = i32::from(matches!(node.op, Op::RmsNorm { .. }));
             if let Some(max_ne0) = packed_rows((a, at), node.dst) {
                 let cfg = packed_rows_config(max_ne0, a.nrows());
-                // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w,
-                //               TensorArg b, int affine, TensorArg r, int residual, void *copy,
-                //               int copy_type): no weight, bias, residual (never read) or copy.
-                let (affine, residual, copy, copy_type) = (0i32, 0i32, 0u64, 0i32);
+                // norm_f32_row*(TensorArg src, int src_half, TensorArg dst, int dst_half,
+                //               float eps, int rms, TensorArg w, TensorArg b, int affine,
+                //               TensorArg r, int residual, void *copy, int copy_type): f32 rows;
+                //               no weight, bias, residual (never read) or copy.
+                let (half, affine, residual, copy, copy_type) = (0i32, 0i32, 0i32, 0u64, 0i32);
                 return launch_kernel!(
                     kernels,
                     stream,
                     kernel(names::norm_packed(max_ne0))?,
                     cfg,
                     &a,
+                    &half,
                     &dst,
+                    &half,
                     &eps,
                     &rms,
                     &a,
@@ -689,8 +692,11 @@ pub(crate) enum NormCopy {
 /// A layer norm fused into one kernel: NORM or RMS_NORM (`rms`) of `src` (plus `residual`, of
 /// its shape, if given), times the row `w`, plus the row `b` if given, into `dst`, the same bits
 /// as the ops one after another. `Ok(false)` (nothing queued) unless the packed-row kernel
-/// takes `src`, `residual` and `dst` and `w` and `b` are packed f32 rows of `src`'s length on
-/// 16-byte boundaries. The result is also stored as `copy` says.
+/// takes `src` and `w` and `b` are packed f32 rows of `src`'s length on 16-byte boundaries.
+/// `src`, `residual` and `dst` are packed rows of one shape, of f32 or f16 values, each row
+/// on a 16-byte boundary (an f16 `src` is widened exactly, as a CPY before the nodes; an f16
+/// `dst` takes the result rounded to f16, as a CPY after them). The result is also stored as
+/// `copy` says.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn norm_affine(
     kernels: &Kernels,
@@ -704,10 +710,17 @@ pub(crate) fn norm_affine(
     b: Option<Operand>,
     copy: NormCopy,
 ) -> Result<bool> {
-    let Some(max_ne0) = packed_rows(src, dst) else { return Ok(false) };
-    if residual.is_some_and(|r| r.0.ne != src.0.ne || packed_rows(r, dst).is_none()) {
-        return Ok(false);
-    }
+    // f32 or f16 rows of `src`'s shape, packed on 16-byte boundaries.
+    let rows_like_src = |(t, dt): Operand| {
+        let size = match dt {
+            DType::F32 => 4,
+            DType::F16 => 2,
+            _ => return false,
+        };
+        t.ne == src.0.ne && rows_16_byte_aligned(&t, size)
+    };
+    let operands = rows_like_src(src) && rows_like_src(dst) && residual.is_none_or(rows_like_src);
+    let Some(max_ne0) = packed_row_kernel(src.0.ne[0]).filter(|_| operands) else { return Ok(false) };
     let row = |(t, dt): Operand| dt == DType::F32 && t.ne == [src.0.ne[0], 1, 1, 1] && packed_16_byte_aligned(&t, 4);
     if !row(w) || !b.is_none_or(row) {
         return Ok(false);
@@ -715,7 +728,12 @@ pub(crate) fn norm_affine(
     let (a, d) = (src.0, dst.0);
     let (wt, bt) = (w.0, b.map_or(w.0, |b| b.0));
     let (rms, affine) = (i32::from(rms), if b.is_some() { 2i32 } else { 1 });
-    let (r, has_r) = (residual.map_or(a, |r| r.0), i32::from(residual.is_some()));
+    // 0: no residual, 1: f32 rows, 2: f16 rows.
+    let (r, has_r) = match residual {
+        None => (a, 0i32),
+        Some((r, dt)) => (r, if dt == DType::F16 { 2 } else { 1 }),
+    };
+    let (src_half, dst_half) = (i32::from(src.1 == DType::F16), i32::from(dst.1 == DType::F16));
     let cfg = packed_rows_config(max_ne0, a.nrows());
     let (at, copy_type) = match copy {
         NormCopy::None => (0u64, 0i32),
@@ -723,10 +741,14 @@ pub(crate) fn norm_affine(
         NormCopy::Packed16 { at, bf16 } => (at, if bf16 { 3 } else { 2 }),
         NormCopy::Q8_0Rows(at) => (at, 4),
     };
-    // norm_f32_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w, TensorArg b,
-    //               int affine, TensorArg r, int residual, void *copy, int copy_type)
+    // norm_f32_row*(TensorArg src, int src_half, TensorArg dst, int dst_half, float eps, int rms,
+    //               TensorArg w, TensorArg b, int affine, TensorArg r, int residual, void *copy,
+    //               int copy_type)
     let name = kernel(names::norm_packed(max_ne0))?;
-    launch_kernel!(kernels, stream, name, cfg, &a, &d, &eps, &rms, &wt, &bt, &affine, &r, &has_r, &at, &copy_type)?;
+    launch_kernel!(
+        kernels, stream, name, cfg, &a, &src_half, &d, &dst_half, &eps, &rms, &wt, &bt, &affine, &r, &has_r, &at,
+        &copy_type
+    )?;
     Ok(true)
 }
 
