@@ -224,17 +224,19 @@ pub fn build_with(
     let mut b = Builder { g, weight_type, weights: Vec::new(), module: Module::Embed };
     let mut module_tensors = Vec::new();
 
-    // Embeddings: word + position + token type 0, then layer norm.
+    // Embeddings: word + token type 0 + position, then layer norm (the last ADD right before
+    // the norm, which a GPU fuses into it as a residual connection).
     let start = inputs_start;
     let word = b.weight("embeddings.word_embeddings.weight".into(), &[h, c.vocab])?;
     let pos = b.weight("embeddings.position_embeddings.weight".into(), &[h, c.max_positions])?;
     let types = b.weight("embeddings.token_type_embeddings.weight".into(), &[h, c.type_vocab])?;
     let x = b.g.get_rows(word, token_ids)?;
-    let p = b.g.get_rows(pos, positions)?;
-    let x = b.g.add(x, p)?;
+    let x = b.g.reshape(x, &[h, t, rows])?;
     let type0 = b.g.view_1d(types, h, 0)?;
     let x = b.g.add(x, type0)?;
-    let x = b.g.reshape(x, &[h, t, rows])?;
+    let p = b.g.get_rows(pos, positions)?;
+    let p = b.g.reshape(p, &[h, t, rows])?;
+    let x = b.g.add(x, p)?;
     let mut x = b.layer_norm("embeddings.LayerNorm", x, h, c.eps)?;
     // The residual stream is f16 where the layer reading it is in reduced precision (its
     // products and residual ADDs read it so); the rounding is the CPY's, which a GPU fuses into
