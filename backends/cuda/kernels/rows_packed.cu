@@ -283,6 +283,14 @@ __device__ __forceinline__ void store_row16(unsigned short *out, int t, int n4, 
     }
 }
 
+// Prefetches into L1 the `bytes` bytes of a row at `row`, a 128-byte line for each thread t of
+// its group from the first.
+__device__ __forceinline__ void prefetch_row_l1(const char *row, long long bytes, int t) {
+    if (128 * (long long)t < bytes) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(row + 128 * (long long)t));
+    }
+}
+
 // What a norm also stores of its result, for the product that reads it next: nothing, Q8_1
 // blocks (`store_q8_1`, rows of a multiple of 32 values), packed f16 or bf16 rows
 // (`store_row16`), row r at `copy` + r times the row's size, or quants in q8_0 rows' byte
@@ -300,7 +308,8 @@ __device__ __forceinline__ void store_row16(unsigned short *out, int t, int n4, 
 // and (2) `b` is added, each rounded as the MUL and ADD it replaces (a layer norm's weight and
 // bias fused into the norm: the same bits as the three ops one after another). With `residual`
 // the row of `r` (the source's shape, packed rows: f32 with 1, f16 with 2) is added to the
-// source's first, as the ADD of a residual connection before it. With `src_half` the source
+// source's first, as the ADD of a residual connection before it. A group that takes several
+// rows (fewer groups than rows) prefetches its next rows into L1 first. With `src_half` the source
 // rows are f16, widened exactly (as a CPY to f32 before the ops). With `dst_half` the result
 // is stored as f16 rows only, rounded as a CPY to f16 after the ops. Each result row is also
 // stored in `copy` as `copy_type` says (NORM_COPY_*).
@@ -317,6 +326,16 @@ __device__ void norm_packed(const TensorArg &src, int src_half, const TensorArg 
         long long i1, i2, i3;
         unravel_row(row, src.ne[1], src.ne[2], i1, i2, i3);
         char *drow = row_ptr(dst, i1, i2, i3);
+        // The group's next row (and its residual row) into L1 while this one is reduced.
+        const long long next = row + (long long)gridDim.x * (PackedBlock<GROUP>::value / GROUP);
+        if (next < nrows_of(src)) {
+            long long n1, n2, n3;
+            unravel_row(next, src.ne[1], src.ne[2], n1, n2, n3);
+            prefetch_row_l1(row_ptr(src, n1, n2, n3), (src_half ? 8 : 16) * (long long)n4, t);
+            if (residual) {
+                prefetch_row_l1(row_ptr(r, n1, n2, n3), (residual == 2 ? 8 : 16) * (long long)n4, t);
+            }
+        }
         float x[V4][4];
         if (src_half) {
             load_row16<GROUP, V4>(row_ptr(src, i1, i2, i3), t, n4, x);

@@ -214,6 +214,11 @@ pub(crate) fn rows_16_byte_aligned(t: &TensorArg, es: i64) -> bool {
     (t.ne[0] <= 1 || t.nb[0] == es) && t.data % 16 == 0 && (1..4).all(|d| t.ne[d] <= 1 || t.nb[d] % 16 == 0)
 }
 
+/// Blocks of a fused layer norm per SM, 8 times what an SM holds at once: on an H200 MiniLM's
+/// 131072 rows of 384 values took 130 us this way, 134 with 16 blocks an SM, 146 with a block
+/// for every 4 rows (one each warp, no next row to prefetch).
+const NORM_BLOCKS_PER_SM: i64 = 48;
+
 /// Longest row the packed-row kernels (rows_packed.cu) take, and the longest they take on a
 /// warp per row rather than a block per row.
 const PACKED_ROW_MAX: i64 = 8192;
@@ -734,7 +739,11 @@ pub(crate) fn norm_affine(
         Some((r, dt)) => (r, if dt == DType::F16 { 2 } else { 1 }),
     };
     let (src_half, dst_half) = (i32::from(src.1 == DType::F16), i32::from(dst.1 == DType::F16));
-    let cfg = packed_rows_config(max_ne0, a.nrows());
+    // At most NORM_BLOCKS_PER_SM blocks an SM: each row group then takes several rows and
+    // prefetches the next into L1 while it reduces one.
+    let mut cfg = packed_rows_config(max_ne0, a.nrows());
+    let most = u32::try_from(NORM_BLOCKS_PER_SM * kernels.multiprocessors()).unwrap_or(u32::MAX);
+    cfg.grid_dim.0 = cfg.grid_dim.0.min(most);
     let (at, copy_type) = match copy {
         NormCopy::None => (0u64, 0i32),
         NormCopy::Q8_1(at) => (at, 1),
