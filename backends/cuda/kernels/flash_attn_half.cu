@@ -18,7 +18,8 @@
 // cannot turn a sum into NaN; a tile no row may see is neither copied nor multiplied.
 //
 // The launcher takes this kernel only for keys and values whose rows start on 16-byte
-// boundaries (the copies' size).
+// boundaries (the copies' size), queries on 8-byte boundaries (read two values at a time) and
+// an f16 result on 16-byte boundaries (written 16 bytes at a time).
 #include "flash_attn_rows.cuh"
 
 // Two values rounded to f16 in one register, `lo` in the low half (an operand's pair of columns).
@@ -62,6 +63,34 @@ __device__ __forceinline__ void fah_copy16(void *to, const void *from, bool fill
 
 __device__ __forceinline__ void fah_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void fah_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// A warp's 16 query rows from `first` (those below `n`) of head h and batch i3 written to `dst`
+// as packed f16 rows (on 16-byte boundaries): the sums times `fa_row_scale`, rounded to f16,
+// laid out in `stage` (16 rows of D + 8 values in shared memory) first, so that each row is
+// stored in whole 16-byte pieces.
+template <int D>
+__device__ __forceinline__ void fah_store_rows_f16(const float (&out)[D / 8][4], const float (&row_sum)[2], int first,
+                                                   int n, const TensorArg &dst, int h, int i3,
+                                                   unsigned short (*stage)[D + 8]) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const float scale = fa_row_scale(row_sum, i);
+#pragma unroll
+        for (int s = 0; s < D / 8; s++) {
+            *(unsigned int *)&stage[g + 8 * i][8 * s + 2 * t] =
+                (unsigned int)f32_to_f16_bits(out[s][2 * i] * scale) |
+                ((unsigned int)f32_to_f16_bits(out[s][2 * i + 1] * scale) << 16);
+        }
+    }
+    __syncwarp();
+    for (int p = lane; p < 16 * (D / 8); p += 32) {
+        const int r = p / (D / 8), c = p % (D / 8);
+        if (first + r < n) {
+            *(uint4 *)(row_ptr(dst, h, first + r, i3) + 16 * c) = *(const uint4 *)&stage[r][8 * c];
+        }
+    }
+}
 
 // Two tiles of keys and values (one multiplied, one being copied) with what the block knows of
 // their positions.
@@ -111,9 +140,12 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
         const float *qrow = in ? (const float *)row_ptr(q, rows[i], h, i3) : nullptr;
 #pragma unroll
         for (int s = 0; s < D / 16; s++) {
+            // Values x and x + 1 side by side: one 8-byte load (rows on 8-byte boundaries).
 #pragma unroll
-            for (int x = 0; x < 4; x++) {
-                qv[s][x][i] = in ? qrow[16 * s + 2 * t + (x & 1) + 8 * (x / 2)] : 0.0f;
+            for (int x = 0; x < 4; x += 2) {
+                const float2 v = in ? *(const float2 *)&qrow[16 * s + 2 * t + 8 * (x / 2)] : make_float2(0.0f, 0.0f);
+                qv[s][x][i] = v.x;
+                qv[s][x + 1][i] = v.y;
             }
         }
     }
@@ -242,7 +274,10 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
     }
 
     if (out_f16) {
-        fa_store_rows<D, true>(out, row_sum, rows, n, dst, h, i3);
+        // The keys' buffers, read no more (the last tile ended with a barrier), stage each
+        // warp's 16 rows.
+        static_assert(2 * KEYS >= FAH_ROWS, "the key buffers hold every warp's rows");
+        fah_store_rows_f16<D>(out, row_sum, first + warp * 16, n, dst, h, i3, &tile.keys[0][0] + warp * 16);
     } else {
         fa_store_rows<D>(out, row_sum, rows, n, dst, h, i3);
     }

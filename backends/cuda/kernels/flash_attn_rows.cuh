@@ -95,31 +95,30 @@ __device__ __forceinline__ void fa_online_softmax(float (&sc)[KEYS / 8][4], floa
     }
 }
 
+// The factor that turns row i's sums into its result: one over its weights' sum over the 4
+// threads that share it (zero for a row no key reached, whose result is zeros).
+__device__ __forceinline__ float fa_row_scale(const float (&row_sum)[2], int i) {
+    float sum = row_sum[i];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    return sum == 0.0f ? 0.0f : 1.0f / sum;
+}
+
 // Each of this thread's query rows `rows` (below `n`) of head h and batch i3 written to `dst`
-// (f32, or with F16_OUT packed f16 rows): its sums divided by its weights' sum over the 4
-// threads that share it (zeros for a row no key reached).
-template <int D, bool F16_OUT = false>
+// (f32): its sums times `fa_row_scale`.
+template <int D>
 __device__ __forceinline__ void fa_store_rows(const float (&out)[D / 8][4], const float (&row_sum)[2],
                                               const int (&rows)[2], int n, const TensorArg &dst, int h, int i3) {
     const int t = threadIdx.x % 4;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        float sum = row_sum[i];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float scale = fa_row_scale(row_sum, i);
         if (rows[i] < n) {
             char *drow = row_ptr(dst, h, rows[i], i3);
 #pragma unroll
             for (int s = 0; s < D / 8; s++) {
-                const float a = sum == 0.0f ? 0.0f : out[s][2 * i] / sum;
-                const float b = sum == 0.0f ? 0.0f : out[s][2 * i + 1] / sum;
-                if constexpr (F16_OUT) {
-                    ((unsigned int *)drow)[4 * s + t] =
-                        (unsigned int)f32_to_f16_bits(a) | ((unsigned int)f32_to_f16_bits(b) << 16);
-                } else {
-                    ((float *)drow)[8 * s + 2 * t] = a;
-                    ((float *)drow)[8 * s + 2 * t + 1] = b;
-                }
+                ((float *)drow)[8 * s + 2 * t] = out[s][2 * i] * scale;
+                ((float *)drow)[8 * s + 2 * t + 1] = out[s][2 * i + 1] * scale;
             }
         }
     }

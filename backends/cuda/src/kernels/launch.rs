@@ -113,12 +113,13 @@ pub(crate) fn flash_attn_tensor_cores(
         block_dim: (FLASH_ATTN_MMA_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    // f16 keys and values in reduced precision: on f16 tensor cores, copied 16 bytes at a time.
+    // f16 keys and values in reduced precision: on f16 tensor cores, copied 16 bytes at a time
+    // (queries read 8 bytes at a time, an f16 result written 16 bytes at a time).
     let half = names::flash_attn_half(kt, vt, q.ne[0], v.ne[0], q.ne[1])
-        .filter(|_| reduced && rows_on_16_bytes(&k) && rows_on_16_bytes(&v));
+        .filter(|_| reduced && rows_on_16_bytes(&k) && rows_on_16_bytes(&v) && rows_on(&q, 8));
     let out_f16 = match dt {
         DType::F32 => 0i32,
-        DType::F16 if half.is_some() && dst.nb[0] == 2 => 1,
+        DType::F16 if half.is_some() && dst.nb[0] == 2 && rows_on_16_bytes(&dst) => 1,
         _ => return Ok(false),
     };
     if let Some(name) = half {
@@ -136,7 +137,12 @@ pub(crate) fn flash_attn_tensor_cores(
 
 /// Whether every row of `t` starts on a 16-byte boundary.
 fn rows_on_16_bytes(t: &TensorArg) -> bool {
-    t.data % 16 == 0 && t.nb[1..].iter().all(|nb| nb % 16 == 0)
+    rows_on(t, 16)
+}
+
+/// Whether every row of `t` starts on a multiple of `bytes`.
+fn rows_on(t: &TensorArg, bytes: i64) -> bool {
+    t.data % bytes.unsigned_abs() == 0 && t.nb[1..].iter().all(|nb| nb % bytes == 0)
 }
 
 /// How a one-row FLASH_ATTN is split: key chunks per head, the kernels' row width, and the
