@@ -243,6 +243,14 @@ __device__ __forceinline__ long long nrows_of(const TensorArg &t) {
     return t.ne[1] * t.ne[2] * t.ne[3];
 }
 
+// Whether row r of `t` (rows numbered in (i1, i2, i3) order) lies at data + r * nb[1], its rows
+// evenly spaced across dimensions 2 and 3: then a row's address takes one multiply instead of
+// the divisions of `unravel_row`.
+__device__ __forceinline__ bool rows_evenly_spaced(const TensorArg &t) {
+    const long long s2 = t.ne[1] * t.nb[1];
+    return (t.ne[2] == 1 || t.nb[2] == s2) && (t.ne[3] == 1 || t.nb[3] == t.ne[2] * s2);
+}
+
 // Splits row number `r` of a tensor with `n1` x `n2` x ... rows into (i1, i2, i3).
 __device__ __forceinline__ void unravel_row(long long r, long long n1, long long n2, long long &i1, long long &i2,
                                             long long &i3) {

@@ -132,9 +132,13 @@ __device__ void soft_max_packed(const TensorArg &src, const TensorArg &mask, con
     int parity = 0;
     const int t = threadIdx.x % GROUP;
     const int n4 = (int)(src.ne[0] / 4);
+    // Without a mask, rows evenly spaced are numbered along dimension 1 alone.
+    const bool flat = !has_mask && rows_evenly_spaced(src) && rows_evenly_spaced(dst);
     FOR_EACH_GROUP_ROW(row, nrows_of(src), GROUP) {
-        long long i1, i2, i3;
-        unravel_row(row, src.ne[1], src.ne[2], i1, i2, i3);
+        long long i1 = row, i2 = 0, i3 = 0;
+        if (!flat) {
+            unravel_row(row, src.ne[1], src.ne[2], i1, i2, i3);
+        }
         const char *mrow =
             has_mask ? row_ptr(mask, mod64(i1, mask.ne[1]), mod64(i2, mask.ne[2]), mod64(i3, mask.ne[3]))
                      : (const char *)nullptr;
@@ -322,15 +326,21 @@ __device__ void norm_packed(const TensorArg &src, int src_half, const TensorArg 
     const int t = threadIdx.x % GROUP;
     const int n4 = (int)(src.ne[0] / 4);
     const float n = (float)src.ne[0]; // exact: at most 8192
+    // Rows evenly spaced in every tensor are numbered along dimension 1 alone.
+    const bool flat = rows_evenly_spaced(src) && rows_evenly_spaced(dst) && (!residual || rows_evenly_spaced(r));
     FOR_EACH_GROUP_ROW(row, nrows_of(src), GROUP) {
-        long long i1, i2, i3;
-        unravel_row(row, src.ne[1], src.ne[2], i1, i2, i3);
+        long long i1 = row, i2 = 0, i3 = 0;
+        if (!flat) {
+            unravel_row(row, src.ne[1], src.ne[2], i1, i2, i3);
+        }
         char *drow = row_ptr(dst, i1, i2, i3);
         // The group's next row (and its residual row) into L1 while this one is reduced.
         const long long next = row + (long long)gridDim.x * (PackedBlock<GROUP>::value / GROUP);
         if (next < nrows_of(src)) {
-            long long n1, n2, n3;
-            unravel_row(next, src.ne[1], src.ne[2], n1, n2, n3);
+            long long n1 = next, n2 = 0, n3 = 0;
+            if (!flat) {
+                unravel_row(next, src.ne[1], src.ne[2], n1, n2, n3);
+            }
             prefetch_row_l1(row_ptr(src, n1, n2, n3), (src_half ? 8 : 16) * (long long)n4, t);
             if (residual) {
                 prefetch_row_l1(row_ptr(r, n1, n2, n3), (residual == 2 ? 8 : 16) * (long long)n4, t);
