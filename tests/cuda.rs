@@ -565,6 +565,63 @@ fn attention_written_in_f16_and_read_as_it_is_gives_the_bits_of_its_nodes() {
     assert_eq!(bits(&fused), bits(&apart), "the products differ");
 }
 
+/// Attention in reduced precision over at most 128 keys (heads of 32) takes the kernel that holds
+/// every key at once; it multiplies the same tiles of 32 keys in the same order as the streaming
+/// kernel, so its results have the bits of that kernel's over the same keys followed by a tile
+/// that no query sees (which the streaming kernel skips): with a padding mask per sequence and
+/// with a causal mask row per query.
+#[test]
+fn attention_over_a_short_sequence_gives_the_bits_of_the_streaming_kernel() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    let mut backend = gpu.init_backend().unwrap();
+    let (hd, heads, tokens, seqs, keys) = (32usize, 3usize, 100usize, 3usize, 128usize);
+    let value =
+        |i: [usize; 4], salt: usize| ((i[0] * 7 + i[1] * 13 + i[2] * 5 + i[3] * 3 + salt) % 101) as f32 / 50.0 - 1.0;
+    let fill = |ne: [usize; 4], f: &dyn Fn([usize; 4]) -> f32| {
+        let mut out = Vec::with_capacity(ne.iter().product());
+        for i3 in 0..ne[3] {
+            for i2 in 0..ne[2] {
+                for i1 in 0..ne[1] {
+                    out.extend((0..ne[0]).map(|i0| f([i0, i1, i2, i3])));
+                }
+            }
+        }
+        out
+    };
+    for causal in [false, true] {
+        // Query i sees key p below `keys` where its sequence's padding (or its row) allows.
+        let sees = |p: usize, i: usize, s: usize| p < keys && if causal { p <= i + 28 } else { p < keys - 17 * s };
+        let mut run = |kv: usize| {
+            let mut g = Graph::new();
+            let q = g.new_tensor(DType::F32, &[hd, tokens, heads, seqs]).unwrap();
+            let k = g.new_tensor(DType::F16, &[hd, kv, heads, seqs]).unwrap();
+            let v = g.new_tensor(DType::F16, &[hd, kv, heads, seqs]).unwrap();
+            let mask_ne = if causal { [kv, tokens, 1, 1] } else { [kv, 1, 1, seqs] };
+            let m = g.new_tensor(DType::F32, &mask_ne).unwrap();
+            let attn = g.flash_attn(q, k, v, Some(m), 1.0 / (hd as f32).sqrt()).unwrap();
+            g.set_flash_attn_precision(attn, tessera::Precision::Reduced).unwrap();
+            g.set_output(attn).unwrap();
+            g.build_forward(attn).unwrap();
+            tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+            g.set_f32(q, &fill([hd, tokens, heads, seqs], &|i| value(i, 1))).unwrap();
+            g.set_f32(k, &fill([hd, kv, heads, seqs], &|i| value(i, 2))).unwrap();
+            g.set_f32(v, &fill([hd, kv, heads, seqs], &|i| value(i, 3))).unwrap();
+            let mask = fill(mask_ne, &|[p, i, _, s]| if sees(p, i, s) { 0.0 } else { f32::NEG_INFINITY });
+            g.set_f32(m, &mask).unwrap();
+            let consumers = tessera::consumer_counts(&g).unwrap();
+            let split = tessera::SplitRef { graph: &g, nodes: 0..g.nodes().len(), consumers: &consumers, layout: 1 };
+            let mut program = backend.prepare(&split).unwrap();
+            backend.run(&mut *program, &g).unwrap();
+            backend.synchronize().unwrap();
+            g.get_f32(attn).unwrap()
+        };
+        let (short, streamed) = (run(keys), run(keys + 32));
+        assert!(short.iter().all(|v| v.is_finite()) && short.iter().any(|&v| v != 0.0));
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&short), bits(&streamed), "results differ (causal: {causal})");
+    }
+}
+
 /// Products of many columns after a fused layer norm, captured into a program: the norm also
 /// stores its result packed as the next product's GEMM takes it (f16 or bf16; for q8_0 weights
 /// after the weights' f16 copy in the scratch), and that product and the one after it read the

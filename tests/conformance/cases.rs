@@ -721,6 +721,10 @@ fn flash_attn(v: &mut Vec<Case>) {
             fa(32, 32, 20, 70, 2, 2, 3, None),
             fa(64, 64, 150, 400, 2, 1, 1, Some((F32, [400, 150, 1, 1], Init::Causal))),
             fa(32, 32, 128, 128, 4, 4, 3, Some((F32, [128, 1, 1, 3], Init::MaskInf))),
+            // Short sequences of 32-value heads (all their keys held at once) with a mask row
+            // per query: causal, and with fully masked rows.
+            fa(32, 32, 70, 100, 2, 1, 1, Some((F16, [100, 70, 1, 1], Init::Causal))),
+            fa(32, 32, 40, 128, 2, 2, 1, Some((F32, [128, 40, 1, 1], Init::MaskInfRows))),
         ]
     };
     for t in FLOATS {

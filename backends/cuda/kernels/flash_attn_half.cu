@@ -13,6 +13,10 @@
 // through ldmatrix, values through ldmatrix.trans, from rows padded by 8 values so that the 8
 // rows a matrix load reads fall in distinct banks.
 //
+// Sequences of at most 128 keys with heads of 32 (an encoder's) take flash_attn_half_short
+// instead, which copies every key and value at once and multiplies the same tiles without
+// waiting between them.
+//
 // Keys that no query row of the block may see, and positions past the last, are zeros in shared
 // memory whatever the tensors hold there (cp.async fills them), so that a cache's unwritten rows
 // cannot turn a sum into NaN; a tile no row may see is neither copied nor multiplied.
@@ -92,6 +96,179 @@ __device__ __forceinline__ void fah_store_rows_f16(const float (&out)[D / 8][4],
     }
 }
 
+// This thread's queries (rows g and g + 8 of the warp's 16 from `first`; rows from `n` on are
+// zeros) of head h and batch i3: qv[s][x][i] of row i is value 16s + 2t + (x & 1) + 8(x / 2),
+// read first and rounded to f16 (`fah_query_fragments`) once the first keys' copies are queued.
+template <int D>
+__device__ __forceinline__ void fah_load_queries(const TensorArg &q, int first, int n, int h, int i3,
+                                                 float (&qv)[D / 16][4][2]) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int row = first + g + 8 * i;
+        const float *qrow = row < n ? (const float *)row_ptr(q, row, h, i3) : nullptr;
+#pragma unroll
+        for (int s = 0; s < D / 16; s++) {
+            // Values x and x + 1 side by side: one 8-byte load (rows on 8-byte boundaries).
+#pragma unroll
+            for (int x = 0; x < 4; x += 2) {
+                const float2 v = qrow ? *(const float2 *)&qrow[16 * s + 2 * t + 8 * (x / 2)] : make_float2(0.0f, 0.0f);
+                qv[s][x][i] = v.x;
+                qv[s][x + 1][i] = v.y;
+            }
+        }
+    }
+}
+
+// The queries as A fragments: qa[s] = {(g, 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8)}
+// (each with the next column) of values 16s .. 16s + 15.
+template <int D>
+__device__ __forceinline__ void fah_query_fragments(const float (&qv)[D / 16][4][2], unsigned int (&qa)[D / 16][4]) {
+#pragma unroll
+    for (int s = 0; s < D / 16; s++) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            qa[s][i] = fah_pack(qv[s][0][i], qv[s][1][i]);
+            qa[s][i + 2] = fah_pack(qv[s][2][i], qv[s][3][i]);
+        }
+    }
+}
+
+// One tile of KEYS keys at key position p0 for a warp's 16 query rows: the scores of the
+// queries `qa` by the keys (`keys`, rows of D + 8 values in shared memory), the online soft-max
+// over them (`fa_online_softmax`, with the tile's biases at `bias` or the rows' mask rows
+// `mrow`), and the weighted values (`values`, laid out as the keys) added to `out`.
+template <typename M, int D, int KEYS>
+__device__ __forceinline__ void fah_tile(const unsigned int (&qa)[D / 16][4], const unsigned short (*keys)[D + 8],
+                                         const unsigned short (*values)[D + 8], float (&out)[D / 8][4],
+                                         float (&row_max)[2], float (&row_sum)[2], bool one_row, const float *bias,
+                                         const char *const (&mrow)[2], long long mask_nb0, int p0, int kv,
+                                         float scale2) {
+    const int lane = threadIdx.x % 32;
+    // Scores: sc[c] = {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)} of keys 8c .. 8c + 7.
+    // Lane l addresses key row l % 8 of the tile pair's 8 keys 8(c + l / 16) and values
+    // 8(l / 8 % 2) of the 16 of step s.
+    float sc[KEYS / 8][4];
+#pragma unroll
+    for (int c = 0; c < KEYS / 8; c++) {
+        sc[c][0] = sc[c][1] = sc[c][2] = sc[c][3] = 0.0f;
+    }
+#pragma unroll
+    for (int s = 0; s < D / 16; s++) {
+#pragma unroll
+        for (int c = 0; c < KEYS / 8; c += 2) {
+            unsigned int kf[4];
+            fah_ldmatrix<false>(kf, &keys[8 * c + 8 * (lane / 16) + lane % 8][16 * s + 8 * (lane / 8 % 2)]);
+            fah_mma(sc[c], qa[s], kf[0], kf[1]);
+            fah_mma(sc[c + 1], qa[s], kf[2], kf[3]);
+        }
+    }
+
+    fa_online_softmax<M, KEYS, D>(sc, out, row_max, row_sum, one_row, bias, mrow, mask_nb0, p0, kv, scale2);
+
+    // Weighted values: the weights of keys 16j .. 16j + 15 are the A fragment of step j, from
+    // the scores of tiles 2j and 2j + 1 as they lie. Lane l addresses value row
+    // 16j + 8(l / 8 % 2) + l % 8, columns 16s + 8(l / 16): matrices 0 and 1 are the B fragment
+    // of columns 16s .. 16s + 7, 2 and 3 that of the 8 after.
+#pragma unroll
+    for (int j = 0; j < KEYS / 16; j++) {
+        const unsigned int w[4] = {fah_pack(sc[2 * j][0], sc[2 * j][1]), fah_pack(sc[2 * j][2], sc[2 * j][3]),
+                                   fah_pack(sc[2 * j + 1][0], sc[2 * j + 1][1]),
+                                   fah_pack(sc[2 * j + 1][2], sc[2 * j + 1][3])};
+#pragma unroll
+        for (int s = 0; s < D / 16; s++) {
+            unsigned int vf[4];
+            fah_ldmatrix<true>(vf, &values[16 * j + 8 * (lane / 8 % 2) + lane % 8][16 * s + 8 * (lane / 16)]);
+            fah_mma(out[2 * s], w, vf[0], vf[1]);
+            fah_mma(out[2 * s + 1], w, vf[2], vf[3]);
+        }
+    }
+}
+
+// Where a block of 16 WARPS query rows stands: its rows (from `first`, of `n`), head and batch,
+// its key and value head's rows and its mask rows; and this thread's two query rows (g and
+// g + 8 of its warp's 16) with their mask rows.
+template <int WARPS> struct FahBlock {
+    int n, kv, first, h, i3, warp;
+    const char *kbase, *vbase, *mbase;
+    // Rows of the mask that differ for the block's query rows (rows repeat past mask.ne[1]);
+    // with one (or no mask, `one_row`) a tile's biases are read once into shared memory.
+    int mask_rows;
+    bool one_row, warp_live;
+    int rows[2];
+    const char *mrow[2];
+
+    __device__ __forceinline__ FahBlock(const TensorArg &q, const TensorArg &k, const TensorArg &v,
+                                        const TensorArg &mask, int has_mask) {
+        // Query rows and key positions fit 31 bits, heads and batches 16 (validated).
+        n = (int)q.ne[1], kv = (int)k.ne[1], first = blockIdx.x * 16 * WARPS;
+        h = blockIdx.y, i3 = blockIdx.z, warp = threadIdx.x / 32;
+        const int kh = h / (int)(q.ne[2] / k.ne[2]), kb = i3 % (int)k.ne[3];
+        kbase = (const char *)k.data + kh * k.nb[2] + kb * k.nb[3];
+        vbase = (const char *)v.data + kh * v.nb[2] + kb * v.nb[3];
+        mask_rows = (int)min((long long)min(16 * WARPS, n - first), mask.ne[1]);
+        one_row = !has_mask || mask_rows == 1;
+        mbase = has_mask ? row_ptr(mask, 0, h % (int)mask.ne[2], i3 % (int)mask.ne[3]) : nullptr;
+        const int g = threadIdx.x % 32 / 4;
+        warp_live = first + warp * 16 < n;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            rows[i] = first + warp * 16 + g + 8 * i;
+            mrow[i] = rows[i] < n && has_mask ? mbase + fa_mask_row(rows[i], mask.ne[1]) * mask.nb[1] : nullptr;
+        }
+    }
+};
+
+// Marks the N keys from position p0 that some query row of block `at` may see in `live`; with
+// one mask row, also writes their biases (times log2(e); -inf past the last position) to
+// `bias`. Whether this thread found one. With several mask rows, the entries of `live` are zero
+// before.
+template <typename M, int N, int WARPS>
+__device__ __forceinline__ bool fah_mark(const FahBlock<WARPS> &at, int p0, float *bias, int *live, int has_mask,
+                                         const TensorArg &mask) {
+    bool any = false;
+    if (at.one_row) {
+        for (int j = threadIdx.x; j < N; j += 32 * WARPS) {
+            const int p = p0 + j;
+            const float b = p >= at.kv ? -INFINITY : has_mask ? M::load(at.mbase, p, mask.nb[0]) : 0.0f;
+            bias[j] = b * FA_LOG2E;
+            live[j] = b != -INFINITY;
+            any |= b != -INFINITY;
+        }
+    } else {
+        for (int i = threadIdx.x; i < at.mask_rows * N; i += 32 * WARPS) {
+            const int j = i % N, p = p0 + j;
+            const char *m = at.mbase + fa_mask_row(at.first + i / N, mask.ne[1]) * mask.nb[1];
+            if (p < at.kv && M::load(m, p, mask.nb[0]) != -INFINITY) {
+                live[j] = 1;
+                any = true;
+            }
+        }
+    }
+    return any;
+}
+
+// Queues the copies of the N keys and values of block `at` from position p0 (rows `knb` and
+// `vnb` bytes apart) into `keys` and `values`; keys not `live` become zeros.
+template <int D, int N, int WARPS>
+__device__ __forceinline__ void fah_copy(const FahBlock<WARPS> &at, unsigned short (*keys)[D + 8],
+                                         unsigned short (*values)[D + 8], const int *live, long long knb,
+                                         long long vnb, int p0) {
+    constexpr int THREADS = 32 * WARPS;
+    // 16-byte pieces of the keys (and values) each thread copies.
+    constexpr int PIECES = N * (D / 8) / THREADS;
+    static_assert(PIECES * THREADS == N * (D / 8), "the keys are whole pieces of the block's threads");
+#pragma unroll
+    for (int u = 0; u < PIECES; u++) {
+        const int i = threadIdx.x + u * THREADS, j = i / (D / 8), e = 8 * (i % (D / 8));
+        const long long p = min(p0 + j, at.kv - 1);
+        const bool seen = live[j];
+        fah_copy16(&keys[j][e], at.kbase + p * knb + 2 * e, seen);
+        fah_copy16(&values[j][e], at.vbase + p * vnb + 2 * e, seen);
+    }
+    fah_commit();
+}
+
 // Two tiles of keys and values (one multiplied, one being copied) with what the block knows of
 // their positions.
 template <int D, int KEYS> struct FahTile {
@@ -104,88 +281,18 @@ template <int D, int KEYS> struct FahTile {
 template <typename M, int D, int KEYS, int WARPS>
 __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const TensorArg &v, const TensorArg &mask,
                                const TensorArg &dst, float scale, int has_mask, int out_f16, FahTile<D, KEYS> &tile) {
-    constexpr int FAH_THREADS = 32 * WARPS, FAH_ROWS = 16 * WARPS;
-    // 16-byte pieces of the tile's keys (and values) each thread copies.
-    constexpr int PIECES = KEYS * (D / 8) / FAH_THREADS;
-    static_assert(PIECES * FAH_THREADS == KEYS * (D / 8), "a tile is whole pieces of the block's threads");
     const float scale2 = scale * FA_LOG2E;
 
-    // Query rows and key positions fit 31 bits (validated).
-    const int n = (int)q.ne[1], kv = (int)k.ne[1], first = blockIdx.x * FAH_ROWS;
-    // Heads and batches fit 16 bits (validated).
-    const int h = blockIdx.y, i3 = blockIdx.z;
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
-    const int kh = h / (int)(q.ne[2] / k.ne[2]), kb = i3 % (int)k.ne[3];
-    const char *kbase = (const char *)k.data + kh * k.nb[2] + kb * k.nb[3];
-    const char *vbase = (const char *)v.data + kh * v.nb[2] + kb * v.nb[3];
-    // Rows of the mask that differ for this block's query rows (rows repeat past mask.ne[1]);
-    // with one (or no mask) the tile's biases are read once into shared memory.
-    const int mask_rows = (int)min((long long)min(FAH_ROWS, n - first), mask.ne[1]);
-    const bool one_row = !has_mask || mask_rows == 1;
-    const char *mbase = has_mask ? row_ptr(mask, 0, h % (int)mask.ne[2], i3 % (int)mask.ne[3]) : nullptr;
-
-    // This thread's query rows (g and g + 8 of the warp's 16), their mask rows and their
-    // queries: qv[s][x][i] of row i is value 16s + 2t + (x & 1) + 8(x / 2), read first and
-    // rounded to f16 once the first tile's copies are queued.
-    const int rows[2] = {first + warp * 16 + g, first + warp * 16 + g + 8};
-    const bool warp_live = first + warp * 16 < n;
-    const char *mrow[2] = {nullptr, nullptr};
+    const FahBlock<WARPS> at(q, k, v, mask, has_mask);
+    const int tid = threadIdx.x;
     float qv[D / 16][4][2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const bool in = rows[i] < n;
-        if (in && has_mask) {
-            mrow[i] = mbase + fa_mask_row(rows[i], mask.ne[1]) * mask.nb[1];
-        }
-        const float *qrow = in ? (const float *)row_ptr(q, rows[i], h, i3) : nullptr;
-#pragma unroll
-        for (int s = 0; s < D / 16; s++) {
-            // Values x and x + 1 side by side: one 8-byte load (rows on 8-byte boundaries).
-#pragma unroll
-            for (int x = 0; x < 4; x += 2) {
-                const float2 v = in ? *(const float2 *)&qrow[16 * s + 2 * t + 8 * (x / 2)] : make_float2(0.0f, 0.0f);
-                qv[s][x][i] = v.x;
-                qv[s][x + 1][i] = v.y;
-            }
-        }
-    }
+    fah_load_queries<D>(q, at.first + at.warp * 16, at.n, at.h, at.i3, qv);
 
-    // Marks the keys of the tile at p0 that some query row of the block may see in buffer b
-    // (with one mask row, also their biases); whether this thread found one. Entries of `live`
-    // are zero before (a buffer's are cleared once its tile is copied).
-    auto mark = [&](int p0, int b) {
-        bool any = false;
-        if (one_row) {
-            if (tid < KEYS) {
-                const int p = p0 + tid;
-                const float bias = p >= kv ? -INFINITY : has_mask ? M::load(mbase, p, mask.nb[0]) : 0.0f;
-                tile.bias[b][tid] = bias * FA_LOG2E;
-                tile.live[b][tid] = bias != -INFINITY;
-                any = bias != -INFINITY;
-            }
-        } else {
-            for (int i = tid; i < mask_rows * KEYS; i += FAH_THREADS) {
-                const int j = i % KEYS, p = p0 + j;
-                const char *m = mbase + fa_mask_row(first + i / KEYS, mask.ne[1]) * mask.nb[1];
-                if (p < kv && M::load(m, p, mask.nb[0]) != -INFINITY) {
-                    tile.live[b][j] = 1;
-                    any = true;
-                }
-            }
-        }
-        return any;
-    };
-    // Queues the copies of the tile at p0 into buffer b (keys no row sees as zeros).
+    // Marks the keys of the tile at p0 in buffer b (entries of `live` are zero before: a
+    // buffer's are cleared once its tile is copied), and queues their copies.
+    auto mark = [&](int p0, int b) { return fah_mark<M, KEYS>(at, p0, tile.bias[b], tile.live[b], has_mask, mask); };
     auto copy = [&](int p0, int b) {
-#pragma unroll
-        for (int u = 0; u < PIECES; u++) {
-            const int i = tid + u * FAH_THREADS, j = i / (D / 8), e = 8 * (i % (D / 8));
-            const long long p = min(p0 + j, kv - 1);
-            const bool seen = tile.live[b][j];
-            fah_copy16(&tile.keys[b][j][e], kbase + p * k.nb[1] + 2 * e, seen);
-            fah_copy16(&tile.values[b][j][e], vbase + p * v.nb[1] + 2 * e, seen);
-        }
-        fah_commit();
+        fah_copy<D, KEYS>(at, tile.keys[b], tile.values[b], tile.live[b], k.nb[1], v.nb[1], p0);
     };
 
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
@@ -202,23 +309,14 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
     if (seen) {
         copy(0, 0);
     }
-    // The queries as A fragments: qa[s] = {(g, 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8)}
-    // (each with the next column) of values 16s .. 16s + 15.
     unsigned int qa[D / 16][4];
-#pragma unroll
-    for (int s = 0; s < D / 16; s++) {
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            qa[s][i] = fah_pack(qv[s][0][i], qv[s][1][i]);
-            qa[s][i + 2] = fah_pack(qv[s][2][i], qv[s][3][i]);
-        }
-    }
+    fah_query_fragments<D>(qv, qa);
 
-    for (int p0 = 0, b = 0; p0 < kv; p0 += KEYS, b ^= 1) {
+    for (int p0 = 0, b = 0; p0 < at.kv; p0 += KEYS, b ^= 1) {
         // The next tile's keys marked, this tile's copies awaited; then the next tile's copies
         // queued, to land while this one is multiplied.
         const int next = p0 + KEYS;
-        const bool next_mark = next < kv && mark(next, b ^ 1);
+        const bool next_mark = next < at.kv && mark(next, b ^ 1);
         fah_wait_all();
         const bool next_seen = __syncthreads_or(next_mark);
         if (next_seen) {
@@ -228,46 +326,9 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
             tile.live[b][tid] = 0; // this tile's copies were queued before the last barrier
         }
 
-        if (seen && warp_live) {
-            // Scores: sc[c] = {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)} of keys
-            // 8c .. 8c + 7. Lane l addresses key row l % 8 of the tile pair's 8 keys 8(c + l / 16)
-            // and values 8(l / 8 % 2) of the 16 of step s.
-            float sc[KEYS / 8][4];
-#pragma unroll
-            for (int c = 0; c < KEYS / 8; c++) {
-                sc[c][0] = sc[c][1] = sc[c][2] = sc[c][3] = 0.0f;
-            }
-#pragma unroll
-            for (int s = 0; s < D / 16; s++) {
-#pragma unroll
-                for (int c = 0; c < KEYS / 8; c += 2) {
-                    unsigned int kf[4];
-                    fah_ldmatrix<false>(kf, &tile.keys[b][8 * c + 8 * (lane / 16) + lane % 8][16 * s + 8 * (lane / 8 % 2)]);
-                    fah_mma(sc[c], qa[s], kf[0], kf[1]);
-                    fah_mma(sc[c + 1], qa[s], kf[2], kf[3]);
-                }
-            }
-
-            fa_online_softmax<M, KEYS, D>(sc, out, row_max, row_sum, one_row, &tile.bias[b][0], mrow, mask.nb[0], p0, kv,
-                                          scale2);
-
-            // Weighted values: the weights of keys 16j .. 16j + 15 are the A fragment of step j,
-            // from the scores of tiles 2j and 2j + 1 as they lie. Lane l addresses value row
-            // 16j + 8(l / 8 % 2) + l % 8, columns 16s + 8(l / 16): matrices 0 and 1 are the B
-            // fragment of columns 16s .. 16s + 7, 2 and 3 that of the 8 after.
-#pragma unroll
-            for (int j = 0; j < KEYS / 16; j++) {
-                const unsigned int w[4] = {fah_pack(sc[2 * j][0], sc[2 * j][1]), fah_pack(sc[2 * j][2], sc[2 * j][3]),
-                                           fah_pack(sc[2 * j + 1][0], sc[2 * j + 1][1]),
-                                           fah_pack(sc[2 * j + 1][2], sc[2 * j + 1][3])};
-#pragma unroll
-                for (int s = 0; s < D / 16; s++) {
-                    unsigned int vf[4];
-                    fah_ldmatrix<true>(vf, &tile.values[b][16 * j + 8 * (lane / 8 % 2) + lane % 8][16 * s + 8 * (lane / 16)]);
-                    fah_mma(out[2 * s], w, vf[0], vf[1]);
-                    fah_mma(out[2 * s + 1], w, vf[2], vf[3]);
-                }
-            }
+        if (seen && at.warp_live) {
+            fah_tile<M, D, KEYS>(qa, tile.keys[b], tile.values[b], out, row_max, row_sum, at.one_row, &tile.bias[b][0],
+                                 at.mrow, mask.nb[0], p0, at.kv, scale2);
         }
         seen = next_seen;
         __syncthreads(); // this buffer is read no more before it is marked and copied again
@@ -276,27 +337,95 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
     if (out_f16) {
         // The keys' buffers, read no more (the last tile ended with a barrier), stage each
         // warp's 16 rows.
-        static_assert(2 * KEYS >= FAH_ROWS, "the key buffers hold every warp's rows");
-        fah_store_rows_f16<D>(out, row_sum, first + warp * 16, n, dst, h, i3, &tile.keys[0][0] + warp * 16);
+        static_assert(2 * KEYS >= 16 * WARPS, "the key buffers hold every warp's rows");
+        fah_store_rows_f16<D>(out, row_sum, at.first + at.warp * 16, at.n, dst, at.h, at.i3,
+                              &tile.keys[0][0] + at.warp * 16);
     } else {
-        fa_store_rows<D>(out, row_sum, rows, n, dst, h, i3);
+        fa_store_rows<D>(out, row_sum, at.rows, at.n, dst, at.h, at.i3);
     }
 }
 
-// flash_attn_half_d<head>(q, k, v, mask, dst, scale, has_mask, mask_f16, out_f16): grid of
-// (query rows / (16 WARPS), heads, batches) blocks of 32 WARPS threads; with out_f16, dst holds
-// f16 values (a CPY of the result to f16 fused in), rows of packed values.
-#define FLASH_ATTN_HALF_KERNEL(name, D, KEYS, WARPS, BLOCKS)                                                     \
+// Every key and value of a sequence of at most KV positions, with what the block knows of them.
+template <int D, int KV> struct FahWhole {
+    __align__(16) unsigned short keys[KV][D + 8];
+    __align__(16) unsigned short values[KV][D + 8];
+    float bias[KV];
+    int live[KV];
+};
+
+// flash_attn_half for at most KV keys (an encoder's short sequences): the block marks and copies
+// every key and value at once and then multiplies the tiles of 32 keys with no barrier between
+// them, where the streaming kernel waits at two barriers a tile and for a mask read before each.
+// The tiles, and so the sums, are those of flash_attn_half with tiles of 32 keys.
+template <typename M, int D, int KV, int WARPS>
+__device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, const TensorArg &v,
+                                      const TensorArg &mask, const TensorArg &dst, float scale, int has_mask,
+                                      int out_f16, FahWhole<D, KV> &tile) {
+    constexpr int KEYS = 32;
+    static_assert(KV % KEYS == 0 && KV >= 16 * WARPS, "whole tiles; the key rows stage every warp's results");
+    const float scale2 = scale * FA_LOG2E;
+
+    // The launcher takes at most KV keys.
+    const FahBlock<WARPS> at(q, k, v, mask, has_mask);
+    const int lane = threadIdx.x % 32;
+    float qv[D / 16][4][2];
+    fah_load_queries<D>(q, at.first + at.warp * 16, at.n, at.h, at.i3, qv);
+
+    if (!at.one_row) {
+        for (int j = threadIdx.x; j < KV; j += 32 * WARPS) {
+            tile.live[j] = 0;
+        }
+        __syncthreads();
+    }
+    const bool seen = __syncthreads_or(fah_mark<M, KV>(at, 0, tile.bias, tile.live, has_mask, mask));
+    if (seen) {
+        fah_copy<D, KV>(at, tile.keys, tile.values, tile.live, k.nb[1], v.nb[1], 0);
+    }
+    unsigned int qa[D / 16][4];
+    fah_query_fragments<D>(qv, qa);
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    float out[D / 8][4];
+#pragma unroll
+    for (int s = 0; s < D / 8; s++) {
+        out[s][0] = out[s][1] = out[s][2] = out[s][3] = 0.0f;
+    }
+    fah_wait_all();
+    __syncthreads();
+
+    if (seen && at.warp_live) {
+        for (int p0 = 0; p0 < at.kv; p0 += KEYS) {
+            // A tile no row of the block sees is skipped, as the streaming kernel skips it.
+            if (__any_sync(0xffffffffu, tile.live[p0 + lane])) {
+                fah_tile<M, D, KEYS>(qa, tile.keys + p0, tile.values + p0, out, row_max, row_sum, at.one_row,
+                                     &tile.bias[p0], at.mrow, mask.nb[0], p0, at.kv, scale2);
+            }
+        }
+    }
+
+    if (out_f16) {
+        __syncthreads(); // every warp is done with the keys, which stage the rows
+        fah_store_rows_f16<D>(out, row_sum, at.first + at.warp * 16, at.n, dst, at.h, at.i3, tile.keys + at.warp * 16);
+    } else {
+        fa_store_rows<D>(out, row_sum, at.rows, at.n, dst, at.h, at.i3);
+    }
+}
+
+// flash_attn_half_d<head>[_kv<keys>](q, k, v, mask, dst, scale, has_mask, mask_f16, out_f16):
+// grid of (query rows / (16 WARPS), heads, batches) blocks of 32 WARPS threads; with out_f16,
+// dst holds f16 values (a CPY of the result to f16 fused in), rows of packed values. BODY is
+// flash_attn_half (tiles of KEYS keys in TILE = FahTile) or flash_attn_half_short (at most KEYS
+// keys in TILE = FahWhole).
+#define FLASH_ATTN_HALF_KERNEL(name, D, KEYS, WARPS, BLOCKS, TILE, BODY)                                       \
     extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS)                                            \
         name(const __grid_constant__ TensorArg q, const __grid_constant__ TensorArg k,                          \
              const __grid_constant__ TensorArg v, const __grid_constant__ TensorArg mask,                       \
              const __grid_constant__ TensorArg dst, float scale, int has_mask, int mask_f16, int out_f16) {     \
-        __shared__ FahTile<D, KEYS> tile;                                                                        \
+        __shared__ TILE<D, KEYS> tile;                                                                           \
         await_prior_kernel();                                                                                    \
         if (mask_f16) {                                                                                          \
-            flash_attn_half<F16, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);            \
+            BODY<F16, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                       \
         } else {                                                                                                 \
-            flash_attn_half<F32, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);            \
+            BODY<F32, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                       \
         }                                                                                                        \
     }
 
@@ -304,6 +433,8 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
 // keys at 6 blocks an SM (80 registers, a few bytes spill): on an H200, MiniLM's attention
 // (1024 sequences of 128 tokens, 12 heads) took 412 us against 424 with 64 keys at 4 blocks
 // and 467 with 32 keys at 4.
-FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32, 32, 32, 4, 6)
-FLASH_ATTN_HALF_KERNEL(flash_attn_half_d64, 64, 64, 4, 2)
-FLASH_ATTN_HALF_KERNEL(flash_attn_half_d128, 128, 32, 4, 2)
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32, 32, 32, 4, 6, FahTile, flash_attn_half)
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d64, 64, 64, 4, 2, FahTile, flash_attn_half)
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d128, 128, 32, 4, 2, FahTile, flash_attn_half)
+// Sequences of up to 128 keys with heads of 32 (21.5 KiB of shared memory a block).
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32_kv128, 32, 128, 4, 6, FahWhole, flash_attn_half_short)

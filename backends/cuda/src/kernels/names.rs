@@ -306,18 +306,23 @@ pub(crate) fn flash_attn_mma(kv: DType, d: i64, dv: i64, rows: i64, reduced: boo
 }
 
 /// FLASH_ATTN in reduced precision on f16 tensor cores (flash_attn_half.cu) over f16 keys and
-/// values with heads of exactly 32, 64 or 128 values, for `rows` query rows.
-pub(crate) fn flash_attn_half(k: DType, v: DType, d: i64, dv: i64, rows: i64) -> Option<&'static str> {
+/// values with heads of exactly 32, 64 or 128 values, for `rows` query rows over `keys` key
+/// positions (heads of 32 over at most 128 keys take the kernel that holds them all at once).
+pub(crate) fn flash_attn_half(k: DType, v: DType, d: i64, dv: i64, rows: i64, keys: i64) -> Option<&'static str> {
     if k != F16 || v != F16 || d != dv || rows < FLASH_ATTN_MMA_MIN_ROWS {
         return None;
     }
     match d {
+        32 if keys <= FLASH_ATTN_HALF_SHORT_KEYS => Some("flash_attn_half_d32_kv128"),
         32 => Some("flash_attn_half_d32"),
         64 => Some("flash_attn_half_d64"),
         128 => Some("flash_attn_half_d128"),
         _ => None,
     }
 }
+
+/// The most keys `flash_attn_half_d32_kv128` takes (`KV` of its `FahWhole`).
+const FLASH_ATTN_HALF_SHORT_KEYS: i64 = 128;
 
 /// CONCAT of tensors of type `t` (bits copied by size).
 pub(crate) fn concat(t: DType) -> Option<&'static str> {
@@ -512,9 +517,11 @@ mod tests {
         assert_eq!(flash_attn_mma(DType::BF16, 128, 128, 16, true), Some("flash_attn_mma_tf32_bf16_d128"));
         assert_eq!(flash_attn_mma(DType::F32, 32, 32, 128, false), Some("flash_attn_mma_f32_d32"));
         assert_eq!(flash_attn_mma(DType::F16, 64, 64, 15, true), None);
-        assert_eq!(flash_attn_half(DType::F16, DType::F16, 32, 32, 128), Some("flash_attn_half_d32"));
-        assert_eq!(flash_attn_half(DType::F16, DType::F32, 32, 32, 128), None);
-        assert_eq!(flash_attn_half(DType::F16, DType::F16, 64, 64, 15), None);
+        assert_eq!(flash_attn_half(DType::F16, DType::F16, 32, 32, 128, 128), Some("flash_attn_half_d32_kv128"));
+        assert_eq!(flash_attn_half(DType::F16, DType::F16, 32, 32, 128, 129), Some("flash_attn_half_d32"));
+        assert_eq!(flash_attn_half(DType::F16, DType::F16, 64, 64, 128, 64), Some("flash_attn_half_d64"));
+        assert_eq!(flash_attn_half(DType::F16, DType::F32, 32, 32, 128, 128), None);
+        assert_eq!(flash_attn_half(DType::F16, DType::F16, 64, 64, 15, 64), None);
     }
 
     #[test]
@@ -550,7 +557,9 @@ mod tests {
                 for reduced in [false, true] {
                     chosen.extend(flash_attn_mma(a, head, head, FLASH_ATTN_MMA_MIN_ROWS, reduced));
                 }
-                chosen.extend(flash_attn_half(a, a, head, head, FLASH_ATTN_MMA_MIN_ROWS));
+                for keys in [1, FLASH_ATTN_HALF_SHORT_KEYS, FLASH_ATTN_HALF_SHORT_KEYS + 1] {
+                    chosen.extend(flash_attn_half(a, a, head, head, FLASH_ATTN_MMA_MIN_ROWS, keys));
+                }
             }
             for max_ne0 in (0..16).map(|p| 1i64 << p) {
                 chosen.extend(soft_max_packed(a, max_ne0));
