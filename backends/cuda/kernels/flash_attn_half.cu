@@ -33,6 +33,15 @@ __device__ __forceinline__ unsigned int fah_pack(float lo, float hi) {
     return r;
 }
 
+// `fah_pack` with the bits of f32_to_f16_bits (a CPY to f16) for NaNs too, which keep their
+// payload's top bits where the conversion instruction makes them canonical.
+__device__ __forceinline__ unsigned int fah_pack_exact(float lo, float hi) {
+    if (lo != lo || hi != hi) {
+        return (unsigned int)f32_to_f16_bits(lo) | ((unsigned int)f32_to_f16_bits(hi) << 16);
+    }
+    return fah_pack(lo, hi);
+}
+
 // c += a * b (16 x 16 by 16 x 8, f16 operands, f32 sums).
 __device__ __forceinline__ void fah_mma(float (&c)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -82,9 +91,8 @@ __device__ __forceinline__ void fah_store_rows_f16(const float (&out)[D / 8][4],
         const float scale = fa_row_scale(row_sum, i);
 #pragma unroll
         for (int s = 0; s < D / 8; s++) {
-            *(unsigned int *)&stage[g + 8 * i][8 * s + 2 * t] =
-                (unsigned int)f32_to_f16_bits(out[s][2 * i] * scale) |
-                ((unsigned int)f32_to_f16_bits(out[s][2 * i + 1] * scale) << 16);
+            *(unsigned int *)&stage[g + 8 * i][8 * s + 2 * t] = fah_pack_exact(out[s][2 * i] * scale,
+                                                                               out[s][2 * i + 1] * scale);
         }
     }
     __syncwarp();
@@ -185,6 +193,10 @@ __device__ __forceinline__ void fah_tile(const unsigned int (&qa)[D / 16][4], co
     }
 }
 
+// i % n for 0 <= i and 0 < n (both below 2^31), without a division where n is 1 or above i: a
+// block's head and batch index tensors that broadcast or match them.
+__device__ __forceinline__ int fah_mod(int i, int n) { return i < n ? i : n == 1 ? 0 : i % n; }
+
 // Where a block of 16 WARPS query rows stands: its rows (from `first`, of `n`), head and batch,
 // its key and value head's rows and its mask rows; and this thread's two query rows (g and
 // g + 8 of its warp's 16) with their mask rows.
@@ -196,25 +208,27 @@ template <int WARPS> struct FahBlock {
     int mask_rows;
     bool one_row, warp_live;
     int rows[2];
-    const char *mrow[2];
+    const char *mrow[2]; // with several mask rows: this thread's (null past the last query row)
 
     __device__ __forceinline__ FahBlock(const TensorArg &q, const TensorArg &k, const TensorArg &v,
                                         const TensorArg &mask, int has_mask) {
         // Query rows and key positions fit 31 bits, heads and batches 16 (validated).
         n = (int)q.ne[1], kv = (int)k.ne[1], first = blockIdx.x * 16 * WARPS;
         h = blockIdx.y, i3 = blockIdx.z, warp = threadIdx.x / 32;
-        const int kh = h / (int)(q.ne[2] / k.ne[2]), kb = i3 % (int)k.ne[3];
+        const int hq = (int)q.ne[2], hk = (int)k.ne[2];
+        const int kh = hq == hk ? h : h / (hq / hk), kb = fah_mod(i3, (int)k.ne[3]);
         kbase = (const char *)k.data + kh * k.nb[2] + kb * k.nb[3];
         vbase = (const char *)v.data + kh * v.nb[2] + kb * v.nb[3];
         mask_rows = (int)min((long long)min(16 * WARPS, n - first), mask.ne[1]);
         one_row = !has_mask || mask_rows == 1;
-        mbase = has_mask ? row_ptr(mask, 0, h % (int)mask.ne[2], i3 % (int)mask.ne[3]) : nullptr;
+        mbase = has_mask ? row_ptr(mask, 0, fah_mod(h, (int)mask.ne[2]), fah_mod(i3, (int)mask.ne[3])) : nullptr;
         const int g = threadIdx.x % 32 / 4;
         warp_live = first + warp * 16 < n;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             rows[i] = first + warp * 16 + g + 8 * i;
-            mrow[i] = rows[i] < n && has_mask ? mbase + fa_mask_row(rows[i], mask.ne[1]) * mask.nb[1] : nullptr;
+            const bool own = !one_row && rows[i] < n;
+            mrow[i] = own ? mbase + fa_mask_row(rows[i], mask.ne[1]) * mask.nb[1] : nullptr;
         }
     }
 };
