@@ -103,6 +103,24 @@ __device__ __forceinline__ unsigned short f32_to_bf16_bits(float v) {
     return (unsigned short)(x >> 16);
 }
 
+// Two values rounded as f32_to_bf16_bits (BF) or f32_to_f16_bits round them, `lo` in the low
+// half: one conversion instruction (round to nearest even, as they do), unless one is NaN,
+// whose payload the instruction would not keep.
+template <bool BF> __device__ __forceinline__ unsigned int f32x2_to_16x2_bits(float lo, float hi) {
+    if (lo != lo || hi != hi) {
+        const unsigned int l = BF ? f32_to_bf16_bits(lo) : f32_to_f16_bits(lo);
+        const unsigned int h = BF ? f32_to_bf16_bits(hi) : f32_to_f16_bits(hi);
+        return l | (h << 16);
+    }
+    unsigned int r;
+    if constexpr (BF) {
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    } else {
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    }
+    return r;
+}
+
 __device__ __forceinline__ float bf16_bits_to_f32(unsigned short h) {
     return __uint_as_float(((unsigned int)h) << 16);
 }

@@ -33,15 +33,6 @@ __device__ __forceinline__ unsigned int fah_pack(float lo, float hi) {
     return r;
 }
 
-// `fah_pack` with the bits of f32_to_f16_bits (a CPY to f16) for NaNs too, which keep their
-// payload's top bits where the conversion instruction makes them canonical.
-__device__ __forceinline__ unsigned int fah_pack_exact(float lo, float hi) {
-    if (lo != lo || hi != hi) {
-        return (unsigned int)f32_to_f16_bits(lo) | ((unsigned int)f32_to_f16_bits(hi) << 16);
-    }
-    return fah_pack(lo, hi);
-}
-
 // c += a * b (16 x 16 by 16 x 8, f16 operands, f32 sums).
 __device__ __forceinline__ void fah_mma(float (&c)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -91,8 +82,8 @@ __device__ __forceinline__ void fah_store_rows_f16(const float (&out)[D / 8][4],
         const float scale = fa_row_scale(row_sum, i);
 #pragma unroll
         for (int s = 0; s < D / 8; s++) {
-            *(unsigned int *)&stage[g + 8 * i][8 * s + 2 * t] = fah_pack_exact(out[s][2 * i] * scale,
-                                                                               out[s][2 * i + 1] * scale);
+            *(unsigned int *)&stage[g + 8 * i][8 * s + 2 * t] =
+                f32x2_to_16x2_bits<false>(out[s][2 * i] * scale, out[s][2 * i + 1] * scale);
         }
     }
     __syncwarp();

@@ -277,12 +277,8 @@ __device__ __forceinline__ void store_row16(unsigned short *out, int t, int n4, 
     for (int j = 0; j < V4; j++) {
         const int c = t + GROUP * j;
         if (c < n4) {
-            unsigned short h[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                h[k] = BF ? f32_to_bf16_bits(x[j][k]) : f32_to_f16_bits(x[j][k]);
-            }
-            ((uint2 *)out)[c] = make_uint2(h[0] | ((unsigned int)h[1] << 16), h[2] | ((unsigned int)h[3] << 16));
+            ((uint2 *)out)[c] =
+                make_uint2(f32x2_to_16x2_bits<BF>(x[j][0], x[j][1]), f32x2_to_16x2_bits<BF>(x[j][2], x[j][3]));
         }
     }
 }
