@@ -339,6 +339,14 @@ fn rows(v: &mut Vec<Case>) {
             }));
         }
     }
+    // Rows not evenly spaced (a gap after every third row), which the kernels address by
+    // their indices rather than by one stride.
+    v.push(Case::new("NORM", "NORM(type=f32,ne=[384,3,4,1],view_of=[384,4,4,1],eps=1e-5)", |g| {
+        let a = g.leaf(F32, [384, 4, 4, 1])?;
+        let nb = g.tensor(a)?.nb();
+        let rows = g.view(a, [384, 3, 4, 1], [nb[1], nb[2], nb[3]], 0)?;
+        g.norm(rows, 1e-5)
+    }));
     // Values far from zero: the variance is taken around the mean.
     v.push(Case::new("NORM", "NORM(type=f32,ne=[384,6,1,1],eps=1e-5,init=[10,12))", |g| {
         let a = g.leaf_init(F32, [384, 6, 1, 1], Init::Uniform(10.0, 12.0))?;
@@ -348,9 +356,10 @@ fn rows(v: &mut Vec<Case>) {
 
 /// Packed f32 rows for the GPUs' packed-row kernels: lengths on both sides of each kernel's
 /// limit (a warp per row up to 1024 values, a block per row up to 8192).
-const PACKED_ROWS: [[usize; 4]; 8] = [
+const PACKED_ROWS: [[usize; 4]; 9] = [
     [4, 7, 3, 2],
     [128, 9, 2, 1],
+    [260, 4, 3, 1],
     [384, 5, 1, 1],
     [1000, 3, 2, 1],
     [1024, 3, 1, 1],

@@ -324,36 +324,37 @@ __device__ void norm_packed(const TensorArg &src, int src_half, const TensorArg 
     const float n = (float)src.ne[0]; // exact: at most 8192
     // Rows evenly spaced in every tensor are numbered along dimension 1 alone.
     const bool flat = rows_evenly_spaced(src) && rows_evenly_spaced(dst) && (!residual || rows_evenly_spaced(r));
-    FOR_EACH_GROUP_ROW(row, nrows_of(src), GROUP) {
-        long long i1 = row, i2 = 0, i3 = 0;
-        if (!flat) {
-            unravel_row(row, src.ne[1], src.ne[2], i1, i2, i3);
+    // Row `at` of tensor t (of the source's shape): one multiply where the rows are flat.
+    auto row_of = [&](const TensorArg &t, long long at) -> char * {
+        if (flat) {
+            return (char *)t.data + at * t.nb[1];
         }
-        char *drow = row_ptr(dst, i1, i2, i3);
+        long long i1, i2, i3;
+        unravel_row(at, src.ne[1], src.ne[2], i1, i2, i3);
+        return row_ptr(t, i1, i2, i3);
+    };
+    FOR_EACH_GROUP_ROW(row, nrows_of(src), GROUP) {
+        char *drow = row_of(dst, row);
         // The group's next row (and its residual row) into L1 while this one is reduced.
         const long long next = row + (long long)gridDim.x * (PackedBlock<GROUP>::value / GROUP);
         if (next < nrows_of(src)) {
-            long long n1 = next, n2 = 0, n3 = 0;
-            if (!flat) {
-                unravel_row(next, src.ne[1], src.ne[2], n1, n2, n3);
-            }
-            prefetch_row_l1(row_ptr(src, n1, n2, n3), (src_half ? 8 : 16) * (long long)n4, t);
+            prefetch_row_l1(row_of(src, next), (src_half ? 8 : 16) * (long long)n4, t);
             if (residual) {
-                prefetch_row_l1(row_ptr(r, n1, n2, n3), (residual == 2 ? 8 : 16) * (long long)n4, t);
+                prefetch_row_l1(row_of(r, next), (residual == 2 ? 8 : 16) * (long long)n4, t);
             }
         }
         float x[V4][4];
         if (src_half) {
-            load_row16<GROUP, V4>(row_ptr(src, i1, i2, i3), t, n4, x);
+            load_row16<GROUP, V4>(row_of(src, row), t, n4, x);
         } else {
-            load_row<GROUP, V4>(row_ptr(src, i1, i2, i3), t, n4, 0.0f, x);
+            load_row<GROUP, V4>(row_of(src, row), t, n4, 0.0f, x);
         }
         if (residual) {
             float y[V4][4];
             if (residual == 2) {
-                load_row16<GROUP, V4>(row_ptr(r, i1, i2, i3), t, n4, y);
+                load_row16<GROUP, V4>(row_of(r, row), t, n4, y);
             } else {
-                load_row<GROUP, V4>(row_ptr(r, i1, i2, i3), t, n4, 0.0f, y);
+                load_row<GROUP, V4>(row_of(r, row), t, n4, 0.0f, y);
             }
 #pragma unroll
             for (int j = 0; j < V4; j++) {
@@ -498,6 +499,9 @@ SOFT_MAX_PACKED_KERNEL(soft_max_f32_f16_row8192, 256, 8, F16)
 
 NORM_PACKED_KERNEL(norm_f32_row128, 32, 1)
 NORM_PACKED_KERNEL(norm_f32_row256, 32, 2)
+// Rows of 257 to 384 values (BERT-small widths such as MiniLM's): three float4s a thread, where
+// the 512-value kernel would issue a fourth slot's instructions for nothing.
+NORM_PACKED_KERNEL(norm_f32_row384, 32, 3)
 NORM_PACKED_KERNEL(norm_f32_row512, 32, 4)
 NORM_PACKED_KERNEL(norm_f32_row1024, 32, 8)
 NORM_PACKED_KERNEL(norm_f32_row2048, 256, 2)

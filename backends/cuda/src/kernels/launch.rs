@@ -426,7 +426,7 @@ pub(crate) fn node(kernels: &Kernels, stream: &Arc<CudaStream>, scratch: &mut Sc
                 return launch_kernel!(
                     kernels,
                     stream,
-                    kernel(names::norm_packed(max_ne0))?,
+                    kernel(names::norm_packed_for(a.ne[0], max_ne0))?,
                     cfg,
                     &a,
                     &half,
@@ -759,7 +759,7 @@ pub(crate) fn norm_affine(
     // norm_f32_row*(TensorArg src, int src_half, TensorArg dst, int dst_half, float eps, int rms,
     //               TensorArg w, TensorArg b, int affine, TensorArg r, int residual, void *copy,
     //               int copy_type)
-    let name = kernel(names::norm_packed(max_ne0))?;
+    let name = kernel(names::norm_packed_for(a.ne[0], max_ne0))?;
     launch_kernel!(
         kernels, stream, name, cfg, &a, &src_half, &d, &dst_half, &eps, &rms, &wt, &bt, &affine, &r, &has_r, &at,
         &copy_type
@@ -886,6 +886,9 @@ mod tests {
                 assert!(source.contains(&format!("({name}, {group}, {v4}")), "{name}");
             }
         }
+        assert_eq!(names::norm_packed_for(384, 512), Some("norm_f32_row384"));
+        assert_eq!(names::norm_packed_for(388, 512), Some("norm_f32_row512"));
+        assert!(source.contains("(norm_f32_row384, 32, 3)"));
     }
 
     #[test]

@@ -441,6 +441,7 @@ pub(crate) const MODULES: &[Module] = &[
             "soft_max_f32_f16_row8192",
             "norm_f32_row128",
             "norm_f32_row256",
+            "norm_f32_row384",
             "norm_f32_row512",
             "norm_f32_row1024",
             "norm_f32_row2048",

@@ -184,6 +184,15 @@ pub(crate) fn norm_packed(max_ne0: i64) -> Option<&'static str> {
     Some(names[packed_row_variant(max_ne0)?])
 }
 
+/// [`norm_packed`] for rows of `ne0` values, at most `max_ne0`: rows of 257 to 384 values take
+/// a kernel of their own.
+pub(crate) fn norm_packed_for(ne0: i64, max_ne0: i64) -> Option<&'static str> {
+    if max_ne0 == 512 && ne0 <= 384 {
+        return Some("norm_f32_row384");
+    }
+    norm_packed(max_ne0)
+}
+
 pub(crate) fn diag_mask_inf(t: DType) -> Option<&'static str> {
     by_float(t, ["diag_mask_inf_f32", "diag_mask_inf_f16", "diag_mask_inf_bf16"])
 }
@@ -564,6 +573,7 @@ mod tests {
             for max_ne0 in (0..16).map(|p| 1i64 << p) {
                 chosen.extend(soft_max_packed(a, max_ne0));
                 chosen.extend(norm_packed(max_ne0));
+                chosen.extend(norm_packed_for(max_ne0 * 3 / 4, max_ne0));
             }
             for b in DType::ALL {
                 for f in [cpy, binary, sum_rows, soft_max, im2col] {
