@@ -238,6 +238,7 @@ impl CudaBackend {
             Fusion::MulMatBias { gelu, widened, mul_mat, last, .. } => (gelu.or(widened).unwrap_or(mul_mat), last),
             Fusion::FlashAttnHalf { attn, cast } => (attn, cast),
             Fusion::SwiGlu { gate, last, .. } => (gate, last),
+            Fusion::TransposedProduct { cont, mul_mat } => (cont, mul_mat),
             Fusion::Projections { products, .. } => return self.launch_projections(graph, &products),
         };
         // Every node must run here, as it would one by one.
@@ -313,6 +314,11 @@ impl CudaBackend {
                 }
                 let (gate, up, b) = (operand(src0)?, operand(up_weight)?, operand(src1)?);
                 kernels::launch_swiglu(&self.kernels, &self.stream, &mut self.scratch, gate, up, b, dst)
+            }
+            Fusion::TransposedProduct { mul_mat, .. } => {
+                // The product reads the CONT's source (src0) where it lies.
+                let Some(b) = graph.tensor(mul_mat)?.src(1) else { return Ok(false) };
+                kernels::launch_transposed_product(&self.kernels, &self.stream, operand(src0)?, operand(b)?, dst)
             }
             Fusion::Projections { .. } => Ok(false), // queued before these operands are read
         }

@@ -60,6 +60,10 @@ pub(crate) enum Fusion {
     /// value projections while decoding. `nodes` counts the nodes covered, views between them
     /// included.
     Projections { products: [Option<Projection>; 3], nodes: usize },
+    /// CONT of f32 values (a transposed view, as a BERT graph's mean pooling makes), read only
+    /// as the weights of the one-column MUL_MAT right after it: the product reads the CONT's
+    /// source where it lies.
+    TransposedProduct { cont: TensorId, mul_mat: TensorId },
 }
 
 /// One product of a [`Fusion::Projections`].
@@ -101,6 +105,7 @@ impl Fusion {
             Fusion::FlashAttnHalf { .. } => "FLASH_ATTN+CPY (fused)",
             Fusion::SwiGlu { .. } => "MUL_MAT+SILU+MUL_MAT+MUL (fused)",
             Fusion::Projections { .. } => "MUL_MAT(+ROPE)(+SET_ROWS) x N (fused)",
+            Fusion::TransposedProduct { .. } => "CONT+MUL_MAT (fused)",
         }
     }
 
@@ -117,6 +122,7 @@ impl Fusion {
             }
             Fusion::FlashAttnHalf { .. } => 2,
             Fusion::SwiGlu { .. } => 4,
+            Fusion::TransposedProduct { .. } => 2,
             Fusion::Projections { nodes, .. } => *nodes,
         }
     }
@@ -219,6 +225,14 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
                 _ => return None,
             }
             return Some(f);
+        }
+        Op::Cont => {
+            // Read only as the weights of the product right after it, which has one column.
+            let product = graph.tensor(second).ok()?;
+            let b = graph.tensor(product.src(1)?).ok()?;
+            let one_column = product.op() == Op::MulMat && product.src(0) == Some(first) && b.ne()[1] == 1;
+            return (one_column && read_once(first))
+                .then_some(Fusion::TransposedProduct { cont: first, mul_mat: second });
         }
         Op::FlashAttn { .. } => {
             // Its result cast to f16 by the node right after it, its only reader.
@@ -443,6 +457,36 @@ mod tests {
         g.build_forward(m).unwrap();
         let ids = g.nodes().to_vec();
         assert_eq!(find(&g, &ids, &counts(&g)), None);
+    }
+
+    #[test]
+    fn a_copied_transpose_read_as_the_weights_of_one_column_fuses_with_its_product() {
+        // Mean pooling's shape: hidden states [8, 5, 3] transposed, copied, times one column
+        // per sequence; the copy also an output, or a product of two columns.
+        let build = |columns: usize, copy_is_output: bool| {
+            let mut g = Graph::new();
+            let x = g.new_tensor(DType::F32, &[8, 5, 3]).unwrap();
+            let p = g.new_tensor(DType::F32, &[5, columns, 3]).unwrap();
+            let t = g.transpose(x).unwrap();
+            let copy = g.cont(t).unwrap();
+            let out = g.mul_mat(copy, p).unwrap();
+            if copy_is_output {
+                g.set_output(copy).unwrap();
+            }
+            g.build_forward(out).unwrap();
+            let ids = g.nodes().to_vec();
+            (g, ids, copy, out)
+        };
+        let (g, ids, copy, out) = build(1, false);
+        let at = ids.iter().position(|&id| id == copy).unwrap();
+        let f = find(&g, &ids[at..], &counts(&g)).unwrap();
+        assert_eq!(f, Fusion::TransposedProduct { cont: copy, mul_mat: out });
+        assert_eq!((f.len(), f.name()), (2, "CONT+MUL_MAT (fused)"));
+        for (columns, copy_is_output) in [(2, false), (1, true)] {
+            let (g, ids, copy, _) = build(columns, copy_is_output);
+            let at = ids.iter().position(|&id| id == copy).unwrap();
+            assert_eq!(find(&g, &ids[at..], &counts(&g)), None, "{columns} columns, output {copy_is_output}");
+        }
     }
 
     #[test]

@@ -135,6 +135,28 @@ pub(crate) fn flash_attn_tensor_cores(
     Ok(true)
 }
 
+/// Threads a block of `mul_mat_vec_t_f32` (`MMVT_THREADS` in mul_mat_vec_t.cu).
+const MMVT_THREADS: u32 = 128;
+
+/// Queues `mul_mat_vec_t_f32` (mul_mat_vec_t.cu) for operands checked by
+/// [`super::launch_transposed_product`].
+pub(crate) fn mul_mat_vec_t(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    x: &TensorArg,
+    b: &TensorArg,
+    dst: &TensorArg,
+) -> Result<()> {
+    // Checked: at most i32::MAX values along dimension 1, at most 65535 matrices each way.
+    let cfg = LaunchConfig {
+        grid_dim: (div_ceil(x.ne[1], i64::from(MMVT_THREADS)) as u32, b.ne[2] as u32, b.ne[3] as u32),
+        block_dim: (MMVT_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // mul_mat_vec_t_f32(TensorArg x, TensorArg b, TensorArg dst)
+    launch_kernel!(kernels, stream, "mul_mat_vec_t_f32", cfg, x, b, dst)
+}
+
 /// Whether every row of `t` starts on a 16-byte boundary.
 fn rows_on_16_bytes(t: &TensorArg) -> bool {
     rows_on(t, 16)

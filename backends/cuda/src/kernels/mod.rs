@@ -227,6 +227,41 @@ pub fn launch_flash_attn_to_f16(
     launch::flash_attn_tensor_cores(kernels, stream, srcs, dst, scale, precision)
 }
 
+/// Queues the MUL_MAT of a CONT's copy of `x` (the CONT's source, a view) by the one column
+/// `b` into `dst` as one kernel that reads `x` where it lies: a transposed view of packed rows
+/// (values along dimension 1 packed, as a BERT graph's mean pooling transposes its hidden
+/// states), so that nothing is copied. f32 sums in order of `k`, within rounding of the
+/// product of the copy. `Ok(false)` (nothing queued) for other operands; the nodes then run
+/// one by one. The addresses are as for [`launch`].
+pub fn launch_transposed_product(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    x: Operand,
+    b: Operand,
+    dst: Operand,
+) -> Result<bool> {
+    let ((xa, xt), (ba, bt), (da, dt)) = (x, b, dst);
+    let floats = |t: &TensorArg| t.data % 4 == 0 && t.nb.iter().all(|nb| nb % 4 == 0);
+    let fits = [xt, bt, dt] == [DType::F32; 3]
+        && [&xa, &ba, &da].into_iter().all(floats)
+        && xa.nb[1] == 4
+        && xa.ne[2] > 0
+        && xa.ne[3] > 0
+        && ba.ne[0] == xa.ne[0]
+        && ba.ne[1] == 1
+        && ba.ne[2] % xa.ne[2] == 0
+        && ba.ne[3] % xa.ne[3] == 0
+        && (1..=65535).contains(&ba.ne[2])
+        && (1..=65535).contains(&ba.ne[3])
+        && da.ne == [xa.ne[1], 1, ba.ne[2], ba.ne[3]]
+        && (1..=i64::from(i32::MAX)).contains(&xa.ne[1]);
+    if !fits || TensorArg::overlap(dst, x) || TensorArg::overlap(dst, b) {
+        return Ok(false);
+    }
+    stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
+    launch::mul_mat_vec_t(kernels, stream, &xa, &ba, &da).map(|()| true)
+}
+
 /// Queues the products of `gate` and `up` with `b` (one column), then silu(gate product) *
 /// (up product), into `dst` as one kernel: a SwiGLU feed-forward's MUL_MAT, SILU, MUL_MAT and
 /// MUL nodes, with the bits of the nodes one after another. `Ok(false)` (nothing queued) where

@@ -380,6 +380,7 @@ pub(crate) const MODULES: &[Module] = &[
             "mul_mat_vec_proj_q3_K",
         ],
     },
+    Module { name: "mul_mat_vec_t", fatbin: fatbin!("mul_mat_vec_t"), kernels: &["mul_mat_vec_t_f32"] },
     Module {
         name: "mul_mat_vec_mma",
         fatbin: fatbin!("mul_mat_vec_mma"),
