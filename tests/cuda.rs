@@ -568,8 +568,8 @@ fn attention_written_in_f16_and_read_as_it_is_gives_the_bits_of_its_nodes() {
 /// Attention in reduced precision over at most 128 keys (heads of 32) takes the kernel that holds
 /// every key at once; it multiplies the same tiles of 32 keys in the same order as the streaming
 /// kernel, so its results have the bits of that kernel's over the same keys followed by a tile
-/// that no query sees (which the streaming kernel skips): with a padding mask per sequence and
-/// with a causal mask row per query.
+/// that no query sees (which the streaming kernel skips): with a padding mask per sequence
+/// (keys and values past each sequence hold NaN) and with a causal mask row per query.
 #[test]
 fn attention_over_a_short_sequence_gives_the_bits_of_the_streaming_kernel() {
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
@@ -604,8 +604,12 @@ fn attention_over_a_short_sequence_gives_the_bits_of_the_streaming_kernel() {
             g.build_forward(attn).unwrap();
             tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
             g.set_f32(q, &fill([hd, tokens, heads, seqs], &|i| value(i, 1))).unwrap();
-            g.set_f32(k, &fill([hd, kv, heads, seqs], &|i| value(i, 2))).unwrap();
-            g.set_f32(v, &fill([hd, kv, heads, seqs], &|i| value(i, 3))).unwrap();
+            // Keys and values no query sees hold NaN (a cache's unwritten rows), which must not
+            // reach the results.
+            let unseen = |i: [usize; 4]| !causal && !sees(i[1], 0, i[3]);
+            let kv_values = |salt| fill([hd, kv, heads, seqs], &|i| if unseen(i) { f32::NAN } else { value(i, salt) });
+            g.set_f32(k, &kv_values(2)).unwrap();
+            g.set_f32(v, &kv_values(3)).unwrap();
             let mask = fill(mask_ne, &|[p, i, _, s]| if sees(p, i, s) { 0.0 } else { f32::NEG_INFINITY });
             g.set_f32(m, &mask).unwrap();
             let consumers = tessera::consumer_counts(&g).unwrap();

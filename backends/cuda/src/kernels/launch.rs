@@ -242,9 +242,10 @@ pub(crate) fn rows_16_byte_aligned(t: &TensorArg, es: i64) -> bool {
     (t.ne[0] <= 1 || t.nb[0] == es) && t.data % 16 == 0 && (1..4).all(|d| t.ne[d] <= 1 || t.nb[d] % 16 == 0)
 }
 
-/// Blocks of a fused layer norm per SM, 8 times what an SM holds at once: on an H200 MiniLM's
-/// 131072 rows of 384 values took 130 us this way, 134 with 16 blocks an SM, 146 with a block
-/// for every 4 rows (one each warp, no next row to prefetch).
+/// Blocks of a fused layer norm per SM: 8 times what an SM holds at once of the warp-per-row
+/// kernels (6 blocks of 128 threads), 16 times of the block-per-row ones (3 of 256). On an H200
+/// MiniLM's 131072 rows of 384 values took 130 us this way, 134 with 16 blocks an SM, 146 with
+/// a block for every 4 rows (one each warp, no next row to prefetch).
 const NORM_BLOCKS_PER_SM: i64 = 48;
 
 /// Longest row the packed-row kernels (rows_packed.cu) take, and the longest they take on a
