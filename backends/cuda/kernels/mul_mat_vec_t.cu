@@ -14,9 +14,9 @@
 
 #define MMVT_THREADS 128
 
-extern "C" __global__ void __launch_bounds__(MMVT_THREADS)
-    mul_mat_vec_t_f32(const __grid_constant__ TensorArg x, const __grid_constant__ TensorArg b,
-                      const __grid_constant__ TensorArg dst) {
+extern "C" __global__ void __launch_bounds__(MMVT_THREADS) mul_mat_vec_t_f32(const __grid_constant__ TensorArg x,
+                                                                           const __grid_constant__ TensorArg b,
+                                                                           const __grid_constant__ TensorArg dst) {
     await_prior_kernel();
     const long long i = (long long)blockIdx.x * MMVT_THREADS + threadIdx.x;
     if (i >= x.ne[1]) {

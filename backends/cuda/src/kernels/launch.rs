@@ -154,7 +154,7 @@ pub(crate) fn mul_mat_vec_t(
         shared_mem_bytes: 0,
     };
     // mul_mat_vec_t_f32(TensorArg x, TensorArg b, TensorArg dst)
-    launch_kernel!(kernels, stream, "mul_mat_vec_t_f32", cfg, x, b, dst)
+    launch_kernel!(kernels, stream, names::MUL_MAT_VEC_T, cfg, x, b, dst)
 }
 
 /// Whether every row of `t` starts on a 16-byte boundary.

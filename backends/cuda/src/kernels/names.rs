@@ -509,6 +509,10 @@ pub(crate) const UNARY_F32_PACKED: &str = "unary_f32_packed";
 pub(crate) const UNARY_F16_PACKED: &str = "unary_f16_packed";
 
 pub(crate) const MUL_MAT_PTRS: &str = "mul_mat_ptrs";
+
+/// The one-column product of a transposed view's copy, read where the view lies
+/// (mul_mat_vec_t.cu).
+pub(crate) const MUL_MAT_VEC_T: &str = "mul_mat_vec_t_f32";
 pub(crate) const FILL_F32: &str = "fill_f32";
 
 #[cfg(test)]
@@ -582,6 +586,7 @@ mod tests {
             }
         }
         chosen.insert(MUL_MAT_PTRS);
+        chosen.insert(MUL_MAT_VEC_T);
         chosen.insert(QUANTIZE_Q8_1);
         chosen.insert(MUL_MAT_VEC_Q8_0_ROWS);
         chosen.insert(MUL_MAT_VEC_GLU_Q8_0_ROWS);
