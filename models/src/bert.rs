@@ -180,10 +180,10 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
 
 /// [`build`], with the layers for which `flash_attn(layer)` gives a precision computing
 /// attention as one FLASH_ATTN node of that precision (no score matrix in memory) instead of
-/// products and a soft-max. Those layers in reduced precision keep attention's keys, values and
-/// result, the feed-forward's hidden values, the output projections' results and the residual
-/// stream (the layer norms' results) in f16, and take those hidden values through GELU's tanh
-/// approximation instead of its erf form.
+/// products and a soft-max. Those layers in reduced precision keep attention's queries, keys,
+/// values and result, the feed-forward's hidden values, the output projections' results and
+/// the residual stream (the layer norms' results) in f16, and take those hidden values through
+/// GELU's tanh approximation instead of its erf form.
 pub fn build_with(
     g: &mut Graph,
     c: &BertConfig,
@@ -258,19 +258,20 @@ pub fn build_with(
         let reduced = reduced_at(layer);
         // Self-attention in blocks of `a` tokens (rows, or packed sequences gathered into
         // padded blocks), heads split as [head_dim, tokens, heads, blocks].
-        let input = b.widened(x)?;
-        let q = b.linear(&format!("{pre}.attention.self.query"), input, h, h)?;
-        // Attention in reduced precision takes its keys and values in f16.
-        let (k, v) = if reduced {
-            let input = b.widened(x)?;
-            let k = b.linear_half(&format!("{pre}.attention.self.key"), input, h, h)?;
-            let input = b.widened(x)?;
-            (k, b.linear_half(&format!("{pre}.attention.self.value"), input, h, h)?)
+        // Attention in reduced precision takes its queries, keys and values in f16.
+        let [q, k, v] = if reduced {
+            let mut project = |name: &str| {
+                let input = b.widened(x)?;
+                b.linear_half(&format!("{pre}.attention.self.{name}"), input, h, h)
+            };
+            [project("query")?, project("key")?, project("value")?]
         } else {
-            (
+            let input = b.widened(x)?;
+            [
+                b.linear(&format!("{pre}.attention.self.query"), input, h, h)?,
                 b.linear(&format!("{pre}.attention.self.key"), x, h, h)?,
                 b.linear(&format!("{pre}.attention.self.value"), x, h, h)?,
-            )
+            ]
         };
         let [q, k, v] = match attention_gather {
             Some(gather) => {
@@ -281,7 +282,7 @@ pub fn build_with(
                 }
                 // Gathering gives f32: f16 values are taken back to f16, exactly.
                 if reduced {
-                    for y in &mut gathered[1..] {
+                    for y in &mut gathered {
                         *y = b.g.cast(*y, DType::F16)?;
                     }
                 }

@@ -736,14 +736,16 @@ fn flash_attn(v: &mut Vec<Case>) {
             fa(32, 32, 40, 128, 2, 2, 1, Some((F32, [128, 40, 1, 1], Init::MaskInfRows))),
         ]
     };
-    for t in FLOATS {
+    // Queries of f32, and of f16 (as an encoder's projections write them in reduced precision).
+    for (t, qt) in FLOATS.into_iter().flat_map(|t| [(t, F32), (t, F16)]) {
+        let tq = if qt == F16 { "type_q=f16," } else { "" };
         for f in list() {
             let Fa { d, dv, n, kv, hq, hk, b, mask } = f;
             let m = mask.map_or(String::new(), |(mt, ne, _)| format!(",mask={mt}{}", fmt_ne(&ne)));
-            let params = format!("type_kv={t},d={d},dv={dv},n={n},kv={kv},hq={hq},hk={hk},b={b}{m}");
+            let params = format!("{tq}type_kv={t},d={d},dv={dv},n={n},kv={kv},hq={hq},hk={hk},b={b}{m}");
             let build = move |g: &mut CaseGraph, precision: Precision| -> Result<TensorId> {
                 // Queries as the models make them: `[d, hq, n]` seen as `[d, n, hq]`.
-                let q = g.input(F32, [d, n, hq, b], Some(SWAP12), Init::DEFAULT)?;
+                let q = g.input(qt, [d, n, hq, b], Some(SWAP12), Init::DEFAULT)?;
                 let k = g.leaf(t, [d, kv, hk, b])?;
                 let vv = g.leaf(t, [dv, kv, hk, b])?;
                 let m = mask.map(|(mt, ne, init)| g.leaf_init(mt, ne, init)).transpose()?;
@@ -759,14 +761,14 @@ fn flash_attn(v: &mut Vec<Case>) {
                 v.push(Case::new("FLASH_ATTN", name, move |g| build(g, Precision::Reduced)).with_max_nmse(5e-4));
             }
         }
-        // Keys and values as an encoder's projections hold them, `[d, heads, tokens]` seen as
-        // `[d, tokens, heads]` (the BERT graph's layout), in both precisions.
+        // Queries, keys and values as an encoder's projections hold them, `[d, heads, tokens]`
+        // seen as `[d, tokens, heads]` (the BERT graph's layout), in both precisions.
         for precision in [Precision::Full, Precision::Reduced] {
             let prec = if precision == Precision::Reduced { ",prec=reduced" } else { "" };
-            let name = format!("FLASH_ATTN(type_kv={t},d=32,n=96,kv=96,hq=4,hk=4,b=2,heads_view{prec})");
+            let name = format!("FLASH_ATTN({tq}type_kv={t},d=32,n=96,kv=96,hq=4,hk=4,b=2,heads_view{prec})");
             v.push(
                 Case::new("FLASH_ATTN", name, move |g| {
-                    let q = g.input(F32, [32, 96, 4, 2], Some(SWAP12), Init::DEFAULT)?;
+                    let q = g.input(qt, [32, 96, 4, 2], Some(SWAP12), Init::DEFAULT)?;
                     let k = g.input(t, [32, 96, 4, 2], Some(SWAP12), Init::DEFAULT)?;
                     let vv = g.input(t, [32, 96, 4, 2], Some(SWAP12), Init::DEFAULT)?;
                     let m = g.leaf_init(F32, [96, 1, 1, 2], Init::MaskInf)?;
@@ -776,6 +778,9 @@ fn flash_attn(v: &mut Vec<Case>) {
                 })
                 .with_max_nmse(if precision == Precision::Reduced { 5e-4 } else { 1e-7 }),
             );
+        }
+        if qt == F16 {
+            continue;
         }
         // Keys and values whose rows start off 16-byte boundaries (68-byte rows from the second
         // value of each): the f16 kernel, which copies 16 bytes at a time, leaves them to the

@@ -1,6 +1,6 @@
 // FLASH_ATTN: for each query row, softmax(scale * q . k_p + mask_p) over the key positions p,
 // applied to the values, without a score matrix in global memory (tessera-core's
-// `Graph::flash_attn` gives the shapes). The soft-max is kept online (running maximum and sum,
+// `Graph::flash_attn` gives the shapes; queries of f32 or f16 values). The soft-max is kept online (running maximum and sum,
 // earlier sums rescaled), with f32 sums and IEEE `expf`, for heads of up to 32 * NE values
 // (NE = 1, 2 or 4: 32, 64 or 128).
 //
@@ -128,10 +128,12 @@ __device__ void flash_attn_rows(const TensorArg &q, const TensorArg &k, const Te
     const bool v_vector = dv == 32 * NE && fa_rows_aligned(v, NE * es);
 
     float *qf = (float *)qs;
+    const bool q_half = q.nb[0] == 2;
     for (int i = tid; i < R * 32 * NE; i += FA_THREADS) {
         const int r = i / (32 * NE), e = i % (32 * NE);
         const long long row = first + r;
-        qf[i] = (row < n && e < d) ? F32::load(row_ptr(q, row, h, i3), e, q.nb[0]) : 0.0f;
+        const char *qrow = row_ptr(q, row, h, i3);
+        qf[i] = row >= n || e >= d ? 0.0f : q_half ? F16::load(qrow, e, 2) : F32::load(qrow, e, 4);
     }
     if (tid < R) {
         row_max[tid] = -INFINITY;
@@ -296,7 +298,11 @@ __device__ void flash_attn_split(const TensorArg &q, const TensorArg &k, const T
     const long long kh = h / (q.ne[2] / k.ne[2]), kb = i3 % k.ne[3];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const long long es = k.nb[0];
-    const bool whole = d == 32 * NE && fa_rows_aligned(k, 4 * es) && fa_rows_aligned(q, 16);
+    // Queries of f32 or f16 (`q_half`) values, keys and queries in aligned groups of 4 where
+    // every row holds 32 NE values.
+    const bool q_half = q.nb[0] == 2;
+    const bool k_whole = d == 32 * NE && fa_rows_aligned(k, 4 * es);
+    const bool q_whole = d == 32 * NE && fa_rows_aligned(q, 4 * q.nb[0]);
     const int e0 = lane * NE;
     const bool v_vector = dv == 32 * NE && fa_rows_aligned(v, NE * es);
 
@@ -320,13 +326,12 @@ __device__ void flash_attn_split(const TensorArg &q, const TensorArg &k, const T
     float qx[QUARTER], kx[QUARTER];
 #pragma unroll
     for (int e = 0; e < QUARTER; e += 4) {
-        if (whole) {
-            fa_load<F32, 4>(qrow, first + e, true, qx + e);
-            fa_load<T, 4>(krow, first + e, true, kx + e);
+        if (q_half) {
+            fa_key4<F16>(qrow, first + e, d, q_whole, qx + e);
         } else {
-            fa_key4<F32>(qrow, first + e, d, false, qx + e);
-            fa_key4<T>(krow, first + e, d, false, kx + e);
+            fa_key4<F32>(qrow, first + e, d, q_whole, qx + e);
         }
+        fa_key4<T>(krow, first + e, d, k_whole, kx + e);
     }
     const float bias = has_mask ? M::load(mrow_of(mask, h, i3), prow, mask.nb[0]) : 0.0f;
     float x[FA_WARP_POSITIONS][NE];

@@ -1,7 +1,7 @@
 // FLASH_ATTN in reduced precision (tessera's Precision::Reduced) on f16 tensor cores, for keys
-// and values in f16 with heads of 32, 64 or 128 values and f32 queries: an encoder's attention
-// over a batch of sequences whose keys and values its projections wrote in f16, or a prompt
-// over a cache kept in f16.
+// and values in f16 with heads of 32, 64 or 128 values and f32 or f16 queries: an encoder's
+// attention over a batch of sequences whose projections wrote its queries, keys and values in
+// f16, or a prompt over a cache kept in f16.
 //
 // A block of 4 warps takes 64 query rows of one head and batch, 16 a warp, and walks the keys in
 // tiles of KEYS positions. Each tile is copied to shared memory as it is stored, 16 bytes a copy
@@ -24,6 +24,8 @@
 // The launcher takes this kernel only for keys and values whose rows start on 16-byte
 // boundaries (the copies' size), queries on 8-byte boundaries (read two values at a time) and
 // an f16 result on 16-byte boundaries (written 16 bytes at a time).
+#include <type_traits>
+
 #include "flash_attn_rows.cuh"
 
 // Two values rounded to f16 in one register, `lo` in the low half (an operand's pair of columns).
@@ -96,39 +98,49 @@ __device__ __forceinline__ void fah_store_rows_f16(const float (&out)[D / 8][4],
 }
 
 // This thread's queries (rows g and g + 8 of the warp's 16 from `first`; rows from `n` on are
-// zeros) of head h and batch i3: qv[s][x][i] of row i is value 16s + 2t + (x & 1) + 8(x / 2),
-// read first and rounded to f16 (`fah_query_fragments`) once the first keys' copies are queued.
-template <int D>
+// zeros) of head h and batch i3, read first. f32 values (Q = F32) go to qv[s][x][i], value
+// 16s + 2t + (x & 1) + 8(x / 2) of row i, to be rounded to f16 (`fah_query_fragments`) once the
+// first keys' copies are queued; f16 values (Q = F16) go straight to their A fragments `qa`
+// (an aligned pair of f16 values is one fragment register), which the first product waits for.
+template <typename Q, int D>
 __device__ __forceinline__ void fah_load_queries(const TensorArg &q, int first, int n, int h, int i3,
-                                                 float (&qv)[D / 16][4][2]) {
+                                                 float (&qv)[D / 16][4][2], unsigned int (&qa)[D / 16][4]) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int row = first + g + 8 * i;
-        const float *qrow = row < n ? (const float *)row_ptr(q, row, h, i3) : nullptr;
+        const char *qrow = row < n ? row_ptr(q, row, h, i3) : nullptr;
 #pragma unroll
         for (int s = 0; s < D / 16; s++) {
-            // Values x and x + 1 side by side: one 8-byte load (rows on 8-byte boundaries).
+            // Values e and e + 1 side by side: one 8-byte (f32) or 4-byte (f16) load (rows on
+            // 8-byte boundaries).
 #pragma unroll
             for (int x = 0; x < 4; x += 2) {
-                const float2 v = qrow ? *(const float2 *)&qrow[16 * s + 2 * t + 8 * (x / 2)] : make_float2(0.0f, 0.0f);
-                qv[s][x][i] = v.x;
-                qv[s][x + 1][i] = v.y;
+                const int e = 16 * s + 2 * t + 8 * (x / 2);
+                if constexpr (std::is_same_v<Q, F16>) {
+                    qa[s][i + x] = qrow ? *(const unsigned int *)(qrow + 2 * e) : 0u;
+                } else {
+                    const float2 v = qrow ? *(const float2 *)(qrow + 4 * e) : make_float2(0.0f, 0.0f);
+                    qv[s][x][i] = v.x;
+                    qv[s][x + 1][i] = v.y;
+                }
             }
         }
     }
 }
 
 // The queries as A fragments: qa[s] = {(g, 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8)}
-// (each with the next column) of values 16s .. 16s + 15.
-template <int D>
+// (each with the next column) of values 16s .. 16s + 15; f16 queries are there already.
+template <typename Q, int D>
 __device__ __forceinline__ void fah_query_fragments(const float (&qv)[D / 16][4][2], unsigned int (&qa)[D / 16][4]) {
+    if constexpr (std::is_same_v<Q, F32>) {
 #pragma unroll
-    for (int s = 0; s < D / 16; s++) {
+        for (int s = 0; s < D / 16; s++) {
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            qa[s][i] = fah_pack(qv[s][0][i], qv[s][1][i]);
-            qa[s][i + 2] = fah_pack(qv[s][2][i], qv[s][3][i]);
+            for (int i = 0; i < 2; i++) {
+                qa[s][i] = fah_pack(qv[s][0][i], qv[s][1][i]);
+                qa[s][i + 2] = fah_pack(qv[s][2][i], qv[s][3][i]);
+            }
         }
     }
 }
@@ -283,7 +295,7 @@ template <int D, int KEYS> struct FahTile {
     int live[2][KEYS];   // whether some query row of the block sees the key
 };
 
-template <typename M, int D, int KEYS, int WARPS>
+template <typename M, typename Q, int D, int KEYS, int WARPS>
 __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const TensorArg &v, const TensorArg &mask,
                                const TensorArg &dst, float scale, int has_mask, int out_f16, FahTile<D, KEYS> &tile) {
     const float scale2 = scale * FA_LOG2E;
@@ -291,7 +303,8 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
     const FahBlock<WARPS> at(q, k, v, mask, has_mask);
     const int tid = threadIdx.x;
     float qv[D / 16][4][2];
-    fah_load_queries<D>(q, at.first + at.warp * 16, at.n, at.h, at.i3, qv);
+    unsigned int qa[D / 16][4];
+    fah_load_queries<Q, D>(q, at.first + at.warp * 16, at.n, at.h, at.i3, qv, qa);
 
     // Marks the keys of the tile at p0 in buffer b (entries of `live` are zero before: a
     // buffer's are cleared once its tile is copied), and queues their copies.
@@ -314,8 +327,7 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
     if (seen) {
         copy(0, 0);
     }
-    unsigned int qa[D / 16][4];
-    fah_query_fragments<D>(qv, qa);
+    fah_query_fragments<Q, D>(qv, qa);
 
     for (int p0 = 0, b = 0; p0 < at.kv; p0 += KEYS, b ^= 1) {
         // The next tile's keys marked, this tile's copies awaited; then the next tile's copies
@@ -362,7 +374,7 @@ template <int D, int KV> struct FahWhole {
 // every key and value at once and then multiplies the tiles of 32 keys with no barrier between
 // them, where the streaming kernel waits at two barriers a tile and for a mask read before each.
 // The tiles, and so the sums, are those of flash_attn_half with tiles of 32 keys.
-template <typename M, int D, int KV, int WARPS>
+template <typename M, typename Q, int D, int KV, int WARPS>
 __device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, const TensorArg &v,
                                       const TensorArg &mask, const TensorArg &dst, float scale, int has_mask,
                                       int out_f16, FahWhole<D, KV> &tile) {
@@ -374,7 +386,8 @@ __device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, co
     const FahBlock<WARPS> at(q, k, v, mask, has_mask);
     const int lane = threadIdx.x % 32;
     float qv[D / 16][4][2];
-    fah_load_queries<D>(q, at.first + at.warp * 16, at.n, at.h, at.i3, qv);
+    unsigned int qa[D / 16][4];
+    fah_load_queries<Q, D>(q, at.first + at.warp * 16, at.n, at.h, at.i3, qv, qa);
 
     if (!at.one_row) {
         for (int j = threadIdx.x; j < KV; j += 32 * WARPS) {
@@ -386,8 +399,7 @@ __device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, co
     if (seen) {
         fah_copy<D, KV>(at, tile.keys, tile.values, tile.live, k.nb[1], v.nb[1], 0);
     }
-    unsigned int qa[D / 16][4];
-    fah_query_fragments<D>(qv, qa);
+    fah_query_fragments<Q, D>(qv, qa);
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
     float out[D / 8][4];
 #pragma unroll
@@ -417,7 +429,8 @@ __device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, co
 
 // flash_attn_half_d<head>[_kv<keys>](q, k, v, mask, dst, scale, has_mask, mask_f16, out_f16):
 // grid of (query rows / (16 WARPS), heads, batches) blocks of 32 WARPS threads; with out_f16,
-// dst holds f16 values (a CPY of the result to f16 fused in), rows of packed values. BODY is
+// dst holds f16 values (a CPY of the result to f16 fused in), rows of packed values; queries of
+// f32 values, or f16 where q's values are 2 bytes apart. BODY is
 // flash_attn_half (tiles of KEYS keys in TILE = FahTile) or flash_attn_half_short (at most KEYS
 // keys in TILE = FahWhole).
 #define FLASH_ATTN_HALF_KERNEL(name, D, KEYS, WARPS, BLOCKS, TILE, BODY)                                       \
@@ -427,10 +440,14 @@ __device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, co
              const __grid_constant__ TensorArg dst, float scale, int has_mask, int mask_f16, int out_f16) {     \
         __shared__ TILE<D, KEYS> tile;                                                                           \
         await_prior_kernel();                                                                                    \
-        if (mask_f16) {                                                                                          \
-            BODY<F16, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                       \
+        if (mask_f16 && q.nb[0] == 2) {                                                                          \
+            BODY<F16, F16, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                  \
+        } else if (mask_f16) {                                                                                   \
+            BODY<F16, F32, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                  \
+        } else if (q.nb[0] == 2) {                                                                               \
+            BODY<F32, F16, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                  \
         } else {                                                                                                 \
-            BODY<F32, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                       \
+            BODY<F32, F32, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                  \
         }                                                                                                        \
     }
 

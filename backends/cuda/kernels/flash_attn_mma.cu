@@ -1,6 +1,6 @@
 // FLASH_ATTN over many query rows on tensor cores (a prompt, or a batch of sequences as an
 // encoder sees them): heads of 32, 64 or 128 values (keys and values alike), keys and values in
-// f32, f16 or bf16, f32 queries, an optional f32 or f16 mask.
+// f32, f16 or bf16, f32 or f16 queries, an optional f32 or f16 mask.
 //
 // A block of 4 warps takes 64 query rows of one head and batch, 16 a warp, and walks the keys
 // in tiles of KEYS positions. Per tile, the keys and the values go to shared
@@ -194,11 +194,22 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
         if (in && has_mask) {
             mrow[i] = mbase + fa_mask_row(rows[i], mask.ne[1]) * mask.nb[1];
         }
-        const float *qrow = in ? (const float *)row_ptr(q, rows[i], h, i3) : nullptr;
+        // f32 queries, or f16 ones where their values are 2 bytes apart (one test for the loop).
+        const char *qrow = in ? row_ptr(q, rows[i], h, i3) : nullptr;
+        if (q.nb[0] == 2) {
+            const unsigned short *qh = (const unsigned short *)qrow;
 #pragma unroll
-        for (int s = 0; s < D / 8; s++) {
-            qa[s][i] = in ? qrow[8 * s + 2 * t] : 0.0f;
-            qa[s][i + 2] = in ? qrow[8 * s + 2 * t + 1] : 0.0f;
+            for (int s = 0; s < D / 8; s++) {
+                qa[s][i] = in ? f16_bits_to_f32(qh[8 * s + 2 * t]) : 0.0f;
+                qa[s][i + 2] = in ? f16_bits_to_f32(qh[8 * s + 2 * t + 1]) : 0.0f;
+            }
+        } else {
+            const float *qf = (const float *)qrow;
+#pragma unroll
+            for (int s = 0; s < D / 8; s++) {
+                qa[s][i] = in ? qf[8 * s + 2 * t] : 0.0f;
+                qa[s][i + 2] = in ? qf[8 * s + 2 * t + 1] : 0.0f;
+            }
         }
     }
 

@@ -175,9 +175,9 @@ impl Graph {
         self.node(Op::SoftMax { scale }, dtype, ne, &[a, m])
     }
 
-    /// Attention in one pass, as ggml's FLASH_ATTN_EXT: for queries `q` (F32
+    /// Attention in one pass, as ggml's FLASH_ATTN_EXT: for queries `q` (F32 or F16
     /// `[d, n, hq, b]`), keys `k` (`[d, kv, hk, bk]`) and values `v` (`[dv, kv, hk, bk]`), both
-    /// F32, F16 or BF16 with densely packed rows, query head `h` reads key/value head
+    /// F32, F16 or BF16, all with densely packed rows, query head `h` reads key/value head
     /// `h / (hq / hk)` (grouped-query attention: `hk` divides `hq`) and batch `i3` reads
     /// `i3 % bk`. The result is F32 `[dv, hq, n, b]` (heads before queries, so that a query's
     /// heads are one row of `dv * hq` values):
@@ -193,7 +193,7 @@ impl Graph {
         scale: f32,
     ) -> Result<TensorId> {
         const OP: &str = "FLASH_ATTN";
-        let nq = self.expect_type(OP, q, |d| d == DType::F32, "f32")?.ne;
+        let nq = self.expect_type(OP, q, |d| matches!(d, DType::F32 | DType::F16), "f32 or f16")?.ne;
         let nk = self.expect_float(OP, k)?.ne;
         let nv = self.expect_float(OP, v)?.ne;
         for t in [q, k, v] {

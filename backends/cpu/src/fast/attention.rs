@@ -8,7 +8,7 @@ use tessera_core::{flash_attn_fits, soft_max_mask_row, DType, Result};
 use tessera_reference::NodeTensors;
 
 use super::parallel::{Team, WorkCounter};
-use super::row_tensor::{f32_destination, f32_source, threads_for_values, RowTensor};
+use super::row_tensor::{f32_destination, threads_for_values, RowTensor};
 use super::scratch::WorkMemory;
 use super::simd::Kernels;
 
@@ -27,7 +27,9 @@ pub fn flash_attn(
     n: &NodeTensors,
     scale: f32,
 ) -> Result<bool> {
-    let (Some(q), Some(dst)) = (f32_source(n, 0), f32_destination(n)) else { return Ok(false) };
+    let (Some(q), Some(dst)) = (n.opt_src(0).and_then(|t| RowTensor::of(&t)), f32_destination(n)) else {
+        return Ok(false);
+    };
     let (Some(k), Some(v)) =
         (n.opt_src(1).and_then(|t| RowTensor::of(&t)), n.opt_src(2).and_then(|t| RowTensor::of(&t)))
     else {
@@ -43,8 +45,10 @@ pub fn flash_attn(
     let [d, nq, hq, b] = q.ne;
     let [_, kv, hk, bk] = k.ne;
     let dv = v.ne[0];
-    let fits =
-        widened(k.dtype) && widened(v.dtype) && flash_attn_fits(q.ne, k.ne, v.ne, dst.ne, mask.as_ref().map(|m| m.ne));
+    let fits = matches!(q.dtype, DType::F32 | DType::F16)
+        && widened(k.dtype)
+        && widened(v.dtype)
+        && flash_attn_fits(q.ne, k.ne, v.ne, dst.ne, mask.as_ref().map(|m| m.ne));
     if !fits {
         return Ok(false);
     }
@@ -53,11 +57,11 @@ pub fn flash_attn(
     }
     let group = hq / hk;
     let items = hk * b;
-    // Per thread: the keys (transposed) and values in f32, the scores, an f32 mask row and
-    // one key row.
+    // Per thread: the keys (transposed) and values in f32, the scores, an f32 mask row, one
+    // key row and one query row.
     let floats = kv
         .checked_mul(d + dv + 2)
-        .and_then(|f| f.checked_add(d))
+        .and_then(|f| f.checked_add(2 * d))
         .ok_or(tessera_core::Error::Overflow { what: "FLASH_ATTN work memory" })?;
     let work = [nq, hq, b, kv, d + dv].iter().fold(1usize, |w, &x| w.saturating_mul(x));
     let threads = threads_for_values(team.threads(), work).min(items);
@@ -66,9 +70,10 @@ pub fn flash_attn(
     let (to_f32, attend) = (kernels.rows.to_f32, kernels.rows.attend);
     team.run(threads, &|w| {
         let base = regions.private(w.ith).cast::<f32>();
-        // SAFETY: the private region holds `kv (d + dv + 2) + d` f32, this thread's alone.
-        let (keys, values, scores, mask_row, key_row) = unsafe {
-            (base, base.add(kv * d), base.add(kv * (d + dv)), base.add(kv * (d + dv + 1)), base.add(kv * (d + dv + 2)))
+        // SAFETY: the private region holds `kv (d + dv + 2) + 2 d` f32, this thread's alone.
+        let (keys, values, scores, mask_row, key_row, query_row) = unsafe {
+            let rows = base.add(kv * (d + dv + 2));
+            (base, base.add(kv * d), base.add(kv * (d + dv)), base.add(kv * (d + dv + 1)), rows, rows.add(d))
         };
         while let Some(item) = next.next(items) {
             let (kh, i3) = (item % hk, item / hk);
@@ -100,10 +105,18 @@ pub fn flash_attn(
                             }
                         }
                     };
-                    // SAFETY: query row `(i, h, i3)` of `d` values, the widened rows, the mask
-                    // row of `kv` values (or null), `kv` scores of the scratch and result row
-                    // `(h, i, i3)` of `dv` values, which this item alone writes.
-                    unsafe { attend((d, dv, kv), q.row(i, h, i3), keys, values, m, scale, scores, dst.row(h, i, i3)) };
+                    let query = if q.dtype == DType::F32 {
+                        q.row(i, h, i3).cast_const()
+                    } else {
+                        // SAFETY: an f16 query row of `d` values into the scratch.
+                        unsafe { to_f32(q.dtype, d, q.row_ptr(i, h, i3), query_row) };
+                        query_row.cast_const()
+                    };
+                    // SAFETY: query row `(i, h, i3)` of `d` values (or its widened copy), the
+                    // widened rows, the mask row of `kv` values (or null), `kv` scores of the
+                    // scratch and result row `(h, i, i3)` of `dv` values, which this item alone
+                    // writes.
+                    unsafe { attend((d, dv, kv), query, keys, values, m, scale, scores, dst.row(h, i, i3)) };
                 }
             }
         }

@@ -161,12 +161,12 @@ pub(crate) fn validate(node: &Node) -> Result<(), Why> {
             let mt = mask.map_or(DType::F32, |(_, t)| t);
             let head = q.ne[0].max(v.ne[0]);
             let kernel = names::flash_attn(kt, head, q.ne[1]);
-            need(kernel.is_some() && vt == kt && qt == DType::F32 && dt == DType::F32, || {
+            need(kernel.is_some() && vt == kt && matches!(qt, DType::F32 | DType::F16) && dt == DType::F32, || {
                 no_kernel(op, &[qt, kt, vt, mt, dt])
             })?;
             need(matches!(mt, DType::F32 | DType::F16), || no_kernel(op, &[qt, kt, vt, mt, dt]))?;
             let es = |t: DType| t.block_bytes() as i64;
-            need(q.nb[0] == 4 && k.nb[0] == es(kt) && v.nb[0] == es(vt) && dst.nb[0] == 4, || {
+            need(q.nb[0] == es(qt) && k.nb[0] == es(kt) && v.nb[0] == es(vt) && dst.nb[0] == 4, || {
                 "rows must be packed".into()
             })?;
             let fits = k.ne[0] == q.ne[0]

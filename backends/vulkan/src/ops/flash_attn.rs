@@ -17,7 +17,10 @@ pub(super) fn plan(op: Op, dst: Operand, srcs: &[Option<Operand>]) -> Result<Dis
     let types = [q.dtype, k.dtype, v.dtype, mt, dst.dtype];
     let float_kv = matches!(k.dtype, DType::F32 | DType::F16 | DType::BF16) && v.dtype == k.dtype;
     need(
-        q.dtype == DType::F32 && float_kv && matches!(mt, DType::F32 | DType::F16) && dst.dtype == DType::F32,
+        matches!(q.dtype, DType::F32 | DType::F16)
+            && float_kv
+            && matches!(mt, DType::F32 | DType::F16)
+            && dst.dtype == DType::F32,
         || no_shader(op, &types),
     )?;
     let ([d, n, hq, b], [dk, kv, hk, bk], nv) = (q.desc.ne, k.desc.ne, v.desc.ne);
