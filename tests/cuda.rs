@@ -331,6 +331,65 @@ fn a_fused_layer_norm_of_an_f16_residual_stream_gives_the_bits_of_its_nodes() {
     }
 }
 
+/// An embeddings layer (word rows + the type row + position rows, the layer norm, its cast to
+/// f16, as a BERT graph builds it) runs as one kernel that writes none of the gathered rows or
+/// sums; its bits are those of the nodes run one by one, token ids outside the table (NaN rows)
+/// included. Tables of f16 and of f32 values; MiniLM's widths and a batch of its shape.
+#[test]
+fn an_embeddings_layer_fused_gives_the_bits_of_its_nodes() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    for (hidden, tokens, seqs, table) in
+        [(384, 7, 2, DType::F16), (384, 7, 2, DType::F32), (256, 5, 3, DType::F16), (384, 128, 256, DType::F16)]
+    {
+        let (vocab, max_positions) = (1000, 512);
+        let n = tokens * seqs;
+        let mut g = Graph::new();
+        let word = g.new_tensor(table, &[hidden, vocab]).unwrap();
+        let pos = g.new_tensor(table, &[hidden, max_positions]).unwrap();
+        let types = g.new_tensor(table, &[hidden, 2]).unwrap();
+        let ids = g.new_tensor(DType::I32, &[n]).unwrap();
+        let positions = g.new_tensor(DType::I32, &[n]).unwrap();
+        let w = g.new_tensor(DType::F32, &[hidden]).unwrap();
+        let b = g.new_tensor(DType::F32, &[hidden]).unwrap();
+        let rows = g.get_rows(word, ids).unwrap();
+        let x = g.reshape(rows, &[hidden, tokens, seqs]).unwrap();
+        let type0 = g.view_1d(types, hidden, 0).unwrap();
+        let with_type = g.add(x, type0).unwrap();
+        let position_rows = g.get_rows(pos, positions).unwrap();
+        let p = g.reshape(position_rows, &[hidden, tokens, seqs]).unwrap();
+        let sum = g.add(with_type, p).unwrap();
+        let normed = g.norm(sum, 1e-12).unwrap();
+        let m = g.mul(normed, w).unwrap();
+        let affine = g.add(m, b).unwrap();
+        let out = g.cast(affine, DType::F16).unwrap();
+        g.set_output(out).unwrap();
+        g.build_forward(out).unwrap();
+        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+        for (i, leaf) in [word, pos, types, w, b].into_iter().enumerate() {
+            let count = g.tensor(leaf).unwrap().nelements();
+            let values: Vec<f32> = (0..count).map(|k| ((k * 7 + i * 13) % 101) as f32 / 17.0 - 2.5).collect();
+            g.set_f32(leaf, &values).unwrap();
+        }
+        // Token ids spread over the table, the first and the last outside it.
+        let mut token_ids: Vec<i32> = (0..n as i32).map(|k| (k * 37) % vocab as i32).collect();
+        token_ids[0] = -1;
+        token_ids[n - 1] = vocab as i32;
+        g.set_i32(ids, &token_ids).unwrap();
+        g.set_i32(positions, &(0..n as i32).map(|k| k % tokens as i32).collect::<Vec<_>>()).unwrap();
+        let inner = [rows, with_type, position_rows, sum, normed, affine];
+        let sentinel = |t: tessera::TensorId| vec![7.0f32; g.tensor(t).unwrap().nelements()];
+        let reset = |g: &Graph| inner.iter().for_each(|&t| g.set_f32(t, &sentinel(t)).unwrap());
+        let (one_by_one, fused) = one_by_one_and_captured_resetting(gpu, &g, out, reset);
+        let what = format!("hidden {hidden}, {tokens} x {seqs} tokens, {table} tables");
+        assert!(inner.iter().all(|&t| g.get_f32(t).unwrap() == sentinel(t)), "{what}: not fused");
+        // NaN rows compare as NaN, whatever their payload.
+        let bits = |v: &[f32]| v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<u32>>();
+        assert!(one_by_one[..hidden].iter().all(|v| v.is_nan()), "{what}: an id outside the table gives no NaN row");
+        assert!(one_by_one[hidden..2 * hidden].iter().all(|v| v.is_finite()), "{what}: no values");
+        assert_eq!(bits(&fused), bits(&one_by_one), "{what}");
+    }
+}
+
 /// Matrix-vector products of one activation share its quantized copy, and each runs with the
 /// ADD after it (a residual connection, a bias row) as one kernel. Captured into a program
 /// they give the bits of the nodes one by one, and both give the products of the values each

@@ -302,6 +302,102 @@ __device__ __forceinline__ void prefetch_row_l1(const char *row, long long bytes
 #define NORM_COPY_BF16 3
 #define NORM_COPY_Q8_0_ROWS 4
 
+// x += y, slot by slot, each sum rounded as an ADD node rounds it.
+template <int V4> __device__ __forceinline__ void add_rows(float (&x)[V4][4], const float (&y)[V4][4]) {
+#pragma unroll
+    for (int j = 0; j < V4; j++) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            x[j][k] = __fadd_rn(x[j][k], y[j][k]);
+        }
+    }
+}
+
+// The norm of row `row` (of `nrows`, n4 float4s each), loaded into x, as `norm_packed` computes
+// it: stored at `drow` (f16 with `dst_half`) and in `copy` as `copy_type` says. `partial` and
+// `parity` are the group's reduction state, kept from row to row.
+template <int GROUP, int V4>
+__device__ __forceinline__ void norm_row(float (&x)[V4][4], int n4, long long row, long long nrows, char *drow,
+                                         int dst_half, float eps, int rms, const TensorArg &w, const TensorArg &b,
+                                         int affine, void *copy, int copy_type, float (&partial)[2][GROUP / 32],
+                                         int &parity) {
+    const int t = threadIdx.x % GROUP;
+    const float n = (float)(4 * n4); // exact: at most 8192
+    // RMS_NORM centres nothing; NORM subtracts the mean before squaring (the padding,
+    // which would then count, is left out).
+    float mean = 0.0f;
+    if (!rms) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < V4; j++) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                sum += x[j][k];
+            }
+        }
+        mean = group_reduce<GROUP>(sum, SumOp(), partial, parity) / n;
+    }
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V4; j++) {
+        if (t + GROUP * j < n4) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float d = x[j][k] - mean;
+                sq += d * d;
+            }
+        }
+    }
+    const float var = group_reduce<GROUP>(sq, SumOp(), partial, parity) / n;
+    const float inv = 1.0f / sqrtf(var + eps);
+#pragma unroll
+    for (int j = 0; j < V4; j++) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            x[j][k] = (x[j][k] - mean) * inv;
+        }
+    }
+    if (affine > 0) {
+        // One float4 of the weight (and bias) at a time, so that no second row is held.
+#pragma unroll
+        for (int j = 0; j < V4; j++) {
+            const int c = t + GROUP * j;
+            if (c < n4) {
+                const float4 wv = ((const float4 *)w.data)[c];
+                const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    x[j][k] = __fmul_rn(x[j][k], wk[k]);
+                }
+                if (affine > 1) {
+                    const float4 bv = ((const float4 *)b.data)[c];
+                    const float bk[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        x[j][k] = __fadd_rn(x[j][k], bk[k]);
+                    }
+                }
+            }
+        }
+    }
+    if (dst_half) {
+        store_row16<GROUP, V4, false>((unsigned short *)drow, t, n4, x);
+    } else {
+        store_row<GROUP, V4>(drow, t, n4, x);
+    }
+    if (copy_type == NORM_COPY_Q8_1) {
+        store_q8_1<GROUP, V4>((Q8_1 *)copy + row * (n4 / 8), t, n4, x);
+    } else if (copy_type == NORM_COPY_F16) {
+        store_row16<GROUP, V4, false>((unsigned short *)copy + row * (4ll * n4), t, n4, x);
+    } else if (copy_type == NORM_COPY_BF16) {
+        store_row16<GROUP, V4, true>((unsigned short *)copy + row * (4ll * n4), t, n4, x);
+    } else if (copy_type == NORM_COPY_Q8_0_ROWS) {
+        const long long nblocks = n4 / 8;
+        float *scales = (float *)((char *)copy + nrows * nblocks * Q8_0_BYTES);
+        store_q8_0_rows<GROUP, V4>((char *)copy + row * nblocks * Q8_0_BYTES, scales + row * nblocks, t, n4, x);
+    }
+}
+
 // NORM: (x - mean) / sqrt(var + eps) with var = mean((x - mean)^2) taken from the registers;
 // RMS_NORM (`rms`): x / sqrt(mean(x^2) + eps). Both multiply by the inverse square root, as
 // the reference does. With `affine` 1 or 2 the result is then multiplied by the packed row `w`
@@ -321,7 +417,6 @@ __device__ void norm_packed(const TensorArg &src, int src_half, const TensorArg 
     int parity = 0;
     const int t = threadIdx.x % GROUP;
     const int n4 = (int)(src.ne[0] / 4);
-    const float n = (float)src.ne[0]; // exact: at most 8192
     // Rows evenly spaced in every tensor are numbered along dimension 1 alone.
     const bool flat = rows_evenly_spaced(src) && rows_evenly_spaced(dst) && (!residual || rows_evenly_spaced(r));
     // Row `at` of tensor t (of the source's shape): one multiply where the rows are flat.
@@ -356,88 +451,78 @@ __device__ void norm_packed(const TensorArg &src, int src_half, const TensorArg 
             } else {
                 load_row<GROUP, V4>(row_of(r, row), t, n4, 0.0f, y);
             }
-#pragma unroll
-            for (int j = 0; j < V4; j++) {
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    x[j][k] = __fadd_rn(x[j][k], y[j][k]);
-                }
-            }
+            add_rows<V4>(x, y);
         }
+        norm_row<GROUP, V4>(x, n4, row, nrows_of(src), drow, dst_half, eps, rms, w, b, affine, copy, copy_type,
+                            partial, parity);
+    }
+}
 
-        // RMS_NORM centres nothing; NORM subtracts the mean before squaring (the padding,
-        // which would then count, is left out).
-        float mean = 0.0f;
-        if (!rms) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < V4; j++) {
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    sum += x[j][k];
-                }
-            }
-            mean = group_reduce<GROUP>(sum, SumOp(), partial, parity) / n;
-        }
-        float sq = 0.0f;
-#pragma unroll
-        for (int j = 0; j < V4; j++) {
-            if (t + GROUP * j < n4) {
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const float d = x[j][k] - mean;
-                    sq += d * d;
-                }
-            }
-        }
-        const float var = group_reduce<GROUP>(sq, SumOp(), partial, parity) / n;
-        const float inv = 1.0f / sqrtf(var + eps);
+// Row i of table `a` (rows along dimension 1) picked by I32 value i of the packed `idx`, or
+// null for an index outside the table (whose row GET_ROWS makes NaN).
+__device__ __forceinline__ const char *picked_table_row(const TensorArg &a, const TensorArg &idx, long long i) {
+    const int r = ((const int *)idx.data)[i];
+    return r < 0 || r >= a.ne[1] ? nullptr : (const char *)a.data + r * a.nb[1];
+}
+
+// A row of packed f32 or f16 (`half`) values into x as load_row and load_row16 load them; NaN
+// (slots past the end 0) where `row` is null.
+template <int GROUP, int V4>
+__device__ __forceinline__ void load_row_or_nan(const char *row, bool half, int t, int n4, float (&x)[V4][4]) {
+    if (row == nullptr) {
 #pragma unroll
         for (int j = 0; j < V4; j++) {
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                x[j][k] = (x[j][k] - mean) * inv;
+                x[j][k] = t + GROUP * j < n4 ? __int_as_float(0x7fc00000) : 0.0f;
             }
         }
-        if (affine > 0) {
-            // One float4 of the weight (and bias) at a time, so that no second row is held.
-#pragma unroll
-            for (int j = 0; j < V4; j++) {
-                const int c = t + GROUP * j;
-                if (c < n4) {
-                    const float4 wv = ((const float4 *)w.data)[c];
-                    const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        x[j][k] = __fmul_rn(x[j][k], wk[k]);
-                    }
-                    if (affine > 1) {
-                        const float4 bv = ((const float4 *)b.data)[c];
-                        const float bk[4] = {bv.x, bv.y, bv.z, bv.w};
-#pragma unroll
-                        for (int k = 0; k < 4; k++) {
-                            x[j][k] = __fadd_rn(x[j][k], bk[k]);
-                        }
-                    }
-                }
+    } else if (half) {
+        load_row16<GROUP, V4>(row, t, n4, x);
+    } else {
+        load_row<GROUP, V4>(row, t, n4, 0.0f, x);
+    }
+}
+
+// An embeddings layer as one norm: result row i is the norm (as norm_packed computes it, with
+// its `affine`) of (a[ia[i]] + e) + c[ic[i]], rows of the tables `a` and `c` picked by the I32
+// indices `ia` and `ic` (two GET_ROWS), the row `e` added to the first (a broadcast ADD), the
+// second added as a residual connection, each sum rounded as its ADD node. The tables and `e`
+// hold packed f32 or f16 values (their nb[0] says which); `dst` holds packed rows, one after
+// another, of f16 values with `dst_half`.
+template <int GROUP, int V4>
+__device__ void norm_gathered(const TensorArg &a, const TensorArg &ia, const TensorArg &e, const TensorArg &c,
+                              const TensorArg &ic, const TensorArg &dst, int dst_half, float eps, int rms,
+                              const TensorArg &w, const TensorArg &b, int affine) {
+    __shared__ float partial[2][GROUP / 32];
+    int parity = 0;
+    const int t = threadIdx.x % GROUP;
+    const int n4 = (int)(dst.ne[0] / 4);
+    const long long nrows = nrows_of(dst);
+    const bool a_half = a.nb[0] == 2, c_half = c.nb[0] == 2;
+    FOR_EACH_GROUP_ROW(row, nrows, GROUP) {
+        // `e` again for every row (from L1): held across rows, it would spill the longest.
+        float x[V4][4], y[V4][4];
+        const char *arow = picked_table_row(a, ia, row), *crow = picked_table_row(c, ic, row);
+        load_row_or_nan<GROUP, V4>(arow, a_half, t, n4, x);
+        // The group's next rows into L1 while this one is reduced.
+        const long long next = row + (long long)gridDim.x * (PackedBlock<GROUP>::value / GROUP);
+        if (next < nrows) {
+            const char *na = picked_table_row(a, ia, next), *nc = picked_table_row(c, ic, next);
+            if (na != nullptr) {
+                prefetch_row_l1(na, (a_half ? 8 : 16) * (long long)n4, t);
+            }
+            if (nc != nullptr) {
+                prefetch_row_l1(nc, (c_half ? 8 : 16) * (long long)n4, t);
             }
         }
-        if (dst_half) {
-            store_row16<GROUP, V4, false>((unsigned short *)drow, t, n4, x);
-        } else {
-            store_row<GROUP, V4>(drow, t, n4, x);
-        }
-        if (copy_type == NORM_COPY_Q8_1) {
-            store_q8_1<GROUP, V4>((Q8_1 *)copy + row * (n4 / 8), t, n4, x);
-        } else if (copy_type == NORM_COPY_F16) {
-            store_row16<GROUP, V4, false>((unsigned short *)copy + row * (4ll * n4), t, n4, x);
-        } else if (copy_type == NORM_COPY_BF16) {
-            store_row16<GROUP, V4, true>((unsigned short *)copy + row * (4ll * n4), t, n4, x);
-        } else if (copy_type == NORM_COPY_Q8_0_ROWS) {
-            const long long nblocks = n4 / 8;
-            float *scales = (float *)((char *)copy + nrows_of(src) * nblocks * Q8_0_BYTES);
-            store_q8_0_rows<GROUP, V4>((char *)copy + row * nblocks * Q8_0_BYTES, scales + row * nblocks, t, n4, x);
-        }
+        load_row_or_nan<GROUP, V4>((const char *)e.data, e.nb[0] == 2, t, n4, y);
+        add_rows<V4>(x, y);
+        load_row_or_nan<GROUP, V4>(crow, c_half, t, n4, y);
+        add_rows<V4>(x, y);
+        char *drow = (char *)dst.data + row * (4ll * n4) * (dst_half ? 2 : 4);
+        norm_row<GROUP, V4>(x, n4, row, nrows, drow, dst_half, eps, rms, w, b, affine, nullptr, NORM_COPY_NONE,
+                            partial, parity);
     }
 }
 
@@ -480,6 +565,16 @@ __device__ __forceinline__ void norm_prefetch_then_wait(const TensorArg &w, cons
                                copy_type);                                                                       \
     }
 
+#define NORM_GATHERED_KERNEL(name, GROUP, V4)                                                                    \
+    extern "C" __global__ void NORM_BOUNDS(GROUP)                                                                \
+        name(const __grid_constant__ TensorArg a, const __grid_constant__ TensorArg ia,                          \
+             const __grid_constant__ TensorArg e, const __grid_constant__ TensorArg c,                           \
+             const __grid_constant__ TensorArg ic, const __grid_constant__ TensorArg dst, int dst_half, float eps, \
+             int rms, const __grid_constant__ TensorArg w, const __grid_constant__ TensorArg b, int affine) {    \
+        norm_prefetch_then_wait(w, b, affine, dst.ne[0]);                                                        \
+        norm_gathered<GROUP, V4>(a, ia, e, c, ic, dst, dst_half, eps, rms, w, b, affine);                        \
+    }
+
 // Named by the longest row each takes: rows of up to 128 * V4 values on a warp, of up to
 // 1024 * V4 values on a block.
 SOFT_MAX_PACKED_KERNEL(soft_max_f32_f32_row128, 32, 1, F32)
@@ -507,3 +602,9 @@ NORM_PACKED_KERNEL(norm_f32_row1024, 32, 8)
 NORM_PACKED_KERNEL(norm_f32_row2048, 256, 2)
 NORM_PACKED_KERNEL(norm_f32_row4096, 256, 4)
 NORM_PACKED_KERNEL(norm_f32_row8192, 256, 8)
+// Embeddings layers (norm_gathered) of rows of up to 128 * V4 values, on a warp (longer rows
+// would spill).
+NORM_GATHERED_KERNEL(norm_gathered_f32_row128, 32, 1)
+NORM_GATHERED_KERNEL(norm_gathered_f32_row256, 32, 2)
+NORM_GATHERED_KERNEL(norm_gathered_f32_row384, 32, 3)
+NORM_GATHERED_KERNEL(norm_gathered_f32_row512, 32, 4)

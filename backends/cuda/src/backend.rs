@@ -239,6 +239,7 @@ impl CudaBackend {
             Fusion::FlashAttnHalf { attn, cast } => (attn, cast),
             Fusion::SwiGlu { gate, last, .. } => (gate, last),
             Fusion::TransposedProduct { cont, mul_mat } => (cont, mul_mat),
+            Fusion::Embeddings { rows, last, .. } => (rows, last),
             Fusion::Projections { products, .. } => return self.launch_projections(graph, &products),
         };
         // Every node must run here, as it would one by one.
@@ -319,6 +320,31 @@ impl CudaBackend {
                 // The product reads the CONT's source (src0) where it lies.
                 let Some(b) = graph.tensor(mul_mat)?.src(1) else { return Ok(false) };
                 kernels::launch_transposed_product(&self.kernels, &self.stream, operand(src0)?, operand(b)?, dst)
+            }
+            Fusion::Embeddings { row_add, more_rows, weight, bias, eps, rms, .. } => {
+                // The first table and indices are the first GET_ROWS's sources (src0 and its
+                // src1), the row the ADD's second, the second table and indices the second
+                // GET_ROWS's.
+                let more = graph.tensor(more_rows)?;
+                let (Some(ia), Some(e), Some(c), Some(ic)) =
+                    (t.src(1), graph.tensor(row_add)?.src(1), more.src(0), more.src(1))
+                else {
+                    return Ok(false);
+                };
+                let (w, b) = (operand(weight)?, bias.map(operand).transpose()?);
+                let (first, second) = ((operand(src0)?, operand(ia)?), (operand(c)?, operand(ic)?));
+                kernels::launch_embeddings_norm(
+                    &self.kernels,
+                    &self.stream,
+                    first,
+                    operand(e)?,
+                    second,
+                    dst,
+                    eps,
+                    rms,
+                    w,
+                    b,
+                )
             }
             Fusion::Projections { .. } => Ok(false), // queued before these operands are read
         }

@@ -60,6 +60,23 @@ pub(crate) enum Fusion {
     /// value projections while decoding. `nodes` counts the nodes covered, views between them
     /// included.
     Projections { products: [Option<Projection>; 3], nodes: usize },
+    /// An embeddings layer (a BERT graph's first nodes): GET_ROWS of a table (`rows`), the ADD
+    /// of a row to each of them (`row_add`), GET_ROWS of a second table (`more_rows`) added to
+    /// that sum by the residual ADD of a layer norm (`residual`, then `norm` ... `last` as in
+    /// `NormAffine`); every intermediate result f32 and read once. `nodes` counts the nodes
+    /// covered, views between them included.
+    Embeddings {
+        rows: TensorId,
+        row_add: TensorId,
+        more_rows: TensorId,
+        residual: TensorId,
+        weight: TensorId,
+        bias: Option<TensorId>,
+        last: TensorId,
+        eps: f32,
+        rms: bool,
+        nodes: usize,
+    },
     /// CONT of f32 values (a transposed view, as a BERT graph's mean pooling makes), read only
     /// as the weights of the one-column MUL_MAT right after it: the product reads the CONT's
     /// source where it lies.
@@ -106,6 +123,7 @@ impl Fusion {
             Fusion::SwiGlu { .. } => "MUL_MAT+SILU+MUL_MAT+MUL (fused)",
             Fusion::Projections { .. } => "MUL_MAT(+ROPE)(+SET_ROWS) x N (fused)",
             Fusion::TransposedProduct { .. } => "CONT+MUL_MAT (fused)",
+            Fusion::Embeddings { .. } => "GET_ROWS+ADD+GET_ROWS+ADD+NORM+MUL(+ADD)(+CPY) (fused)",
         }
     }
 
@@ -123,7 +141,7 @@ impl Fusion {
             Fusion::FlashAttnHalf { .. } => 2,
             Fusion::SwiGlu { .. } => 4,
             Fusion::TransposedProduct { .. } => 2,
-            Fusion::Projections { nodes, .. } => *nodes,
+            Fusion::Projections { nodes, .. } | Fusion::Embeddings { nodes, .. } => *nodes,
         }
     }
 }
@@ -234,6 +252,7 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
             return (one_column && read_once(first))
                 .then_some(Fusion::TransposedProduct { cont: first, mul_mat: second });
         }
+        Op::GetRows => return embeddings(graph, ids, consumers),
         Op::FlashAttn { .. } => {
             // Its result cast to f16 by the node right after it, its only reader.
             let cast = is_cast(graph, second, Some(first), DType::F16) && read_once(first);
@@ -279,6 +298,46 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
     let last = half.unwrap_or(affine);
     let bias = bias.map(|(_, b)| b);
     Some(Fusion::NormAffine { widened: None, residual: None, norm: first, weight, bias, half, last, eps, rms })
+}
+
+/// The [`Fusion::Embeddings`] starting at GET_ROWS `ids[0]`: its rows read (through views) only
+/// by an ADD of a row to each, the next node (views aside) a GET_ROWS whose rows only the next
+/// (a residual ADD to that sum) reads, which a layer norm's fusion starts with.
+fn embeddings(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option<Fusion> {
+    let node = |id: TensorId| graph.tensor(id).ok();
+    let read_once = |id: TensorId| consumers.get(id.index()) == Some(&1);
+    let f32_node = |id: TensorId| node(id).is_some_and(|t| t.dtype() == DType::F32);
+    // The position in `ids` of the first node from `from` on that is not a view.
+    let next = |from: usize| (from..ids.len()).find(|&i| node(ids[i]).is_some_and(|t| !t.op().is_view()));
+    let rows = *ids.first()?;
+    let at_add = next(1)?;
+    let (row_add, add) = (ids[at_add], node(ids[at_add])?);
+    let e = node(add.src(1)?)?;
+    let adds_row = add.op() == Op::Binary(BinaryOp::Add)
+        && whole(graph, add.src(0), rows)
+        && read_once_through_views(graph, consumers, rows)
+        && e.ne() == [add.ne()[0], 1, 1, 1]
+        && read_once(row_add);
+    let at_more = next(at_add + 1)?;
+    let more_rows = ids[at_more];
+    let at_residual = next(at_more + 1)?;
+    let (residual, sum) = (ids[at_residual], node(ids[at_residual])?);
+    let adds_rows = node(more_rows)?.op() == Op::GetRows
+        && sum.src(0) == Some(row_add)
+        && whole(graph, sum.src(1), more_rows)
+        && read_once_through_views(graph, consumers, more_rows);
+    if !adds_row || !adds_rows || ![rows, row_add, more_rows, residual].into_iter().all(f32_node) {
+        return None;
+    }
+    match find(graph, &ids[at_residual..], consumers)? {
+        norm @ Fusion::NormAffine { widened: None, residual: Some(r), weight, bias, last, eps, rms, .. }
+            if r == residual =>
+        {
+            let nodes = at_residual + norm.len();
+            Some(Fusion::Embeddings { rows, row_add, more_rows, residual, weight, bias, last, eps, rms, nodes })
+        }
+        _ => None,
+    }
 }
 
 /// MUL_MAT (gate), SILU of it, MUL_MAT (up) of the same activation by weights of the gate's
@@ -486,6 +545,52 @@ mod tests {
             let (g, ids, copy, _) = build(columns, copy_is_output);
             let at = ids.iter().position(|&id| id == copy).unwrap();
             assert_eq!(find(&g, &ids[at..], &counts(&g)), None, "{columns} columns, output {copy_is_output}");
+        }
+    }
+
+    #[test]
+    fn an_embeddings_layer_fuses_its_gathers_and_adds_into_the_norm() {
+        // A BERT graph's embeddings: word rows + the type row + position rows, the layer norm,
+        // its cast to f16; the word rows or the position rows also an output.
+        let build = |rows_are_output: bool, positions_are_output: bool| {
+            let mut g = Graph::new();
+            let (h, t, seqs) = (8, 4, 3);
+            let word = g.new_tensor(DType::F16, &[h, 50]).unwrap();
+            let pos = g.new_tensor(DType::F16, &[h, 16]).unwrap();
+            let types = g.new_tensor(DType::F16, &[h, 2]).unwrap();
+            let ids = g.new_tensor(DType::I32, &[t * seqs]).unwrap();
+            let positions = g.new_tensor(DType::I32, &[t * seqs]).unwrap();
+            let w = g.new_tensor(DType::F32, &[h]).unwrap();
+            let b = g.new_tensor(DType::F32, &[h]).unwrap();
+            let rows = g.get_rows(word, ids).unwrap();
+            let x = g.reshape(rows, &[h, t, seqs]).unwrap();
+            let type0 = g.view_1d(types, h, 0).unwrap();
+            let x = g.add(x, type0).unwrap();
+            let position_rows = g.get_rows(pos, positions).unwrap();
+            let p = g.reshape(position_rows, &[h, t, seqs]).unwrap();
+            let x = g.add(x, p).unwrap();
+            let n = g.norm(x, 1e-12).unwrap();
+            let m = g.mul(n, w).unwrap();
+            let affine = g.add(m, b).unwrap();
+            let out = g.cast(affine, DType::F16).unwrap();
+            if rows_are_output {
+                g.set_output(rows).unwrap();
+            }
+            if positions_are_output {
+                g.set_output(position_rows).unwrap();
+            }
+            g.build_forward(out).unwrap();
+            let ids = g.nodes().to_vec();
+            (g, ids, out)
+        };
+        let (g, ids, out) = build(false, false);
+        let f = find(&g, &ids, &counts(&g)).unwrap();
+        assert!(matches!(f, Fusion::Embeddings { last, bias: Some(_), rms: false, .. } if last == out), "{f:?}");
+        assert_eq!(f.len(), ids.iter().position(|&id| id == out).unwrap() + 1);
+        assert_eq!(f.name(), "GET_ROWS+ADD+GET_ROWS+ADD+NORM+MUL(+ADD)(+CPY) (fused)");
+        for (rows, positions) in [(true, false), (false, true)] {
+            let (g, ids, _) = build(rows, positions);
+            assert_eq!(find(&g, &ids, &counts(&g)), None, "word rows output {rows}, position rows output {positions}");
         }
     }
 

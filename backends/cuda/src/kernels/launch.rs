@@ -790,6 +790,70 @@ pub(crate) fn norm_affine(
     Ok(true)
 }
 
+/// Queues `norm_gathered_f32_row*` (rows_packed.cu): the layer norm of `dst`'s rows, row i
+/// being `(a[ia[i]] + e) + c[ic[i]]` (rows of the tables `a` and `c` picked by I32 indices, a
+/// row `e` added to every one), with weight `w` and bias `b` (f32 rows), written as `dst`'s
+/// f32 or f16 packed rows. `Ok(false)` (nothing queued) where the kernel does not take these
+/// operands: tables, `e` and `dst` of other types or not packed on 16-byte boundaries (8 for
+/// f16 rows), indices not one packed I32 per row of `dst`, rows of more than 512 values.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn norm_gathered(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    (a, ia): (Operand, Operand),
+    e: Operand,
+    (c, ic): (Operand, Operand),
+    dst: Operand,
+    eps: f32,
+    rms: bool,
+    w: Operand,
+    b: Option<Operand>,
+) -> Result<bool> {
+    let h = dst.0.ne[0];
+    let rows = dst.0.nrows();
+    // f32 or f16 rows of `h` values, packed, each on a boundary of its 4 values' bytes.
+    let rows_of_h = |(t, dt): Operand| match dt {
+        DType::F32 | DType::F16 => {
+            let es = dt.block_bytes() as i64;
+            t.ne[0] == h && t.nb[0] == es && rows_on(&t, 4 * es)
+        }
+        _ => false,
+    };
+    let table = |t: Operand| rows_of_h(t) && t.0.ne[2] == 1 && t.0.ne[3] == 1 && t.0.ne[1] <= i64::from(i32::MAX);
+    let indices = |(t, dt): Operand| dt == DType::I32 && t.nelements() == rows && packed_16_byte_aligned(&t, 4);
+    let row = |(t, dt): Operand| dt == DType::F32 && t.ne == [h, 1, 1, 1] && packed_16_byte_aligned(&t, 4);
+    let dst_packed =
+        matches!(dst.1, DType::F32 | DType::F16) && packed_16_byte_aligned(&dst.0, dst.1.block_bytes() as i64);
+    let fits = rows > 0
+        && table(a)
+        && table(c)
+        && indices(ia)
+        && indices(ic)
+        && rows_of_h(e)
+        && e.0.nelements() == h
+        && dst_packed
+        && row(w)
+        && b.is_none_or(row);
+    let (Some(max_ne0), Some(name)) = (packed_row_kernel(h).filter(|_| fits), names::norm_gathered(h)) else {
+        return Ok(false);
+    };
+    let (wt, bt) = (w.0, b.map_or(w.0, |b| b.0));
+    let (rms, affine, dst_half) = (i32::from(rms), if b.is_some() { 2i32 } else { 1 }, i32::from(dst.1 == DType::F16));
+    // At most NORM_BLOCKS_PER_SM blocks an SM, as for norm_affine: each row group takes
+    // several rows and prefetches the next rows into L1 while it reduces one.
+    let mut cfg = packed_rows_config(max_ne0, rows);
+    let most = u32::try_from(NORM_BLOCKS_PER_SM * kernels.multiprocessors()).unwrap_or(u32::MAX);
+    cfg.grid_dim.0 = cfg.grid_dim.0.min(most);
+    // norm_gathered_f32_row*(TensorArg a, TensorArg ia, TensorArg e, TensorArg c, TensorArg ic,
+    //                        TensorArg dst, int dst_half, float eps, int rms, TensorArg w,
+    //                        TensorArg b, int affine)
+    let name = kernel(Some(name))?;
+    launch_kernel!(
+        kernels, stream, name, cfg, &a.0, &ia.0, &e.0, &c.0, &ic.0, &dst.0, &dst_half, &eps, &rms, &wt, &bt, &affine
+    )?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

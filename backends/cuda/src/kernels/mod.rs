@@ -340,6 +340,33 @@ pub fn launch_norm_affine(
     Ok(launched)
 }
 
+/// Queues an embeddings layer as one kernel: the layer norm (NORM, or RMS_NORM when `rms`, times
+/// the row `w`, plus the row `b` if given) of rows `(a[ia[i]] + e) + c[ic[i]]`: the GET_ROWS of
+/// tables `a` and `c` by I32 indices, the ADD of a row `e` to the first and the residual ADD of
+/// the second, with the bits of the nodes one after another, into `dst` (f32 or f16 rows).
+/// `Ok(false)` (nothing queued) when the kernel does not take these operands; the nodes then
+/// run one by one. The addresses are as for [`launch`].
+#[allow(clippy::too_many_arguments)]
+pub fn launch_embeddings_norm(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    first: (Operand, Operand),
+    e: Operand,
+    second: (Operand, Operand),
+    dst: Operand,
+    eps: f32,
+    rms: bool,
+    w: Operand,
+    b: Option<Operand>,
+) -> Result<bool> {
+    let sources = [first.0, first.1, e, second.0, second.1, w].into_iter().chain(b);
+    if sources.into_iter().any(|s| TensorArg::overlap(dst, s)) {
+        return Ok(false);
+    }
+    stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
+    launch::norm_gathered(kernels, stream, first, e, second, dst, eps, rms, w, b)
+}
+
 /// Queues the kernel(s) of one node on `stream`.
 ///
 /// `dst` and `srcs` are the node's destination and sources (slot `i` = source `i`), each with

@@ -448,6 +448,10 @@ pub(crate) const MODULES: &[Module] = &[
             "norm_f32_row2048",
             "norm_f32_row4096",
             "norm_f32_row8192",
+            "norm_gathered_f32_row128",
+            "norm_gathered_f32_row256",
+            "norm_gathered_f32_row384",
+            "norm_gathered_f32_row512",
         ],
     },
 ];

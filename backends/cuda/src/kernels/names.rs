@@ -193,6 +193,18 @@ pub(crate) fn norm_packed_for(ne0: i64, max_ne0: i64) -> Option<&'static str> {
     norm_packed(max_ne0)
 }
 
+/// The embeddings norm (`norm_gathered` in rows_packed.cu) for rows of `ne0` values, at most
+/// 512.
+pub(crate) fn norm_gathered(ne0: i64) -> Option<&'static str> {
+    let names = [
+        (128, "norm_gathered_f32_row128"),
+        (256, "norm_gathered_f32_row256"),
+        (384, "norm_gathered_f32_row384"),
+        (512, "norm_gathered_f32_row512"),
+    ];
+    names.iter().find(|&&(most, _)| ne0 <= most).map(|&(_, name)| name)
+}
+
 pub(crate) fn diag_mask_inf(t: DType) -> Option<&'static str> {
     by_float(t, ["diag_mask_inf_f32", "diag_mask_inf_f16", "diag_mask_inf_bf16"])
 }
@@ -578,6 +590,8 @@ mod tests {
                 chosen.extend(soft_max_packed(a, max_ne0));
                 chosen.extend(norm_packed(max_ne0));
                 chosen.extend(norm_packed_for(max_ne0 * 3 / 4, max_ne0));
+                chosen.extend(norm_gathered(max_ne0));
+                chosen.extend(norm_gathered(max_ne0 * 3 / 4));
             }
             for b in DType::ALL {
                 for f in [cpy, binary, sum_rows, soft_max, im2col] {
