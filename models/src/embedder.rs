@@ -652,16 +652,16 @@ mod tests {
                 };
                 assert_eq!((flash_nodes(&fused), flash_nodes(&products)), (TINY.layers, 0));
                 let g = &fused.built_for.as_ref().unwrap().graph;
-                let kv_types: Vec<_> = g
+                let qkv_types: Vec<_> = g
                     .nodes()
                     .iter()
                     .filter(|id| matches!(g.tensor(**id).unwrap().op(), tessera_core::Op::FlashAttn { .. }))
                     .flat_map(|id| {
-                        [1, 2].map(|slot| g.tensor(g.tensor(*id).unwrap().src(slot).unwrap()).unwrap().dtype())
+                        [0, 1, 2].map(|slot| g.tensor(g.tensor(*id).unwrap().src(slot).unwrap()).unwrap().dtype())
                     })
                     .collect();
                 let half = if precision == Precision::Reduced { DType::F16 } else { DType::F32 };
-                assert!(kv_types.iter().all(|&t| t == half), "{precision:?}: keys and values {kv_types:?}");
+                assert!(qkv_types.iter().all(|&t| t == half), "{precision:?}: queries, keys and values {qkv_types:?}");
             }
         }
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
