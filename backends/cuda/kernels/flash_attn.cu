@@ -1,8 +1,8 @@
 // FLASH_ATTN: for each query row, softmax(scale * q . k_p + mask_p) over the key positions p,
 // applied to the values, without a score matrix in global memory (tessera-core's
-// `Graph::flash_attn` gives the shapes; queries of f32 or f16 values). The soft-max is kept online (running maximum and sum,
-// earlier sums rescaled), with f32 sums and IEEE `expf`, for heads of up to 32 * NE values
-// (NE = 1, 2 or 4: 32, 64 or 128).
+// `Graph::flash_attn` gives the shapes; queries of f32 or f16 values). The soft-max is kept
+// online (running maximum and sum, earlier sums rescaled), with f32 sums and IEEE `expf`, for
+// heads of up to 32 * NE values (NE = 1, 2 or 4: 32, 64 or 128).
 //
 // Prompts (`_r16`): a block of 128 threads (4 warps) takes 16 query rows of one head and batch
 // and walks the keys in chunks of 128 positions, one per thread: each thread reads its key once

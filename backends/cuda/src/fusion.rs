@@ -62,14 +62,13 @@ pub(crate) enum Fusion {
     Projections { products: [Option<Projection>; 3], nodes: usize },
     /// An embeddings layer (a BERT graph's first nodes): GET_ROWS of a table (`rows`), the ADD
     /// of a row to each of them (`row_add`), GET_ROWS of a second table (`more_rows`) added to
-    /// that sum by the residual ADD of a layer norm (`residual`, then `norm` ... `last` as in
-    /// `NormAffine`); every intermediate result f32 and read once. `nodes` counts the nodes
-    /// covered, views between them included.
+    /// that sum by the residual ADD of a layer norm, then the norm with its `weight`, `bias`
+    /// and optional cast to f16 (`last`), as in `NormAffine`; every intermediate result f32
+    /// and read once. `nodes` counts the nodes covered, views between them included.
     Embeddings {
         rows: TensorId,
         row_add: TensorId,
         more_rows: TensorId,
-        residual: TensorId,
         weight: TensorId,
         bias: Option<TensorId>,
         last: TensorId,
@@ -334,7 +333,7 @@ fn embeddings(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option<Fusi
             if r == residual =>
         {
             let nodes = at_residual + norm.len();
-            Some(Fusion::Embeddings { rows, row_add, more_rows, residual, weight, bias, last, eps, rms, nodes })
+            Some(Fusion::Embeddings { rows, row_add, more_rows, weight, bias, last, eps, rms, nodes })
         }
         _ => None,
     }
