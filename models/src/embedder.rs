@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::gguf_vocab::Vocab;
 use crate::inputs::inputs_for;
 use crate::module::Module;
+use crate::staged_inputs::StagedInputs;
 use crate::tensor_names::TensorNames;
 use crate::tokenize::{Tokenizer, MAX_TOKENS};
 
@@ -53,6 +54,8 @@ struct Built {
     lens: Vec<usize>,
     graph: Graph,
     model: BertGraph,
+    /// The inputs staged in pinned host memory, where the token ids' device has some.
+    staged: Option<StagedInputs>,
 }
 
 /// Where the time of the last embedding call went.
@@ -401,12 +404,70 @@ impl Embedder {
             let built = self.built_for.as_ref().ok_or(tessera_core::Error::Cancelled)?;
             self.sched.alloc_graph(&built.graph)?;
         }
-        self.set_inputs(sequences, &lens)?;
+        let staged = self.built_for.as_ref().and_then(|b| b.staged.as_ref()).filter(|_| !pipelined);
+        match staged {
+            Some(staged) => staged.write_ids(sequences)?,
+            None => self.set_inputs(sequences, &lens)?,
+        }
         let prepared = Instant::now();
-        self.sched.compute()?;
-        let out = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_f32(self.output()?)?;
+        let out = if staged.is_some() {
+            self.compute_staged(lens.len())?
+        } else {
+            self.sched.compute()?;
+            self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_f32(self.output()?)?
+        };
         self.timing = Timing { prepare: prepared - start, compute: prepared.elapsed() };
         Ok(out.chunks(self.config.hidden).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Runs the scheduler's graph on the staged inputs (their copies queued, not waited for)
+    /// and reads the `n` embeddings back, through pinned memory where the output's device
+    /// has some.
+    fn compute_staged(&mut self, n: usize) -> Result<Vec<f32>> {
+        let built = self.built_for.as_ref().ok_or(tessera_core::Error::Cancelled)?;
+        let staged = built.staged.as_ref().ok_or(tessera_core::Error::Cancelled)?;
+        let output = built.model.embeddings;
+        let mut out = vec![0f32; n * self.config.hidden];
+        let len = std::mem::size_of_val(out.as_slice());
+        let pinned = self.placement.compute_of(Module::Pool.index(), None).device.host_buffer_type();
+        let landing = match (pinned, self.landing.first()) {
+            (None, _) => None,
+            (Some(_), Some(b)) if b.size() >= len => Some(b.clone()),
+            (Some(buffer_type), _) => {
+                let fresh = buffer_type.alloc_buffer(len)?;
+                self.landing.truncate(0);
+                self.landing.push(fresh.clone());
+                Some(fresh)
+            }
+        };
+        let sched = &mut self.sched;
+        let mut queue = || -> Result<()> {
+            // SAFETY: the staged inputs are not written before the synchronize below.
+            unsafe { staged.queue(sched)? };
+            sched.compute_async()?;
+            if let Some(landing) = &landing {
+                let dst = landing.base().host_ptr_mut().ok_or(tessera_core::Error::Cancelled)?;
+                // SAFETY: `landing` holds at least `len` bytes of host memory that nothing
+                // else reads or writes before the synchronize below.
+                unsafe { sched.get_tensor_async(output, dst, len)? };
+            }
+            Ok(())
+        };
+        // Whatever happened, nothing may still be reading the staged inputs or writing the
+        // landing buffer when this returns.
+        let queued = queue();
+        let waited = self.sched.synchronize();
+        queued?;
+        waited?;
+        match landing {
+            Some(landing) => landing.get_bytes(0, bytemuck::cast_slice_mut(&mut out))?,
+            None => self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_bytes(
+                output,
+                0,
+                bytemuck::cast_slice_mut(&mut out),
+            )?,
+        }
+        Ok(out)
     }
 
     /// Embeddings of several batches (each as [`embed_tokens`](Self::embed_tokens) takes it),
@@ -495,7 +556,12 @@ impl Embedder {
         self.built_for = None;
         let (graph, model) = self.graph(lens)?;
         self.sched.reserve(&graph)?;
-        self.built_for = Some(Built { lens: lens.to_vec(), graph, model });
+        let ids_device = self.placement.compute_of(Module::Embed.index(), None).device;
+        let staged = match ids_device.host_buffer_type() {
+            Some(buffer_type) => Some(StagedInputs::new(buffer_type, &model, lens)?),
+            None => None,
+        };
+        self.built_for = Some(Built { lens: lens.to_vec(), graph, model, staged });
         Ok(())
     }
 
@@ -565,6 +631,24 @@ impl Embedder {
                 if let Some(b) = target.index_in(&self.targets) {
                     self.sched.set_tensor_backend(id, b)?;
                 }
+            }
+        }
+        // Each input lives where its first reader runs: set there from the host directly,
+        // not copied there from the CPU's memory as a split input on every run. (Pipelined,
+        // inputs stay in host memory, which the scheduler copies to each run's slot.)
+        let pipelined = self.sched.n_copies() > 1;
+        let inputs = [
+            (Some(model.token_ids), Module::Embed, None),
+            (Some(model.positions), Module::Embed, None),
+            (Some(model.attention_mask), Module::Encoder, Some(0)),
+            (model.attention_gather, Module::Encoder, Some(0)),
+            (model.attention_scatter, Module::Encoder, Some(0)),
+            (Some(model.pooling), Module::Pool, None),
+        ];
+        for (id, m, layer) in inputs {
+            let target = self.placement.compute_of(m.index(), layer);
+            if let (Some(id), Some(b), false) = (id, target.index_in(&self.targets), pipelined) {
+                self.sched.set_tensor_backend(id, b)?;
             }
         }
         Ok((g, model))
@@ -781,6 +865,11 @@ mod tests {
         assert_eq!(names, ["SIM_LAYERS", "SIM_LAYERS:1", "CPU"]);
         let batches: [&[&[u32]]; 3] = [&SEQUENCES, &[&[2, 30, 31, 3], &[2, 3]], &SEQUENCES];
         let want: Vec<Vec<Vec<f32>>> = batches.iter().map(|b| one.embed_tokens(b).unwrap()).collect();
+        // One stream: the inputs live on the device, set from their staged copies in pinned
+        // memory (`want`), not copied from the CPU's memory as split inputs.
+        let plan = one.scheduler().plan().unwrap();
+        let inputs = ["token_ids", "positions", "attention_mask", "pooling"];
+        assert!(plan.splits.iter().all(|s| s.inputs.iter().all(|i| !inputs.contains(&i.name.as_str()))), "{plan}");
         assert_eq!(one.embed_batches(&batches).unwrap(), want, "one stream, batches queued");
         assert_eq!(two.embed_batches(&batches).unwrap(), want, "two streams, pipelined");
         assert_eq!(two.embed_tokens(&SEQUENCES).unwrap(), want[0]);

@@ -44,6 +44,7 @@ pub mod random_llama;
 pub mod sampler;
 pub mod splitmix;
 pub mod spm;
+mod staged_inputs;
 pub mod tensor_names;
 pub mod tokenize;
 

@@ -145,25 +145,47 @@ impl<const MAX_BACKENDS: usize, const MAX_COPIES: usize, const MAX_SPLIT_INPUTS:
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes, and not otherwise accessed, until the
     /// next `synchronize` of the scheduler returns.
-    pub unsafe fn get_tensor_async(&mut self, tensor: crate::tensor::TensorId, dst: *mut u8, len: usize) -> Result<()> {
+    pub unsafe fn get_tensor_async(&mut self, tensor: TensorId, dst: *mut u8, len: usize) -> Result<()> {
+        let (b, data) = self.placed(tensor, len, "GET_TENSOR")?;
+        // SAFETY: the caller keeps `dst` valid and exclusively ours for `len` bytes until the
+        // next synchronize, which waits for this backend.
+        unsafe { self.backends[b].get_tensor_async(&data, 0, dst, len) }
+    }
+
+    /// Queues a write of `len` bytes from `src` into the first bytes of `tensor` (of the
+    /// scheduled graph), on the backend whose memory holds it, before the work queued there
+    /// next: a user input set without the host waiting for the copy (from pinned memory a
+    /// GPU's copy engine reads it while the host goes on).
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes, and not written, until the next
+    /// `synchronize` of the scheduler returns.
+    pub unsafe fn set_tensor_async(&mut self, tensor: TensorId, src: *const u8, len: usize) -> Result<()> {
+        let (b, data) = self.placed(tensor, len, "SET_TENSOR")?;
+        // SAFETY: the caller keeps `src` valid and unwritten for `len` bytes until the next
+        // synchronize, which waits for this backend.
+        unsafe { self.backends[b].set_tensor_async(&data, 0, src, len) }
+    }
+
+    /// The backend whose memory holds `tensor` of the scheduled graph and where its bytes
+    /// lie, with `len` of them to be copied (at most its size).
+    fn placed(&self, tensor: TensorId, len: usize, op: &'static str) -> Result<(usize, crate::buffer::TensorData)> {
         let p = self.prepared.as_ref().ok_or_else(not_planned)?;
         let data = p.graph.data(tensor).ok_or_else(|| Error::NotAllocated { tensor: p.graph.label(tensor) })?;
         let nbytes = p.graph.tensor(tensor)?.nbytes();
         if len > nbytes {
             return Err(Error::InvalidParam {
-                op: "GET_TENSOR",
+                op,
                 message: alloc::format!("{len} bytes asked of {}, which has {nbytes}", p.graph.label(tensor)),
             });
         }
         let b = p.slots.get(tensor.index()).copied().filter(|&b| b < self.backends.len()).ok_or_else(|| {
             Error::InvalidParam {
-                op: "GET_TENSOR",
+                op,
                 message: alloc::format!("{} is not a tensor of the scheduled graph", p.graph.label(tensor)),
             }
         })?;
-        // SAFETY: the caller keeps `dst` valid and exclusively ours for `len` bytes until the
-        // next synchronize, which waits for this backend.
-        unsafe { self.backends[b].get_tensor_async(&data, 0, dst, len) }
+        Ok((b, data))
     }
 
     /// The host waits until pipeline slot `c` of backend `b` is free.
