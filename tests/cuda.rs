@@ -982,8 +982,8 @@ fn a_product_with_its_bias_fused_matches_the_nodes() {
     }
 }
 
-/// A linear layer in reduced precision (its f32 bias rounded to f16, its sum cast to f16),
-/// captured into a program: with f16 (or dequantized) weights one cuBLASLt product writing f16
+/// A linear layer in reduced precision (its f32 bias rounded to f16, or an f16 bias, its sum
+/// cast to f16), captured into a program: with f16 (or dequantized) weights one cuBLASLt product writing f16
 /// (its f32 sum is never written); with bf16 weights the nodes one by one. Either way the nodes'
 /// results up to summation order, so at most one f16 step apart, for one matrix and for
 /// matrices folded into one product. A GELU (tanh form) after the layer, in f16 or f32, goes
@@ -994,20 +994,24 @@ fn a_product_with_its_bias_fused_matches_the_nodes() {
 #[test]
 fn a_linear_layer_in_f16_fused_matches_the_nodes() {
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    // Weights, m x n x k (x batch), result in f16, GELU, fused, the bias an f16 tensor.
     let cases = [
-        (DType::F16, 384, 128, 384, 4, true, false, true),
-        (DType::Q8_0, 64, 40, 96, 1, true, false, true),
-        (DType::BF16, 64, 9, 96, 2, true, false, false),
-        (DType::F16, 384, 128, 384, 4, true, true, true),
-        (DType::F16, 256, 64, 384, 2, false, true, true),
+        (DType::F16, 384, 128, 384, 4, true, false, true, false),
+        (DType::F16, 384, 128, 384, 4, true, false, true, true),
+        (DType::Q8_0, 64, 40, 96, 1, true, false, true, false),
+        (DType::BF16, 64, 9, 96, 2, true, false, false, false),
+        (DType::BF16, 64, 9, 96, 2, true, false, false, true),
+        (DType::F16, 384, 128, 384, 4, true, true, true, false),
+        (DType::F16, 1536, 128, 384, 2, true, true, true, true),
+        (DType::F16, 256, 64, 384, 2, false, true, true, false),
     ];
-    for (wt, m, n, k, batch, half, gelu, fused) in cases {
+    for (wt, m, n, k, batch, half, gelu, fused, bias16) in cases {
         let mut g = Graph::new();
         let w = g.new_tensor(wt, &[k, m]).unwrap();
         let x = g.new_tensor(DType::F32, &[k, n, batch]).unwrap();
-        let b = g.new_tensor(DType::F32, &[m]).unwrap();
+        let b = g.new_tensor(if bias16 { DType::F16 } else { DType::F32 }, &[m]).unwrap();
         let y = g.mul_mat(w, x).unwrap();
-        let b16 = if half { g.cast(b, DType::F16).unwrap() } else { b };
+        let b16 = if half && !bias16 { g.cast(b, DType::F16).unwrap() } else { b };
         let sum = g.add(y, b16).unwrap();
         let layer = if half { g.cast(sum, DType::F16).unwrap() } else { sum };
         let out = if gelu { g.gelu(layer).unwrap() } else { layer };
@@ -1025,7 +1029,7 @@ fn a_linear_layer_in_f16_fused_matches_the_nodes() {
         let (one_by_one, got) = one_by_one_and_captured_resetting(gpu, &g, out, |g| {
             inner.iter().for_each(|&t| g.set_f32(t, &sentinel).unwrap())
         });
-        let what = format!("{wt} {m}x{n}x{k} (x{batch}), half {half}, gelu {gelu}");
+        let what = format!("{wt} {m}x{n}x{k} (x{batch}), half {half}, gelu {gelu}, f16 bias {bias16}");
         for &t in &inner {
             assert_eq!(g.get_f32(t).unwrap() == sentinel, fused, "{what}: fused {fused} expected");
         }

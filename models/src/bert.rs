@@ -108,7 +108,13 @@ struct Builder<'g, 'f> {
 
 impl Builder<'_, '_> {
     fn weight(&mut self, name: String, ne: &[usize]) -> tessera_core::Result<TensorId> {
-        let id = self.g.new_tensor((self.weight_type)(&name), ne)?;
+        let dtype = (self.weight_type)(&name);
+        self.weight_of(dtype, name, ne)
+    }
+
+    /// A weight of type `dtype`, whatever the file holds it in.
+    fn weight_of(&mut self, dtype: DType, name: String, ne: &[usize]) -> tessera_core::Result<TensorId> {
+        let id = self.g.new_tensor(dtype, ne)?;
         self.g.set_name(id, &name)?;
         self.weights.push((name, self.module, id));
         Ok(id)
@@ -122,13 +128,13 @@ impl Builder<'_, '_> {
         self.g.add(y, b)
     }
 
-    /// [`Builder::linear`] in reduced precision: the bias rounded to f16, the sum too (a GPU
-    /// writes it from the product, as f16, adding the f16 bias on the way).
+    /// [`Builder::linear`] in reduced precision: the bias an f16 weight (rounded once, where it
+    /// is placed), the sum rounded to f16 (a GPU writes it from the product, as f16, adding
+    /// the f16 bias on the way).
     fn linear_half(&mut self, prefix: &str, x: TensorId, n_in: usize, n_out: usize) -> tessera_core::Result<TensorId> {
         let w = self.weight(format!("{prefix}.weight"), &[n_in, n_out])?;
-        let b = self.weight(format!("{prefix}.bias"), &[n_out])?;
+        let b = self.weight_of(DType::F16, format!("{prefix}.bias"), &[n_out])?;
         let y = self.g.mul_mat(w, x)?;
-        let b = self.g.cast(b, DType::F16)?;
         let y = self.g.add(y, b)?;
         self.g.cast(y, DType::F16)
     }
@@ -182,7 +188,8 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
 /// attention as one FLASH_ATTN node of that precision (no score matrix in memory) instead of
 /// products and a soft-max. Those layers in reduced precision keep attention's queries, keys,
 /// values and result, the feed-forward's hidden values, the output projections' results and
-/// the residual stream (the layer norms' results) in f16, and take those hidden values through
+/// the residual stream (the layer norms' results) in f16, declare their linear layers' biases
+/// as f16 weights (rounded once where they are placed), and take those hidden values through
 /// GELU's tanh approximation instead of its erf form.
 pub fn build_with(
     g: &mut Graph,

@@ -95,6 +95,22 @@ pub struct LoadOptions<'a> {
     pub pipeline: usize,
 }
 
+/// Which layers of the encoder compute attention as one FLASH_ATTN node, and in which
+/// precision: all or none as `flash_attn` says, else those whose device computes it faster
+/// ([`LoadOptions::flash_attn`]); in `precision` ([`LoadOptions::attention_precision`]).
+fn flash_attn_layers(
+    placement: &Placement,
+    flash_attn: Option<bool>,
+    precision: Precision,
+) -> impl Fn(usize) -> Option<Precision> + '_ {
+    let encoder = Module::Encoder.index();
+    move |layer: usize| {
+        let fused =
+            flash_attn.unwrap_or_else(|| placement.compute_of(encoder, Some(layer)).device.caps().prompt_flash_attn);
+        fused.then_some(precision)
+    }
+}
+
 /// One backend per device (and instance) the placement names: accelerators in the order the
 /// modules and layers name them, then a CPU (the placement's, else the built-in one), which
 /// the scheduler needs last. (The Llama generator's too.)
@@ -135,10 +151,17 @@ fn graph_type(file: &ModelFile, names: TensorNames) -> impl Fn(&str) -> DType + 
 
 /// The weights the graph of `config` declares, with their types ([`graph_type`]): an error
 /// if the file lacks one, holds it in another shape, or in a type its op cannot take.
-fn weight_specs(file: &ModelFile, names: TensorNames, config: &BertConfig) -> Result<Vec<ModelWeight>> {
+/// `flash_attn` says which layers are built with one FLASH_ATTN node and in which precision
+/// (the biases of reduced-precision layers are f16 weights).
+fn weight_specs(
+    file: &ModelFile,
+    names: TensorNames,
+    config: &BertConfig,
+    flash_attn: &dyn Fn(usize) -> Option<Precision>,
+) -> Result<Vec<ModelWeight>> {
     let mut probe = Graph::new();
     let dtype_of = graph_type(file, names);
-    let shapes = bert::build(&mut probe, config, &dtype_of, Layout::packed(&[1]))?;
+    let shapes = bert::build_with(&mut probe, config, &dtype_of, Layout::packed(&[1]), flash_attn)?;
     let mut specs = Vec::with_capacity(shapes.weights.len());
     for (name, module, id) in &shapes.weights {
         let (module, id) = (*module, *id);
@@ -217,7 +240,7 @@ impl Embedder {
     pub fn check(path: impl AsRef<Path>) -> Result<BertConfig> {
         let file = ModelFile::open(path.as_ref())?;
         let config = BertConfig::of_file(&file)?;
-        weight_specs(&file, TensorNames::of_file(&file), &config)?;
+        weight_specs(&file, TensorNames::of_file(&file), &config, &|_| None)?;
         Ok(config)
     }
 
@@ -257,7 +280,8 @@ impl Embedder {
 
         // The weights each module declares, placed where its params (of each layer) live.
         let names = TensorNames::of_file(&file);
-        let specs = weight_specs(&file, names, &config)?;
+        let specs =
+            weight_specs(&file, names, &config, &flash_attn_layers(&placement, flash_attn, attention_precision))?;
         let mut stores = Vec::new();
         for m in Module::ALL {
             let on = |w: &ModelWeight| placement.params_of(m.index(), w.layer);
@@ -608,13 +632,7 @@ impl Embedder {
         let mut g = Graph::new();
         let (file, names) = (&self.file, self.names);
         let dtype_of = graph_type(file, names);
-        let encoder = Module::Encoder.index();
-        let flash_attn = |layer: usize| {
-            let fused = self
-                .flash_attn
-                .unwrap_or_else(|| self.placement.compute_of(encoder, Some(layer)).device.caps().prompt_flash_attn);
-            fused.then_some(self.attention_precision)
-        };
+        let flash_attn = flash_attn_layers(&self.placement, self.flash_attn, self.attention_precision);
         let model = bert::build_with(&mut g, &self.config, &dtype_of, Layout::for_lengths(lens), &flash_attn)?;
         for (name, _, id) in &model.weights {
             let name = names.file_name(name);
@@ -1032,12 +1050,21 @@ mod tests {
             let path = test_model::write_safetensors_in(&dir, &TINY, dtype);
             std::fs::write(dir.join("config.json"), test_model::config_json(&TINY)).unwrap();
             let file = ModelFile::open(&path).unwrap();
-            let specs = weight_specs(&file, TensorNames::of_file(&file), &TINY).unwrap();
+            let specs = weight_specs(&file, TensorNames::of_file(&file), &TINY, &|_| None).unwrap();
             for w in &specs {
                 let want = if bert::is_quantizable(&w.name) { dtype } else { DType::F32 };
                 assert_eq!(w.dtype, want, "{}", w.name);
             }
             assert!(specs.iter().any(|w| w.dtype == dtype) && specs.iter().any(|w| w.dtype == DType::F32));
+            // Layers in reduced precision take their linear layers' biases as f16 weights.
+            let reduced =
+                weight_specs(&file, TensorNames::of_file(&file), &TINY, &|_| Some(Precision::Reduced)).unwrap();
+            assert!(reduced.iter().any(|r| r.name.ends_with("query.bias") && r.dtype == DType::F16));
+            for (w, r) in specs.iter().zip(&reduced) {
+                let linear_bias = w.layer.is_some() && w.name.ends_with(".bias") && !w.name.contains("LayerNorm");
+                let want = if linear_bias { DType::F16 } else { w.dtype };
+                assert_eq!((&r.name, r.dtype), (&w.name, want));
+            }
             let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
             let got = e.embed_tokens(&SEQUENCES).unwrap();
             let worst = SEQUENCES

@@ -239,30 +239,33 @@ pub struct WeightSpec<'a> {
     pub ne: [usize; 4],
 }
 
-/// Whether a weight stored as `stored` may be placed as `wanted`: as it is, or f16 and bf16
-/// widened to f32 (a model's vectors, which its graph adds in f32).
+/// Whether a weight stored as `stored` may be placed as `wanted`: as it is, f16 and bf16
+/// widened to f32 (a model's vectors, which its graph adds in f32), or f32 and bf16 rounded to
+/// f16 (the vectors a graph adds to f16 sums).
 pub fn placeable(stored: DType, wanted: DType) -> bool {
-    stored == wanted || (wanted == DType::F32 && matches!(stored, DType::F16 | DType::BF16))
+    let floats = [DType::F32, DType::F16, DType::BF16];
+    stored == wanted || (floats.contains(&stored) && matches!(wanted, DType::F32 | DType::F16))
 }
 
-/// `bytes` of 16-bit floats of type `stored` (F16 or BF16) as f32 bytes.
-fn widened_to_f32(stored: DType, bytes: &[u8]) -> Vec<u8> {
-    let mut values = vec![0f32; bytes.len() / 2];
+/// `bytes` of floats of type `stored` (F32, F16 or BF16) as `wanted` bytes (F32 or F16).
+fn converted(stored: DType, wanted: DType, bytes: &[u8]) -> Result<Vec<u8>> {
+    let mut values = vec![0f32; bytes.len() / stored.block_bytes()];
     tessera_core::convert::row_to_f32(stored, bytes, &mut values);
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    tessera_core::convert::to_bytes(wanted, &values)
 }
 
 /// Places `weights` of `file` on `device`: in place when the device can use the mapped file
 /// (`Device::buffer_from_host_ptr`), else uploaded into its buffers (split at its largest
-/// allocation). A weight wanted as f32 and stored as f16 or bf16 is widened and uploaded (also
-/// beside a mapped file). `progress(done, total)` is called as bytes are placed.
+/// allocation). A weight wanted in another float type than it is stored in ([`placeable`]) is
+/// converted and uploaded (also beside a mapped file). `progress(done, total)` is called as
+/// bytes are placed.
 pub fn place_weights(
     file: &ModelFile,
     weights: &[WeightSpec<'_>],
     device: &'static dyn Device,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<WeightStore> {
-    // Each weight's tensor in the file and whether it is widened.
+    // Each weight's tensor in the file and the type it is converted to, if any.
     let mut found = Vec::with_capacity(weights.len());
     for w in weights {
         let t = file.tensor(w.name).ok_or_else(|| {
@@ -281,20 +284,23 @@ pub fn place_weights(
                 ),
             ));
         }
-        found.push((t, t.dtype != w.dtype));
+        found.push((t, (t.dtype != w.dtype).then_some(w.dtype)));
     }
-    // Bytes as placed: widened tensors take twice their stored bytes.
-    let placed = |(t, widen): &(&FileTensor, bool)| if *widen { 2 * t.nbytes } else { t.nbytes };
+    // Bytes as placed: converted tensors take the bytes of their new type.
+    let placed = |(t, to): &(&FileTensor, Option<DType>)| match to {
+        Some(to) => t.nbytes / t.dtype.block_bytes() * to.block_bytes(),
+        None => t.nbytes,
+    };
     let total: usize = found.iter().map(placed).sum();
     let mut data = BTreeMap::new();
     let mut done = 0;
     if let Some(buffer) = file.device_buffer(device) {
-        for (t, _) in found.iter().filter(|(_, widen)| !widen) {
+        for (t, _) in found.iter().filter(|(_, to)| to.is_none()) {
             data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset: t.offset });
             done += t.nbytes;
         }
         progress(done, total);
-        found.retain(|(_, widen)| *widen);
+        found.retain(|(_, to)| to.is_some());
     }
     // Upload, packing tensors into buffers no larger than the device allows.
     let bt = device.buffer_type();
@@ -313,12 +319,11 @@ pub fn place_weights(
         buffer.set_usage(BufferUsage::Weights);
         let mut offset = 0;
         for entry in &found[i..j] {
-            let (t, widen) = *entry;
+            let (t, to) = *entry;
             let bytes = file.data(t)?;
-            if widen {
-                buffer.set_bytes(offset, &widened_to_f32(t.dtype, bytes))?;
-            } else {
-                buffer.set_bytes(offset, bytes)?;
+            match to {
+                Some(to) => buffer.set_bytes(offset, &converted(t.dtype, to, bytes)?)?,
+                None => buffer.set_bytes(offset, bytes)?,
             }
             data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset });
             offset += pad(placed(entry));
@@ -355,10 +360,10 @@ mod tests {
     }
 
     /// F32 `a` = [1, 2] mapped in place, F16 `h` and BF16 `b` = [1.5, -2] widened to f32
-    /// beside it (also on a device that reads the mapping), and a type that only widening
-    /// would change refused with both types named.
+    /// beside it (also on a device that reads the mapping), `a` and `b` rounded to f16, and a
+    /// conversion to another type refused with both types named.
     #[test]
-    fn vectors_stored_in_16_bits_are_placed_widened_to_f32() {
+    fn vectors_are_placed_widened_to_f32_or_rounded_to_f16() {
         let header = br#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"h":{"dtype":"F16","shape":[2],"data_offsets":[8,12]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[12,16]}}"#;
         let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
         bytes.extend_from_slice(header);
@@ -383,9 +388,19 @@ mod tests {
                 [f32::from_le_bytes(got[..4].try_into().unwrap()), f32::from_le_bytes(got[4..].try_into().unwrap())];
             assert_eq!(got, want, "{name}");
         }
-        let err = place_weights(&file, &[spec("a", DType::F16)], device, &mut |_, _| {}).err().unwrap();
+        let specs = [spec("a", DType::F16), spec("h", DType::F16), spec("b", DType::F16)];
+        let store = place_weights(&file, &specs, device, &mut |_, _| {}).unwrap();
+        assert_eq!(store.bytes, 12);
+        for (name, want) in [("a", [0x3c00u16, 0x4000]), ("h", [0x3e00, 0xc000]), ("b", [0x3e00, 0xc000])] {
+            let at = store.get(name).unwrap();
+            let mut got = [0u8; 4];
+            at.buffer.get_bytes(at.offset, &mut got).unwrap();
+            let got = [u16::from_le_bytes([got[0], got[1]]), u16::from_le_bytes([got[2], got[3]])];
+            assert_eq!(got, want, "{name}");
+        }
+        let err = place_weights(&file, &[spec("a", DType::BF16)], device, &mut |_, _| {}).err().unwrap();
         assert!(
-            err.to_string().contains("tensor 'a' is f32 [2, 1, 1, 1] but the model expects f16 [2, 1, 1, 1]"),
+            err.to_string().contains("tensor 'a' is f32 [2, 1, 1, 1] but the model expects bf16 [2, 1, 1, 1]"),
             "{err}"
         );
     }

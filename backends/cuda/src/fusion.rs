@@ -30,9 +30,9 @@ pub(crate) enum Fusion {
     },
     /// MUL_MAT, then ADD of a bias row to its result: a linear layer. `last` is the ADD, or
     /// `half`, a CPY of the sum (its only reader) to a new f16 tensor: the product then writes
-    /// f16 (a layer in reduced precision), and its bias is f16 too, `bias_half`, a CPY of an
-    /// f32 bias to f16 between the product and the ADD (cuBLASLt adds no f32 bias to an f16
-    /// result). With `gelu`, a GELU_ERF node whose only reader is the product (as b) comes
+    /// f16 (a layer in reduced precision), and its bias is f16 too (cuBLASLt adds no f32 bias
+    /// to an f16 result): an f16 tensor, or `bias_half`, a CPY of an f32 bias to f16 between
+    /// the product and the ADD. With `gelu`, a GELU_ERF node whose only reader is the product (as b) comes
     /// first: a feed-forward's activation and second linear layer. With `widened`, the product's
     /// b is a CPY of f16 values to f32 (the GELU's result, or without a GELU any f16 tensor), its
     /// only reader: the GEMM takes the f16 values as they are. With `gelu_after`, a GELU (the
@@ -192,12 +192,15 @@ pub(crate) fn find(graph: &Graph, ids: &[TensorId], consumers: &[u32]) -> Option
                 && read_once(first)
                 && (bias_half.is_none() || add.src(1) == bias_half);
             if adds {
-                // With an f16 bias, a cast of the sum to f16 right after it, its only reader
-                // (no fusion takes an f16 bias without it).
-                let half = ids.get(at + 1).copied().filter(|&next| {
-                    bias_half.is_some() && is_cast(graph, next, Some(add_id), DType::F16) && read_once(add_id)
-                });
-                if bias_half.is_some() && half.is_none() {
+                // With an f16 bias (rounded by that cast, or an f16 tensor), a cast of the sum
+                // to f16 right after it, its only reader (no fusion takes an f16 bias without it).
+                let f16_bias = bias_half.is_some()
+                    || add.src(1).and_then(|b| graph.tensor(b).ok()).is_some_and(|b| b.dtype() == DType::F16);
+                let half = ids
+                    .get(at + 1)
+                    .copied()
+                    .filter(|&next| f16_bias && is_cast(graph, next, Some(add_id), DType::F16) && read_once(add_id));
+                if f16_bias && half.is_none() {
                     return None;
                 }
                 let sum = half.unwrap_or(add_id);
@@ -727,6 +730,31 @@ mod tests {
             };
             let want = if bias_to.is_some() { None } else { Some(plain) };
             assert_eq!(find(&g, &ids, &counts(&g)), want, "{bias_to:?} {to}");
+        }
+        // An f16 bias tensor (a weight placed in f16): the same fusion without a cast of it;
+        // with the sum kept in f32, none.
+        for to in [DType::F16, DType::F32] {
+            let mut g = Graph::new();
+            let w = g.new_tensor(DType::F16, &[8, 5]).unwrap();
+            let x = g.new_tensor(DType::F32, &[8, 3]).unwrap();
+            let b = g.new_tensor(DType::F16, &[5]).unwrap();
+            let y = g.mul_mat(w, x).unwrap();
+            let sum = g.add(y, b).unwrap();
+            let out = if to == DType::F16 { g.cast(sum, to).unwrap() } else { sum };
+            g.build_forward(out).unwrap();
+            let ids = g.nodes().to_vec();
+            let fused = Fusion::MulMatBias {
+                gelu: None,
+                widened: None,
+                mul_mat: ids[0],
+                bias_half: None,
+                bias: b,
+                half: Some(out),
+                gelu_after: None,
+                last: out,
+            };
+            let want = (to == DType::F16).then_some(fused);
+            assert_eq!(find(&g, &ids, &counts(&g)), want, "{to}");
         }
     }
 

@@ -822,12 +822,12 @@ fn pack16_config(a: &TensorArg, rows: i64) -> cudarc::driver::LaunchConfig {
 
 /// Queues a validated MUL_MAT followed by the ADD of `bias` as one kernel writing `dst`: the
 /// matrix-vector kernel with `bias` as its addend ([`addend`]), or a cuBLASLt product with a
-/// bias epilogue (`bias` of the result's type, one value per row of the result, packed). With `gelu_b`, the
+/// bias epilogue (`bias` one value per row of the result, packed). With `gelu_b`, the
 /// product's b is GELU_ERF of `b` (a GELU_ERF node fused in), applied as a GEMM converts b
 /// (packing it to 16 bits, or splitting it); an f16 `b` is a GELU_ERF of f16 values widened to
-/// f32 by a CPY (both fused in), packed by GEMMs only. An f16 `dst` (the sum, of the bias
-/// rounded to f16, cast to f16: three CPY nodes fused in)
-/// is written by cuBLASLt GEMMs only, rounding their f32 results. `Ok(false)` (nothing queued)
+/// f32 by a CPY (both fused in), packed by GEMMs only. An f16 `dst` (the sum cast to f16 by a
+/// CPY fused in) is written by cuBLASLt GEMMs only, rounding their f32 results; its bias is
+/// f16, or f32 rounded to f16 into the scratch (a CPY fused in). `Ok(false)` (nothing queued)
 /// where the plan is none of these or `bias` does not fit it.
 pub(crate) fn launch_with_bias(
     kernels: &Kernels,
@@ -872,7 +872,10 @@ pub(crate) fn launch_with_bias(
         return Ok(true);
     }
     let m = a.0.ne[1];
-    let bias_fits = bias.1 == DType::F32 && bias.0.ne == [m, 1, 1, 1] && bias.0.data % 16 == 0;
+    // A packed column of m values: f32, or f16 for an f16 result.
+    let bias_type = bias.1 == DType::F32 || (half && bias.1 == DType::F16);
+    let bias_fits =
+        bias_type && bias.0.ne == [m, 1, 1, 1] && bias.0.nb[0] == bias.1.block_bytes() as i64 && bias.0.data % 16 == 0;
     if let (Path::Split { folded_ldc }, true) = (p.path, bias_fits) {
         let product = SplitProduct { gelu_b, ..split_product(a.0, b.0, dst.0, folded_ldc)? };
         split_gemm::launch(kernels, stream, scratch, &product, Some(bias.0.data))?;
@@ -885,12 +888,13 @@ pub(crate) fn launch_with_bias(
         _ => None,
     };
     let (Some((n, folded)), true) = (cols, bias_fits) else { return Ok(false) };
-    // cuBLASLt adds no f32 bias to an f16 result: the bias goes rounded to f16 (as the graph
-    // rounds it) into the scratch, after the operands.
+    // cuBLASLt adds no f32 bias to an f16 result: an f32 bias goes rounded to f16 (as the
+    // graph rounds it) into the scratch, after the operands.
+    let round_bias = half && bias.1 == DType::F32;
     let bias_at = align(p.scratch_bytes);
-    let p = if half { Plan { scratch_bytes: bias_at.saturating_add(2 * m as usize), ..p } } else { p };
+    let p = if round_bias { Plan { scratch_bytes: bias_at.saturating_add(2 * m as usize), ..p } } else { p };
     let (ga, gb, base) = gemm_operands(kernels, stream, scratch, &p, a, (b, gelu_b))?;
-    let bias_data = if half {
+    let bias_data = if round_bias {
         let rounded = TensorArg::contiguous(base + bias_at as u64, DType::F16, bias.0.ne)?;
         copy(kernels, stream, bias, (rounded, DType::F16))?;
         rounded.data
