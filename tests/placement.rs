@@ -127,7 +127,7 @@ fn weights_are_used_in_place_where_the_device_can_and_uploaded_elsewhere() {
     use tessera::runtime::model_file::{place_weights, ModelFile, WeightSpec};
     let file = ModelFile::open(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/gguf/python_writer.gguf")).unwrap();
     let specs: Vec<WeightSpec> =
-        file.tensors().iter().map(|t| WeightSpec { name: &t.name, dtype: t.dtype, ne: t.ne }).collect();
+        file.tensors().iter().map(|t| WeightSpec { name: &t.name, parts: &[], dtype: t.dtype, ne: t.ne }).collect();
     assert!(!specs.is_empty());
     let base = file.bytes().as_ptr() as usize;
     let cpu = place_weights(&file, &specs, &tessera::cpu::CPU_DEVICE, &mut |_, _| {}).unwrap();

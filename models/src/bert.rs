@@ -171,6 +171,23 @@ pub fn is_quantizable(name: &str) -> bool {
     name.ends_with(".weight") && !name.contains("LayerNorm") && !name.contains("token_type_embeddings")
 }
 
+/// The stem of the weight and bias that join a layer's query, key and value projections
+/// (`encoder.layer.N.attention.self.qkv.weight`): one product for the three.
+const QKV: &str = ".attention.self.qkv";
+
+/// The checkpoint's weights that make the graph's weight `name`, in order: a joined query, key
+/// and value weight (or bias) is their three, joined along the output rows; any other weight
+/// is itself.
+pub fn weight_parts(name: &str) -> Vec<String> {
+    match name.rsplit_once('.') {
+        Some((stem, kind)) if stem.ends_with(QKV) => {
+            let prefix = &stem[..stem.len() - "qkv".len()];
+            ["query", "key", "value"].iter().map(|p| format!("{prefix}{p}.{kind}")).collect()
+        }
+        _ => vec![name.to_string()],
+    }
+}
+
 /// Weight types for a model stored with its quantizable matrices in `matrix_type` and
 /// everything else in F32.
 pub fn uniform_weight_type(matrix_type: DType) -> impl Fn(&str) -> DType {
@@ -265,43 +282,48 @@ pub fn build_with(
         let reduced = reduced_at(layer);
         // Self-attention in blocks of `a` tokens (rows, or packed sequences gathered into
         // padded blocks), heads split as [head_dim, tokens, heads, blocks].
-        // Attention in reduced precision takes its queries, keys and values in f16.
-        let [q, k, v] = if reduced {
-            let mut project = |name: &str| {
-                let input = b.widened(x)?;
-                b.linear_half(&format!("{pre}.attention.self.{name}"), input, h, h)
-            };
-            [project("query")?, project("key")?, project("value")?]
-        } else {
+        // In reduced precision with the three weights of one type, one product gives the
+        // queries, keys and values in f16 (their weights and biases joined when placed), and
+        // the heads are views of its rows; else three products, each gathered and reshaped.
+        let projections = ["query", "key", "value"].map(|p| format!("{pre}.attention.self.{p}"));
+        let types = projections.each_ref().map(|p| (b.weight_type)(&format!("{p}.weight")));
+        let [q, k, v] = if reduced && types.iter().all(|&t| t == types[0]) {
             let input = b.widened(x)?;
-            [
-                b.linear(&format!("{pre}.attention.self.query"), input, h, h)?,
-                b.linear(&format!("{pre}.attention.self.key"), x, h, h)?,
-                b.linear(&format!("{pre}.attention.self.value"), x, h, h)?,
-            ]
-        };
-        let [q, k, v] = match attention_gather {
-            Some(gather) => {
-                let mut gathered = [q, k, v];
-                for y in &mut gathered {
-                    let flat = b.g.reshape(*y, &[h, t])?;
-                    *y = b.g.get_rows(flat, gather)?; // [h, a * blocks]
+            let qkv = b.linear_half(&format!("{pre}{QKV}"), input, h, 3 * h)?; // [3h, t, rows]
+            let qkv = match attention_gather {
+                Some(gather) => {
+                    let flat = b.g.reshape(qkv, &[3 * h, t])?;
+                    let gathered = b.g.get_rows(flat, gather)?; // [3h, a * blocks]
+                                                                // Gathering gives f32: f16 values are taken back to f16, exactly.
+                    b.g.cast(gathered, DType::F16)?
                 }
-                // Gathering gives f32: f16 values are taken back to f16, exactly.
-                if reduced {
-                    for y in &mut gathered {
-                        *y = b.g.cast(*y, DType::F16)?;
+                None => qkv,
+            };
+            let es = DType::F16.block_bytes();
+            let mut heads_of = |j: usize| {
+                let nb = [head_dim * es, 3 * h * es, 3 * h * es * a];
+                b.g.view(qkv, [head_dim, heads, a, blocks], nb, j * h * es)
+            };
+            [heads_of(0)?, heads_of(1)?, heads_of(2)?]
+        } else {
+            let mut projected = Vec::with_capacity(3);
+            for prefix in &projections {
+                let input = b.widened(x)?;
+                let mut y = if reduced { b.linear_half(prefix, input, h, h)? } else { b.linear(prefix, input, h, h)? };
+                if let Some(gather) = attention_gather {
+                    let flat = b.g.reshape(y, &[h, t])?;
+                    y = b.g.get_rows(flat, gather)?; // [h, a * blocks]
+                    if reduced {
+                        // Gathering gives f32: f16 values are taken back to f16, exactly.
+                        y = b.g.cast(y, DType::F16)?;
                     }
                 }
-                gathered
+                projected.push(b.g.reshape(y, &[head_dim, heads, a, blocks])?);
             }
-            None => [q, k, v],
+            [projected[0], projected[1], projected[2]]
         };
-        let q = b.g.reshape(q, &[head_dim, heads, a, blocks])?;
         let q = b.g.permute(q, [0, 2, 1, 3])?;
-        let k = b.g.reshape(k, &[head_dim, heads, a, blocks])?;
         let k = b.g.permute(k, [0, 2, 1, 3])?;
-        let v = b.g.reshape(v, &[head_dim, heads, a, blocks])?;
         let ctx = if let Some(precision) = flash {
             let v = b.g.permute(v, [0, 2, 1, 3])?;
             let ctx = b.g.flash_attn(q, k, v, Some(attention_mask), scale)?; // [head_dim, heads, queries, blocks]
@@ -449,6 +471,35 @@ mod tests {
         assert_eq!(ne(&g, m.attention_scatter.unwrap()), [10, 1, 1, 1]);
         assert_eq!(ne(&g, m.pooling), [5, 1, 3, 1]);
         assert_eq!(ne(&g, m.embeddings), [TINY.hidden, 3, 1, 1]);
+    }
+
+    /// Reduced-precision layers join their query, key and value projections into one weight of
+    /// their parts' type, unless the parts' types differ (a mixed quantization).
+    #[test]
+    fn reduced_layers_join_their_projections_when_the_weights_share_a_type() {
+        for mixed in [false, true] {
+            let mut g = Graph::new();
+            let weight_type = move |name: &str| match name {
+                _ if mixed && name.ends_with("key.weight") => DType::BF16,
+                _ if is_quantizable(name) => DType::F16,
+                _ => DType::F32,
+            };
+            let m =
+                build_with(&mut g, &TINY, &weight_type, Layout::padded(8, 2), &|_| Some(Precision::Reduced)).unwrap();
+            let find = |name: &str| m.weights.iter().find(|(n, _, _)| n == name).map(|(_, _, id)| *id);
+            let qkv = find("encoder.layer.0.attention.self.qkv.weight");
+            assert_eq!(qkv.is_some(), !mixed);
+            assert_eq!(find("encoder.layer.0.attention.self.key.weight").is_some(), mixed);
+            if let Some(qkv) = qkv {
+                let t = g.tensor(qkv).unwrap();
+                assert_eq!((t.dtype(), t.ne()), (DType::F16, [TINY.hidden, 3 * TINY.hidden, 1, 1]));
+                let bias = g.tensor(find("encoder.layer.0.attention.self.qkv.bias").unwrap()).unwrap();
+                assert_eq!((bias.dtype(), bias.ne()), (DType::F16, [3 * TINY.hidden, 1, 1, 1]));
+            }
+        }
+        let parts = weight_parts("encoder.layer.3.attention.self.qkv.bias");
+        assert_eq!(parts, ["query", "key", "value"].map(|p| format!("encoder.layer.3.attention.self.{p}.bias")));
+        assert_eq!(weight_parts("encoder.layer.3.output.dense.weight"), ["encoder.layer.3.output.dense.weight"]);
     }
 
     #[test]

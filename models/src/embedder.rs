@@ -128,12 +128,14 @@ pub(crate) fn backend_targets(placement: &Placement) -> Vec<Target> {
     placement.targets(&named)
 }
 
-/// One weight the graph declares: its module and layer, name in the file, type (as the graph
-/// takes it, [`graph_type`]) and shape.
+/// One weight the graph declares: its module and layer, name in the file (for a weight joined
+/// from several of the file's, [`bert::weight_parts`], the graph's name mapped as the file
+/// names its weights, and those parts), type (as the graph takes it, [`graph_type`]) and shape.
 struct ModelWeight {
     module: Module,
     layer: Option<usize>,
     name: String,
+    parts: Vec<String>,
     dtype: DType,
     ne: [usize; 4],
 }
@@ -142,8 +144,13 @@ struct ModelWeight {
 /// weights the graph adds rather than multiplies (biases, layer norms, the token-type table;
 /// `bert::is_quantizable` is false for them) stored in 16 bits are widened to f32 when placed,
 /// as converted files hold them: backends fuse those additions only in f32.
+/// A weight joined from parts takes their type.
 fn graph_type(file: &ModelFile, names: TensorNames) -> impl Fn(&str) -> DType + '_ {
-    move |name: &str| match file.tensor(&names.file_name(name)).map(|t| t.dtype) {
+    move |name: &str| match bert::weight_parts(name)
+        .first()
+        .and_then(|p| file.tensor(&names.file_name(p)))
+        .map(|t| t.dtype)
+    {
         Some(DType::F16 | DType::BF16) if !bert::is_quantizable(name) => DType::F32,
         stored => stored.unwrap_or(DType::F32),
     }
@@ -167,26 +174,37 @@ fn weight_specs(
         let (module, id) = (*module, *id);
         let t = probe.tensor(id)?;
         let (dtype, ne) = (t.dtype(), t.ne());
-        let name = names.file_name(name).into_owned();
-        match file.tensor(&name) {
-            Some(f) if f.ne == ne => {}
-            found => {
-                let path = file.path().display().to_string();
-                let message = match found {
-                    // The type the file may hold it in (a widened weight: its own).
-                    Some(f) => format!(
-                        "tensor '{name}' is {} {} but the model expects {} {}",
-                        f.dtype,
-                        Shape(f.ne),
-                        if placeable(f.dtype, dtype) { f.dtype } else { dtype },
-                        Shape(ne)
-                    ),
-                    None => format!("has no tensor '{name}' ({dtype} {})", Shape(ne)),
-                };
-                return Err(tessera_core::Error::File { path, message }.into());
+        let parts = bert::weight_parts(name);
+        let joined = parts.len() > 1;
+        // A joined weight's parts: the shape of the whole but for the outermost dimension,
+        // which they divide equally.
+        let outer = ne.iter().rposition(|&n| n > 1).unwrap_or(0);
+        let mut part_ne = ne;
+        part_ne[outer] /= parts.len();
+        let parts: Vec<String> = parts.iter().map(|p| names.file_name(p).into_owned()).collect();
+        for part in &parts {
+            match file.tensor(part) {
+                Some(f) if f.ne == part_ne => {}
+                found => {
+                    let path = file.path().display().to_string();
+                    let message = match found {
+                        // The type the file may hold it in (a widened weight: its own).
+                        Some(f) => format!(
+                            "tensor '{part}' is {} {} but the model expects {} {}",
+                            f.dtype,
+                            Shape(f.ne),
+                            if placeable(f.dtype, dtype) { f.dtype } else { dtype },
+                            Shape(part_ne)
+                        ),
+                        None => format!("has no tensor '{part}' ({dtype} {})", Shape(part_ne)),
+                    };
+                    return Err(tessera_core::Error::File { path, message }.into());
+                }
             }
         }
-        specs.push(ModelWeight { module, layer: shapes.layer_of(id), name, dtype, ne });
+        let (name, parts) =
+            if joined { (names.file_name(name).into_owned(), parts) } else { (parts[0].clone(), Vec::new()) };
+        specs.push(ModelWeight { module, layer: shapes.layer_of(id), name, parts, dtype, ne });
     }
     Ok(specs)
 }
@@ -301,7 +319,7 @@ impl Embedder {
                 let group: Vec<WeightSpec> = mine
                     .iter()
                     .filter(|w| std::ptr::addr_eq(on(w), device))
-                    .map(|w| WeightSpec { name: &w.name, dtype: w.dtype, ne: w.ne })
+                    .map(|w| WeightSpec { name: &w.name, parts: &w.parts, dtype: w.dtype, ne: w.ne })
                     .collect();
                 let mut report = |done: usize, _: usize| {
                     if let Some(p) = progress.as_mut() {
@@ -764,6 +782,17 @@ mod tests {
                     .collect();
                 let half = if precision == Precision::Reduced { DType::F16 } else { DType::F32 };
                 assert!(qkv_types.iter().all(|&t| t == half), "{precision:?}: queries, keys and values {qkv_types:?}");
+                // In reduced precision they are views of one product's result.
+                let roots: Vec<_> = g
+                    .nodes()
+                    .iter()
+                    .filter(|id| matches!(g.tensor(**id).unwrap().op(), tessera_core::Op::FlashAttn { .. }))
+                    .map(|id| {
+                        [0, 1, 2].map(|slot| g.tensor(g.tensor(*id).unwrap().src(slot).unwrap()).unwrap().view_src())
+                    })
+                    .collect();
+                let joined = roots.iter().all(|[q, k, v]| q.is_some() && q == k && k == v);
+                assert_eq!(joined, precision == Precision::Reduced, "{roots:?}");
             }
         }
         std::fs::remove_dir_all(path.parent().unwrap()).ok();
@@ -1056,14 +1085,24 @@ mod tests {
                 assert_eq!(w.dtype, want, "{}", w.name);
             }
             assert!(specs.iter().any(|w| w.dtype == dtype) && specs.iter().any(|w| w.dtype == DType::F32));
-            // Layers in reduced precision take their linear layers' biases as f16 weights.
+            // Layers in reduced precision take their linear layers' biases as f16 weights, and
+            // their query, key and value weights and biases joined from the file's three.
             let reduced =
                 weight_specs(&file, TensorNames::of_file(&file), &TINY, &|_| Some(Precision::Reduced)).unwrap();
-            assert!(reduced.iter().any(|r| r.name.ends_with("query.bias") && r.dtype == DType::F16));
-            for (w, r) in specs.iter().zip(&reduced) {
-                let linear_bias = w.layer.is_some() && w.name.ends_with(".bias") && !w.name.contains("LayerNorm");
-                let want = if linear_bias { DType::F16 } else { w.dtype };
-                assert_eq!((&r.name, r.dtype), (&w.name, want));
+            for r in &reduced {
+                let linear_bias = r.layer.is_some() && r.name.ends_with(".bias") && !r.name.contains("LayerNorm");
+                let want = specs.iter().find(|w| w.name == r.name).map_or(r.dtype, |w| w.dtype);
+                assert_eq!(r.dtype, if linear_bias { DType::F16 } else { want }, "{}", r.name);
+                assert!(!r.name.contains(".query."), "{}", r.name);
+            }
+            for kind in ["weight", "bias"] {
+                let qkv =
+                    reduced.iter().find(|r| r.name == format!("encoder.layer.1.attention.self.qkv.{kind}")).unwrap();
+                let parts = ["query", "key", "value"].map(|p| format!("encoder.layer.1.attention.self.{p}.{kind}"));
+                let h = TINY.hidden;
+                let ne = if kind == "weight" { [h, 3 * h, 1, 1] } else { [3 * h, 1, 1, 1] };
+                assert_eq!((&qkv.parts[..], qkv.ne), (&parts[..], ne));
+                assert_eq!(qkv.dtype, if kind == "weight" { dtype } else { DType::F16 });
             }
             let mut e = Embedder::load(&path, on(&cpu(), "", "")).unwrap();
             let got = e.embed_tokens(&SEQUENCES).unwrap();

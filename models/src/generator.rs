@@ -268,7 +268,7 @@ impl Generator {
         let mut stores = Vec::with_capacity(groups.len());
         for (device, group) in &groups {
             let specs: Vec<WeightSpec> =
-                group.iter().map(|s| WeightSpec { name: &s.name, dtype: s.dtype, ne: s.ne }).collect();
+                group.iter().map(|s| WeightSpec { name: &s.name, parts: &[], dtype: s.dtype, ne: s.ne }).collect();
             stores.push((*device, place_weights(&file, &specs, *device, &mut |_, _| {})?));
         }
 

@@ -234,7 +234,11 @@ impl WeightStore {
 
 /// What a model expects of one weight.
 pub struct WeightSpec<'a> {
+    /// The weight's name: the file's tensor of that name, unless `parts` are given.
     pub name: &'a str,
+    /// The file's tensors that make the weight, joined along their outermost dimension in this
+    /// order (a layer's query, key and value projections as one matrix); none: `name`'s.
+    pub parts: &'a [String],
     pub dtype: DType,
     pub ne: [usize; 4],
 }
@@ -254,53 +258,91 @@ fn converted(stored: DType, wanted: DType, bytes: &[u8]) -> Result<Vec<u8>> {
     tessera_core::convert::to_bytes(wanted, &values)
 }
 
+/// One weight's file tensors and the type they are converted to, if any.
+struct Source<'f, 'w> {
+    name: &'w str,
+    tensors: Vec<&'f FileTensor>,
+    to: Option<DType>,
+}
+
+impl Source<'_, '_> {
+    /// Bytes as placed: converted tensors take the bytes of their new type.
+    fn bytes(&self) -> usize {
+        let placed = |t: &&FileTensor| match self.to {
+            Some(to) => t.nbytes / t.dtype.block_bytes() * to.block_bytes(),
+            None => t.nbytes,
+        };
+        self.tensors.iter().map(placed).sum()
+    }
+
+    /// Whether the weight is one file tensor as it is stored, usable where the file lies.
+    fn in_place(&self) -> Option<&FileTensor> {
+        match self.tensors[..] {
+            [t] if self.to.is_none() => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// The tensors of `file` that make weight `w`, checked against it: each present, of one type
+/// placeable as `w`'s, of its shape (parts: its shape but for the outermost dimension, which
+/// they sum to).
+fn source<'f, 'w>(file: &'f ModelFile, w: &WeightSpec<'w>) -> Result<Source<'f, 'w>> {
+    let names: Vec<&str> = if w.parts.is_empty() { vec![w.name] } else { w.parts.iter().map(String::as_str).collect() };
+    let mut tensors = Vec::with_capacity(names.len());
+    for name in names {
+        let t = file
+            .tensor(name)
+            .ok_or_else(|| file_error(file.path(), format!("has no tensor '{name}' ({} {})", w.dtype, Shape(w.ne))))?;
+        tensors.push(t);
+    }
+    // The outermost dimension of more than one value, along which parts are joined.
+    let outer = w.ne.iter().rposition(|&n| n > 1).unwrap_or(0);
+    let joined = tensors.iter().map(|t| t.ne[outer]).sum::<usize>();
+    let fits = |t: &FileTensor| {
+        let same_inner = t.ne[..outer] == w.ne[..outer] && t.ne[outer + 1..].iter().all(|&n| n == 1);
+        placeable(t.dtype, w.dtype) && t.dtype == tensors[0].dtype && same_inner && joined == w.ne[outer]
+    };
+    if let Some(t) = tensors.iter().find(|t| !fits(t)) {
+        let joined = if w.parts.is_empty() { String::new() } else { format!(" (a part of '{}')", w.name) };
+        return Err(file_error(
+            file.path(),
+            format!(
+                "tensor '{}'{joined} is {} {} but the model expects {} {}",
+                t.name,
+                t.dtype,
+                Shape(t.ne),
+                w.dtype,
+                Shape(w.ne)
+            ),
+        ));
+    }
+    let to = (tensors[0].dtype != w.dtype).then_some(w.dtype);
+    Ok(Source { name: w.name, tensors, to })
+}
+
 /// Places `weights` of `file` on `device`: in place when the device can use the mapped file
 /// (`Device::buffer_from_host_ptr`), else uploaded into its buffers (split at its largest
 /// allocation). A weight wanted in another float type than it is stored in ([`placeable`]) is
-/// converted and uploaded (also beside a mapped file). `progress(done, total)` is called as
-/// bytes are placed.
+/// converted, and one joined from parts is assembled, and uploaded (also beside a mapped
+/// file). `progress(done, total)` is called as bytes are placed.
 pub fn place_weights(
     file: &ModelFile,
     weights: &[WeightSpec<'_>],
     device: &'static dyn Device,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<WeightStore> {
-    // Each weight's tensor in the file and the type it is converted to, if any.
-    let mut found = Vec::with_capacity(weights.len());
-    for w in weights {
-        let t = file.tensor(w.name).ok_or_else(|| {
-            file_error(file.path(), format!("has no tensor '{}' ({} {})", w.name, w.dtype, Shape(w.ne)))
-        })?;
-        if !placeable(t.dtype, w.dtype) || t.ne != w.ne {
-            return Err(file_error(
-                file.path(),
-                format!(
-                    "tensor '{}' is {} {} but the model expects {} {}",
-                    w.name,
-                    t.dtype,
-                    Shape(t.ne),
-                    w.dtype,
-                    Shape(w.ne)
-                ),
-            ));
-        }
-        found.push((t, (t.dtype != w.dtype).then_some(w.dtype)));
-    }
-    // Bytes as placed: converted tensors take the bytes of their new type.
-    let placed = |(t, to): &(&FileTensor, Option<DType>)| match to {
-        Some(to) => t.nbytes / t.dtype.block_bytes() * to.block_bytes(),
-        None => t.nbytes,
-    };
-    let total: usize = found.iter().map(placed).sum();
+    let mut found = weights.iter().map(|w| source(file, w)).collect::<Result<Vec<_>>>()?;
+    let total: usize = found.iter().map(Source::bytes).sum();
     let mut data = BTreeMap::new();
     let mut done = 0;
     if let Some(buffer) = file.device_buffer(device) {
-        for (t, _) in found.iter().filter(|(_, to)| to.is_none()) {
-            data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset: t.offset });
+        for (name, t) in found.iter().filter_map(|s| Some((s.name, s.in_place()?))) {
+            data.insert(name.to_string(), TensorData { buffer: buffer.clone(), offset: t.offset });
             done += t.nbytes;
         }
         progress(done, total);
-        found.retain(|(_, to)| to.is_some());
+        found.retain(|s| s.in_place().is_none());
     }
     // Upload, packing tensors into buffers no larger than the device allows.
     let bt = device.buffer_type();
@@ -311,23 +353,27 @@ pub fn place_weights(
     while i < found.len() {
         let mut size = 0;
         let mut j = i;
-        while j < found.len() && (j == i || size + pad(placed(&found[j])) <= bt.max_size()) {
-            size += pad(placed(&found[j]));
+        while j < found.len() && (j == i || size + pad(found[j].bytes()) <= bt.max_size()) {
+            size += pad(found[j].bytes());
             j += 1;
         }
         let buffer = bt.alloc_buffer(size)?;
         buffer.set_usage(BufferUsage::Weights);
         let mut offset = 0;
-        for entry in &found[i..j] {
-            let (t, to) = *entry;
-            let bytes = file.data(t)?;
-            match to {
-                Some(to) => buffer.set_bytes(offset, &converted(t.dtype, to, bytes)?)?,
-                None => buffer.set_bytes(offset, bytes)?,
+        for s in &found[i..j] {
+            let mut at = offset;
+            for &t in &s.tensors {
+                let bytes = file.data(t)?;
+                let bytes = match s.to {
+                    Some(to) => std::borrow::Cow::Owned(converted(t.dtype, to, bytes)?),
+                    None => std::borrow::Cow::Borrowed(bytes),
+                };
+                buffer.set_bytes(at, &bytes)?;
+                at += bytes.len();
             }
-            data.insert(t.name.clone(), TensorData { buffer: buffer.clone(), offset });
-            offset += pad(placed(entry));
-            done += placed(entry);
+            data.insert(s.name.to_string(), TensorData { buffer: buffer.clone(), offset });
+            offset += pad(s.bytes());
+            done += s.bytes();
             progress(done, total);
         }
         uploaded.push(buffer);
@@ -373,7 +419,7 @@ mod tests {
         }
         let file = ModelFile::open(write("widen.safetensors", &bytes)).unwrap();
         let device: &'static dyn Device = &tessera_cpu::CPU_DEVICE;
-        let spec = |name, dtype| WeightSpec { name, dtype, ne: [2, 1, 1, 1] };
+        let spec = |name, dtype| WeightSpec { name, parts: &[], dtype, ne: [2, 1, 1, 1] };
         let specs = [spec("a", DType::F32), spec("h", DType::F32), spec("b", DType::F32)];
         let store = place_weights(&file, &specs, device, &mut |_, _| {}).unwrap();
         assert_eq!(store.bytes, 24);
@@ -401,6 +447,47 @@ mod tests {
         let err = place_weights(&file, &[spec("a", DType::BF16)], device, &mut |_, _| {}).err().unwrap();
         assert!(
             err.to_string().contains("tensor 'a' is f32 [2, 1, 1, 1] but the model expects bf16 [2, 1, 1, 1]"),
+            "{err}"
+        );
+    }
+
+    /// Weights joined from parts: rows of two matrices as one (f32 as stored, and rounded to
+    /// f16), two vectors as one; parts whose rows differ from the weight's are refused, naming
+    /// the part and the weight.
+    #[test]
+    fn weights_joined_from_parts_hold_their_rows_in_order() {
+        let header = br#"{"p0":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"p1":{"dtype":"F32","shape":[1,2],"data_offsets":[16,24]},"v0":{"dtype":"F32","shape":[2],"data_offsets":[24,32]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        for v in [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        let file = ModelFile::open(write("joined.safetensors", &bytes)).unwrap();
+        let device: &'static dyn Device = &tessera_cpu::CPU_DEVICE;
+        let rows = ["p0".to_string(), "p1".to_string()];
+        let vectors = ["v0".to_string(), "v0".to_string()];
+        let specs = [
+            WeightSpec { name: "m", parts: &rows, dtype: DType::F32, ne: [2, 3, 1, 1] },
+            WeightSpec { name: "h", parts: &rows, dtype: DType::F16, ne: [2, 3, 1, 1] },
+            WeightSpec { name: "v", parts: &vectors, dtype: DType::F32, ne: [4, 1, 1, 1] },
+        ];
+        let store = place_weights(&file, &specs, device, &mut |_, _| {}).unwrap();
+        assert_eq!(store.bytes, 24 + 12 + 16);
+        let values = |name: &str, n: usize, dtype: DType| {
+            let at = store.get(name).unwrap();
+            let mut raw = vec![0u8; n * dtype.block_bytes()];
+            at.buffer.get_bytes(at.offset, &mut raw).unwrap();
+            let mut out = vec![0f32; n];
+            tessera_core::convert::row_to_f32(dtype, &raw, &mut out);
+            out
+        };
+        assert_eq!(values("m", 6, DType::F32), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(values("h", 6, DType::F16), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(values("v", 4, DType::F32), [7.0, 8.0, 7.0, 8.0]);
+        let wrong = [WeightSpec { name: "w", parts: &rows, dtype: DType::F32, ne: [2, 4, 1, 1] }];
+        let err = place_weights(&file, &wrong, device, &mut |_, _| {}).err().unwrap();
+        assert!(
+            err.to_string().contains("tensor 'p0' (a part of 'w') is f32 [2, 2, 1, 1] but the model expects"),
             "{err}"
         );
     }
