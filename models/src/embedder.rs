@@ -456,21 +456,22 @@ impl Embedder {
             self.compute_staged(lens.len())?
         } else {
             self.sched.compute()?;
-            self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_f32(self.output()?)?
+            let out = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_f32(self.output()?)?;
+            out.chunks(self.config.hidden).map(<[f32]>::to_vec).collect()
         };
         self.timing = Timing { prepare: prepared - start, compute: prepared.elapsed() };
-        Ok(out.chunks(self.config.hidden).map(<[f32]>::to_vec).collect())
+        Ok(out)
     }
 
     /// Runs the scheduler's graph on the staged inputs (their copies queued, not waited for)
     /// and reads the `n` embeddings back, through pinned memory where the output's device
-    /// has some.
-    fn compute_staged(&mut self, n: usize) -> Result<Vec<f32>> {
+    /// has some (each embedding copied from there into its own vector once).
+    fn compute_staged(&mut self, n: usize) -> Result<Vec<Vec<f32>>> {
         let built = self.built_for.as_ref().ok_or(tessera_core::Error::Cancelled)?;
         let staged = built.staged.as_ref().ok_or(tessera_core::Error::Cancelled)?;
         let output = built.model.embeddings;
-        let mut out = vec![0f32; n * self.config.hidden];
-        let len = std::mem::size_of_val(out.as_slice());
+        let hidden = self.config.hidden;
+        let len = n * hidden * std::mem::size_of::<f32>();
         let pinned = self.placement.compute_of(Module::Pool.index(), None).device.host_buffer_type();
         let landing = match (pinned, self.landing.first()) {
             (None, _) => None,
@@ -501,13 +502,16 @@ impl Embedder {
         let waited = self.sched.synchronize();
         queued?;
         waited?;
-        match landing {
-            Some(landing) => landing.get_bytes(0, bytemuck::cast_slice_mut(&mut out))?,
-            None => self.sched.graph().ok_or(tessera_core::Error::Cancelled)?.get_bytes(
-                output,
-                0,
-                bytemuck::cast_slice_mut(&mut out),
-            )?,
+        let graph = self.sched.graph().ok_or(tessera_core::Error::Cancelled)?;
+        let mut out = Vec::with_capacity(n);
+        for at in (0..len).step_by(hidden * std::mem::size_of::<f32>()) {
+            let mut e = vec![0f32; hidden];
+            let bytes = bytemuck::cast_slice_mut(&mut e);
+            match &landing {
+                Some(landing) => landing.get_bytes(at, bytes)?,
+                None => graph.get_bytes(output, at, bytes)?,
+            }
+            out.push(e);
         }
         Ok(out)
     }
@@ -917,6 +921,9 @@ mod tests {
         let plan = one.scheduler().plan().unwrap();
         let inputs = ["token_ids", "positions", "attention_mask", "pooling"];
         assert!(plan.splits.iter().all(|s| s.inputs.iter().all(|i| !inputs.contains(&i.name.as_str()))), "{plan}");
+        // Staged inputs with the embeddings read from a device without pinned memory.
+        let mut pooled_on_cpu = Embedder::load(&path, on(&devices, "sim_layers,pool=cpu", "")).unwrap();
+        assert_close(&pooled_on_cpu.embed_tokens(&SEQUENCES).unwrap(), &want[0]);
         assert_eq!(one.embed_batches(&batches).unwrap(), want, "one stream, batches queued");
         assert_eq!(two.embed_batches(&batches).unwrap(), want, "two streams, pipelined");
         assert_eq!(two.embed_tokens(&SEQUENCES).unwrap(), want[0]);
