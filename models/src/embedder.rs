@@ -776,25 +776,19 @@ mod tests {
                 };
                 assert_eq!((flash_nodes(&fused), flash_nodes(&products)), (TINY.layers, 0));
                 let g = &fused.built_for.as_ref().unwrap().graph;
-                let qkv_types: Vec<_> = g
+                // Each FLASH_ATTN node's queries, keys and values.
+                let sources: Vec<[&tessera_core::Tensor; 3]> = g
                     .nodes()
                     .iter()
-                    .filter(|id| matches!(g.tensor(**id).unwrap().op(), tessera_core::Op::FlashAttn { .. }))
-                    .flat_map(|id| {
-                        [0, 1, 2].map(|slot| g.tensor(g.tensor(*id).unwrap().src(slot).unwrap()).unwrap().dtype())
-                    })
+                    .map(|id| g.tensor(*id).unwrap())
+                    .filter(|t| matches!(t.op(), tessera_core::Op::FlashAttn { .. }))
+                    .map(|t| [0, 1, 2].map(|slot| g.tensor(t.src(slot).unwrap()).unwrap()))
                     .collect();
                 let half = if precision == Precision::Reduced { DType::F16 } else { DType::F32 };
+                let qkv_types: Vec<_> = sources.iter().flatten().map(|t| t.dtype()).collect();
                 assert!(qkv_types.iter().all(|&t| t == half), "{precision:?}: queries, keys and values {qkv_types:?}");
                 // In reduced precision they are views of one product's result.
-                let roots: Vec<_> = g
-                    .nodes()
-                    .iter()
-                    .filter(|id| matches!(g.tensor(**id).unwrap().op(), tessera_core::Op::FlashAttn { .. }))
-                    .map(|id| {
-                        [0, 1, 2].map(|slot| g.tensor(g.tensor(*id).unwrap().src(slot).unwrap()).unwrap().view_src())
-                    })
-                    .collect();
+                let roots: Vec<_> = sources.iter().map(|s| s.map(|t| t.view_src())).collect();
                 let joined = roots.iter().all(|[q, k, v]| q.is_some() && q == k && k == v);
                 assert_eq!(joined, precision == Precision::Reduced, "{roots:?}");
             }

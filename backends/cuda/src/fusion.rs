@@ -655,6 +655,17 @@ mod tests {
         assert!(matches!(find(&g, &ids[1..], &c), Some(Fusion::NormAffine { widened: None, .. })));
     }
 
+    /// A linear layer fused without a GELU or a widened b.
+    fn linear(
+        mul_mat: TensorId,
+        bias_half: Option<TensorId>,
+        bias: TensorId,
+        half: Option<TensorId>,
+        last: TensorId,
+    ) -> Fusion {
+        Fusion::MulMatBias { gelu: None, widened: None, mul_mat, bias_half, bias, half, gelu_after: None, last }
+    }
+
     #[test]
     fn a_product_fuses_with_the_bias_added_to_it() {
         let mut g = Graph::new();
@@ -666,16 +677,7 @@ mod tests {
         g.build_forward(out).unwrap();
         let ids = g.nodes().to_vec();
         let mut c = counts(&g);
-        let fused = Fusion::MulMatBias {
-            gelu: None,
-            widened: None,
-            mul_mat: ids[0],
-            bias_half: None,
-            bias: b,
-            half: None,
-            gelu_after: None,
-            last: ids[1],
-        };
+        let fused = linear(ids[0], None, b, None, ids[1]);
         assert_eq!(find(&g, &ids, &c), Some(fused));
         c[ids[0].index()] += 1; // the product is read elsewhere too
         assert_eq!(find(&g, &ids, &c), None);
@@ -700,16 +702,7 @@ mod tests {
         let (g, ids, b) = build(Some(DType::F16), DType::F16);
         assert_eq!(b, ids[1], "the bias's cast comes between the product and the ADD");
         let mut c = counts(&g);
-        let fused = Fusion::MulMatBias {
-            gelu: None,
-            widened: None,
-            mul_mat: ids[0],
-            bias_half: Some(ids[1]),
-            bias: b,
-            half: Some(ids[3]),
-            gelu_after: None,
-            last: ids[3],
-        };
+        let fused = linear(ids[0], Some(ids[1]), b, Some(ids[3]), ids[3]);
         assert_eq!((find(&g, &ids, &c), fused.len()), (Some(fused), 4));
         // The sum read elsewhere too: no product takes an f16 bias into an f32 result.
         c[ids[2].index()] += 1;
@@ -718,16 +711,7 @@ mod tests {
         for (bias_to, to) in [(None, DType::F16), (Some(DType::F16), DType::BF16)] {
             let (g, ids, b) = build(bias_to, to);
             let at = 1 + usize::from(bias_to.is_some());
-            let plain = Fusion::MulMatBias {
-                gelu: None,
-                widened: None,
-                mul_mat: ids[0],
-                bias_half: None,
-                bias: b,
-                half: None,
-                gelu_after: None,
-                last: ids[at],
-            };
+            let plain = linear(ids[0], None, b, None, ids[at]);
             let want = if bias_to.is_some() { None } else { Some(plain) };
             assert_eq!(find(&g, &ids, &counts(&g)), want, "{bias_to:?} {to}");
         }
@@ -743,16 +727,7 @@ mod tests {
             let out = if to == DType::F16 { g.cast(sum, to).unwrap() } else { sum };
             g.build_forward(out).unwrap();
             let ids = g.nodes().to_vec();
-            let fused = Fusion::MulMatBias {
-                gelu: None,
-                widened: None,
-                mul_mat: ids[0],
-                bias_half: None,
-                bias: b,
-                half: Some(out),
-                gelu_after: None,
-                last: out,
-            };
+            let fused = linear(ids[0], None, b, Some(out), out);
             let want = (to == DType::F16).then_some(fused);
             assert_eq!(find(&g, &ids, &counts(&g)), want, "{to}");
         }
