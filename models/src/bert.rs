@@ -203,7 +203,9 @@ pub fn build(g: &mut Graph, c: &BertConfig, weight_type: &dyn Fn(&str) -> DType,
 
 /// [`build`], with the layers for which `flash_attn(layer)` gives a precision computing
 /// attention as one FLASH_ATTN node of that precision (no score matrix in memory) instead of
-/// products and a soft-max. Those layers in reduced precision keep attention's queries, keys,
+/// products and a soft-max. Those layers take their queries, keys and values from one product
+/// (a weight and a bias joined from the checkpoint's three, [`weight_parts`]) where the three
+/// weights share a type. Those layers in reduced precision keep attention's queries, keys,
 /// values and result, the feed-forward's hidden values, the output projections' results and
 /// the residual stream (the layer norms' results) in f16, declare their linear layers' biases
 /// as f16 weights (rounded once where they are placed), and take those hidden values through
@@ -282,24 +284,30 @@ pub fn build_with(
         let reduced = reduced_at(layer);
         // Self-attention in blocks of `a` tokens (rows, or packed sequences gathered into
         // padded blocks), heads split as [head_dim, tokens, heads, blocks].
-        // In reduced precision with the three weights of one type, one product gives the
-        // queries, keys and values in f16 (their weights and biases joined when placed), and
-        // the heads are views of its rows; else three products, each gathered and reshaped.
+        // With attention as one FLASH_ATTN node and the three weights of one type, one product
+        // gives the queries, keys and values (their weights and biases joined when placed; in
+        // f16 in reduced precision), and the heads are views of its rows; else three products,
+        // each gathered and reshaped.
         let projections = ["query", "key", "value"].map(|p| format!("{pre}.attention.self.{p}"));
         let types = projections.each_ref().map(|p| (b.weight_type)(&format!("{p}.weight")));
-        let [q, k, v] = if reduced && types.iter().all(|&t| t == types[0]) {
+        let [q, k, v] = if flash.is_some() && types.iter().all(|&t| t == types[0]) {
             let input = b.widened(x)?;
-            let qkv = b.linear_half(&format!("{pre}{QKV}"), input, h, 3 * h)?; // [3h, t, rows]
+            let name = format!("{pre}{QKV}");
+            let qkv = if reduced { b.linear_half(&name, input, h, 3 * h)? } else { b.linear(&name, input, h, 3 * h)? };
             let qkv = match attention_gather {
                 Some(gather) => {
                     let flat = b.g.reshape(qkv, &[3 * h, t])?;
-                    let gathered = b.g.get_rows(flat, gather)?; // [3h, a * blocks]
-                                                                // Gathering gives f32: f16 values are taken back to f16, exactly.
-                    b.g.cast(gathered, DType::F16)?
+                    // [3h, a * blocks] in f32: f16 values are taken back to f16, exactly.
+                    let gathered = b.g.get_rows(flat, gather)?;
+                    if reduced {
+                        b.g.cast(gathered, DType::F16)?
+                    } else {
+                        gathered
+                    }
                 }
-                None => qkv,
+                None => qkv, // [3h, t, rows]
             };
-            let es = DType::F16.block_bytes();
+            let es = b.g.tensor(qkv)?.dtype().block_bytes();
             let mut heads_of = |j: usize| {
                 let nb = [head_dim * es, 3 * h * es, 3 * h * es * a];
                 b.g.view(qkv, [head_dim, heads, a, blocks], nb, j * h * es)
@@ -473,28 +481,35 @@ mod tests {
         assert_eq!(ne(&g, m.embeddings), [TINY.hidden, 3, 1, 1]);
     }
 
-    /// Reduced-precision layers join their query, key and value projections into one weight of
-    /// their parts' type, unless the parts' types differ (a mixed quantization).
+    /// Layers with attention as one FLASH_ATTN node join their query, key and value projections
+    /// into one weight of their parts' type (and one bias, f16 in reduced precision), unless the
+    /// parts' types differ (a mixed quantization); layers with attention as products do not.
     #[test]
-    fn reduced_layers_join_their_projections_when_the_weights_share_a_type() {
-        for mixed in [false, true] {
+    fn flash_attention_layers_join_their_projections_when_the_weights_share_a_type() {
+        let cases = [
+            (Some(Precision::Reduced), false, DType::F16),
+            (Some(Precision::Reduced), true, DType::F16),
+            (Some(Precision::Full), false, DType::F32),
+            (None, false, DType::F32),
+        ];
+        for (flash, mixed, bias_type) in cases {
             let mut g = Graph::new();
             let weight_type = move |name: &str| match name {
                 _ if mixed && name.ends_with("key.weight") => DType::BF16,
                 _ if is_quantizable(name) => DType::F16,
                 _ => DType::F32,
             };
-            let m =
-                build_with(&mut g, &TINY, &weight_type, Layout::padded(8, 2), &|_| Some(Precision::Reduced)).unwrap();
+            let m = build_with(&mut g, &TINY, &weight_type, Layout::padded(8, 2), &|_| flash).unwrap();
             let find = |name: &str| m.weights.iter().find(|(n, _, _)| n == name).map(|(_, _, id)| *id);
             let qkv = find("encoder.layer.0.attention.self.qkv.weight");
-            assert_eq!(qkv.is_some(), !mixed);
-            assert_eq!(find("encoder.layer.0.attention.self.key.weight").is_some(), mixed);
+            let joined = flash.is_some() && !mixed;
+            assert_eq!(qkv.is_some(), joined, "{flash:?} {mixed}");
+            assert_eq!(find("encoder.layer.0.attention.self.key.weight").is_some(), !joined);
             if let Some(qkv) = qkv {
                 let t = g.tensor(qkv).unwrap();
                 assert_eq!((t.dtype(), t.ne()), (DType::F16, [TINY.hidden, 3 * TINY.hidden, 1, 1]));
                 let bias = g.tensor(find("encoder.layer.0.attention.self.qkv.bias").unwrap()).unwrap();
-                assert_eq!((bias.dtype(), bias.ne()), (DType::F16, [3 * TINY.hidden, 1, 1, 1]));
+                assert_eq!((bias.dtype(), bias.ne()), (bias_type, [3 * TINY.hidden, 1, 1, 1]));
             }
         }
         let parts = weight_parts("encoder.layer.3.attention.self.qkv.bias");
