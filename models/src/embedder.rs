@@ -54,7 +54,8 @@ struct Built {
     lens: Vec<usize>,
     graph: Graph,
     model: BertGraph,
-    /// The inputs staged in pinned host memory, where the token ids' device has some.
+    /// The inputs staged in pinned host memory, where the token ids' device has some and runs
+    /// are not pipelined.
     staged: Option<StagedInputs>,
 }
 
@@ -446,7 +447,7 @@ impl Embedder {
             let built = self.built_for.as_ref().ok_or(tessera_core::Error::Cancelled)?;
             self.sched.alloc_graph(&built.graph)?;
         }
-        let staged = self.built_for.as_ref().and_then(|b| b.staged.as_ref()).filter(|_| !pipelined);
+        let staged = self.built_for.as_ref().and_then(|b| b.staged.as_ref());
         match staged {
             Some(staged) => staged.write_ids(sequences)?,
             None => self.set_inputs(sequences, &lens)?,
@@ -602,8 +603,10 @@ impl Embedder {
         self.built_for = None;
         let (graph, model) = self.graph(lens)?;
         self.sched.reserve(&graph)?;
+        // Pipelined runs keep their inputs in host memory, which the scheduler copies into each
+        // run's slot: nothing is staged for them.
         let ids_device = self.placement.compute_of(Module::Embed.index(), None).device;
-        let staged = match ids_device.host_buffer_type() {
+        let staged = match ids_device.host_buffer_type().filter(|_| self.sched.n_copies() == 1) {
             Some(buffer_type) => Some(StagedInputs::new(buffer_type, &model, lens)?),
             None => None,
         };
@@ -920,6 +923,8 @@ mod tests {
         assert_eq!(one.embed_batches(&batches).unwrap(), want, "one stream, batches queued");
         assert_eq!(two.embed_batches(&batches).unwrap(), want, "two streams, pipelined");
         assert_eq!(two.embed_tokens(&SEQUENCES).unwrap(), want[0]);
+        let staged = |e: &Embedder| e.built_for.as_ref().unwrap().staged.is_some();
+        assert_eq!((staged(&one), staged(&two)), (true, false), "inputs staged for one stream only");
         let plan = two.scheduler().plan().unwrap().to_string();
         assert!(plan.contains("(same device)"), "results cross between the streams as copies: {plan}");
         std::fs::remove_dir_all(path.parent().unwrap()).ok();

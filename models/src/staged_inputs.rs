@@ -55,12 +55,13 @@ impl StagedInputs {
 
     /// Writes the token ids of `sequences` (of the lengths the inputs were staged for).
     pub(crate) fn write_ids<S: AsRef<[u32]>>(&self, sequences: &[S]) -> Result<()> {
-        let mut ids: Vec<u32> = Vec::with_capacity(self.parts[0].2 / 4);
+        // The ids' bytes are those of the i32 values the graph takes (what `as i32` gives).
+        let mut at = 0;
         for s in sequences {
-            ids.extend_from_slice(s.as_ref());
+            let bytes: &[u8] = bytemuck::cast_slice(s.as_ref());
+            self.buffer.set_bytes(at, bytes)?;
+            at += bytes.len();
         }
-        // The bytes of the ids as i32 values (what `as i32` gives, as the graph's ids are set).
-        self.buffer.set_bytes(0, bytemuck::cast_slice(&ids))?;
         Ok(())
     }
 

@@ -258,33 +258,37 @@ fn converted(stored: DType, wanted: DType, bytes: &[u8]) -> Result<Vec<u8>> {
     tessera_core::convert::to_bytes(wanted, &values)
 }
 
-/// One weight's file tensors and the type they are converted to, if any.
+/// One weight's file tensors, each converted to `dtype` where it is stored in another type.
 struct Source<'f, 'w> {
     name: &'w str,
     tensors: Vec<&'f FileTensor>,
-    to: Option<DType>,
+    dtype: DType,
 }
 
 impl Source<'_, '_> {
-    /// Bytes as placed: converted tensors take the bytes of their new type.
+    /// Bytes as placed: converted tensors take the bytes of the weight's type.
     fn bytes(&self) -> usize {
-        let placed = |t: &&FileTensor| match self.to {
-            Some(to) => t.nbytes / t.dtype.block_bytes() * to.block_bytes(),
-            None => t.nbytes,
+        let placed = |t: &&FileTensor| {
+            if t.dtype == self.dtype {
+                t.nbytes
+            } else {
+                t.nbytes / t.dtype.block_bytes() * self.dtype.block_bytes()
+            }
         };
         self.tensors.iter().map(placed).sum()
     }
 
-    /// Whether the weight is one file tensor as it is stored, usable where the file lies.
+    /// The weight's one file tensor where it is stored as it is placed, usable where the file
+    /// lies.
     fn in_place(&self) -> Option<&FileTensor> {
         match self.tensors[..] {
-            [t] if self.to.is_none() => Some(t),
+            [t] if t.dtype == self.dtype => Some(t),
             _ => None,
         }
     }
 }
 
-/// The tensors of `file` that make weight `w`, checked against it: each present, of one type
+/// The tensors of `file` that make weight `w`, checked against it: each present, of a type
 /// placeable as `w`'s, of its shape (parts: its shape but for the outermost dimension, which
 /// they sum to).
 fn source<'f, 'w>(file: &'f ModelFile, w: &WeightSpec<'w>) -> Result<Source<'f, 'w>> {
@@ -301,7 +305,7 @@ fn source<'f, 'w>(file: &'f ModelFile, w: &WeightSpec<'w>) -> Result<Source<'f, 
     let joined = tensors.iter().map(|t| t.ne[outer]).sum::<usize>();
     let fits = |t: &FileTensor| {
         let same_inner = t.ne[..outer] == w.ne[..outer] && t.ne[outer + 1..].iter().all(|&n| n == 1);
-        placeable(t.dtype, w.dtype) && t.dtype == tensors[0].dtype && same_inner && joined == w.ne[outer]
+        placeable(t.dtype, w.dtype) && same_inner && joined == w.ne[outer]
     };
     if let Some(t) = tensors.iter().find(|t| !fits(t)) {
         let joined = if w.parts.is_empty() { String::new() } else { format!(" (a part of '{}')", w.name) };
@@ -317,8 +321,7 @@ fn source<'f, 'w>(file: &'f ModelFile, w: &WeightSpec<'w>) -> Result<Source<'f, 
             ),
         ));
     }
-    let to = (tensors[0].dtype != w.dtype).then_some(w.dtype);
-    Ok(Source { name: w.name, tensors, to })
+    Ok(Source { name: w.name, tensors, dtype: w.dtype })
 }
 
 /// Places `weights` of `file` on `device`: in place when the device can use the mapped file
@@ -364,9 +367,10 @@ pub fn place_weights(
             let mut at = offset;
             for &t in &s.tensors {
                 let bytes = file.data(t)?;
-                let bytes = match s.to {
-                    Some(to) => std::borrow::Cow::Owned(converted(t.dtype, to, bytes)?),
-                    None => std::borrow::Cow::Borrowed(bytes),
+                let bytes = if t.dtype == s.dtype {
+                    std::borrow::Cow::Borrowed(bytes)
+                } else {
+                    std::borrow::Cow::Owned(converted(t.dtype, s.dtype, bytes)?)
                 };
                 buffer.set_bytes(at, &bytes)?;
                 at += bytes.len();
@@ -456,23 +460,30 @@ mod tests {
     /// the part and the weight.
     #[test]
     fn weights_joined_from_parts_hold_their_rows_in_order() {
-        let header = br#"{"p0":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"p1":{"dtype":"F32","shape":[1,2],"data_offsets":[16,24]},"v0":{"dtype":"F32","shape":[2],"data_offsets":[24,32]}}"#;
+        let header = br#"{"p0":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"p1":{"dtype":"F32","shape":[1,2],"data_offsets":[16,24]},"v0":{"dtype":"F32","shape":[2],"data_offsets":[24,32]},"v1":{"dtype":"F16","shape":[2],"data_offsets":[32,36]}}"#;
         let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
         bytes.extend_from_slice(header);
         for v in [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0] {
             bytes.extend_from_slice(&v.to_le_bytes());
         }
+        for bits in [0x4880u16, 0x4900] {
+            bytes.extend_from_slice(&bits.to_le_bytes()); // 9 and 10 in f16
+        }
         let file = ModelFile::open(write("joined.safetensors", &bytes)).unwrap();
         let device: &'static dyn Device = &tessera_cpu::CPU_DEVICE;
         let rows = ["p0".to_string(), "p1".to_string()];
         let vectors = ["v0".to_string(), "v0".to_string()];
+        // Parts stored in different float types, each converted.
+        let mixed = ["v0".to_string(), "v1".to_string()];
         let specs = [
             WeightSpec { name: "m", parts: &rows, dtype: DType::F32, ne: [2, 3, 1, 1] },
             WeightSpec { name: "h", parts: &rows, dtype: DType::F16, ne: [2, 3, 1, 1] },
             WeightSpec { name: "v", parts: &vectors, dtype: DType::F32, ne: [4, 1, 1, 1] },
+            WeightSpec { name: "x32", parts: &mixed, dtype: DType::F32, ne: [4, 1, 1, 1] },
+            WeightSpec { name: "x16", parts: &mixed, dtype: DType::F16, ne: [4, 1, 1, 1] },
         ];
         let store = place_weights(&file, &specs, device, &mut |_, _| {}).unwrap();
-        assert_eq!(store.bytes, 24 + 12 + 16);
+        assert_eq!(store.bytes, 24 + 12 + 16 + 16 + 8);
         let values = |name: &str, n: usize, dtype: DType| {
             let at = store.get(name).unwrap();
             let mut raw = vec![0u8; n * dtype.block_bytes()];
@@ -484,6 +495,8 @@ mod tests {
         assert_eq!(values("m", 6, DType::F32), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
         assert_eq!(values("h", 6, DType::F16), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
         assert_eq!(values("v", 4, DType::F32), [7.0, 8.0, 7.0, 8.0]);
+        assert_eq!(values("x32", 4, DType::F32), [7.0, 8.0, 9.0, 10.0]);
+        assert_eq!(values("x16", 4, DType::F16), [7.0, 8.0, 9.0, 10.0]);
         let wrong = [WeightSpec { name: "w", parts: &rows, dtype: DType::F32, ne: [2, 4, 1, 1] }];
         let err = place_weights(&file, &wrong, device, &mut |_, _| {}).err().unwrap();
         assert!(
