@@ -9,13 +9,15 @@
 // `mma.sync m16n8k16` products of the queries (rounded to f16 once, when read) by the keys, with
 // f32 sums; the soft-max is kept online in f32 and in base 2 (the scale includes log2(e)); its
 // weights, rounded to f16, are the A operand of the product by the values straight from the
-// scores' accumulator registers (two tiles of 8 keys make one of 16). Keys reach the B operand
-// through ldmatrix, values through ldmatrix.trans, from rows padded by 8 values so that the 8
-// rows a matrix load reads fall in distinct banks.
+// scores' accumulator registers (two tiles of 8 keys make one of 16), and the rows' sums of the
+// weights are their product by ones, so that they sum the weights as rounded (and a thread
+// holds its rows' whole sums). Keys reach the B operand through ldmatrix, values through
+// ldmatrix.trans, from rows padded by 8 values so that the 8 rows a matrix load reads fall in
+// distinct banks.
 //
 // Sequences of at most 128 keys with heads of 32 (an encoder's) take flash_attn_half_short
 // instead, which copies every key and value at once and multiplies the same tiles without
-// waiting between them.
+// waiting between them (a kernel of its own where every query row shares one mask row).
 //
 // Keys that no query row of the block may see, and positions past the last, are zeros in shared
 // memory whatever the tensors hold there (cp.async fills them), so that a cache's unwritten rows
@@ -70,22 +72,31 @@ __device__ __forceinline__ void fah_copy16(void *to, const void *from, bool fill
 __device__ __forceinline__ void fah_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void fah_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// The factors that turn this thread's rows' sums into their results: one over the rows' sums
+// of weights `sums` (an accumulator of their product by ones: row g in sums[0], g + 8 in
+// sums[2]); zero for a row no key reached, whose result is zeros.
+__device__ __forceinline__ void fah_row_scales(const float (&sums)[4], float (&scale)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        scale[i] = sums[2 * i] == 0.0f ? 0.0f : 1.0f / sums[2 * i];
+    }
+}
+
 // A warp's 16 query rows from `first` (those below `n`) of head h and batch i3 written to `dst`
-// as packed f16 rows (on 16-byte boundaries): the sums times `fa_row_scale`, rounded to f16,
-// laid out in `stage` (16 rows of D + 8 values in shared memory) first, so that each row is
-// stored in whole 16-byte pieces.
+// as packed f16 rows (on 16-byte boundaries): the sums times `scale`, rounded to f16, laid out
+// in `stage` (16 rows of D + 8 values in shared memory) first, so that each row is stored in
+// whole 16-byte pieces.
 template <int D>
-__device__ __forceinline__ void fah_store_rows_f16(const float (&out)[D / 8][4], const float (&row_sum)[2], int first,
+__device__ __forceinline__ void fah_store_rows_f16(const float (&out)[D / 8][4], const float (&scale)[2], int first,
                                                    int n, const TensorArg &dst, int h, int i3,
                                                    unsigned short (*stage)[D + 8]) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const float scale = fa_row_scale(row_sum, i);
 #pragma unroll
         for (int s = 0; s < D / 8; s++) {
             *(unsigned int *)&stage[g + 8 * i][8 * s + 2 * t] =
-                f32x2_to_16x2_bits<false>(out[s][2 * i] * scale, out[s][2 * i + 1] * scale);
+                f32x2_to_16x2_bits<false>(out[s][2 * i] * scale[i], out[s][2 * i + 1] * scale[i]);
         }
     }
     __syncwarp();
@@ -148,11 +159,12 @@ __device__ __forceinline__ void fah_query_fragments(const float (&qv)[D / 16][4]
 // One tile of KEYS keys at key position p0 for a warp's 16 query rows: the scores of the
 // queries `qa` by the keys (`keys`, rows of D + 8 values in shared memory), the online soft-max
 // over them (`fa_online_softmax`, with the tile's biases at `bias` or the rows' mask rows
-// `mrow`), and the weighted values (`values`, laid out as the keys) added to `out`.
+// `mrow`), and the weighted values (`values`, laid out as the keys) added to `out`, the weights
+// to the rows' sums `sums` (`fah_row_scales`).
 template <typename M, int D, int KEYS>
 __device__ __forceinline__ void fah_tile(const unsigned int (&qa)[D / 16][4], const unsigned short (*keys)[D + 8],
                                          const unsigned short (*values)[D + 8], float (&out)[D / 8][4],
-                                         float (&row_max)[2], float (&row_sum)[2], bool one_row, const float *bias,
+                                         float (&row_max)[2], float (&sums)[4], bool one_row, const float *bias,
                                          const char *const (&mrow)[2], long long mask_nb0, int p0, int kv,
                                          float scale2) {
     const int lane = threadIdx.x % 32;
@@ -175,17 +187,20 @@ __device__ __forceinline__ void fah_tile(const unsigned int (&qa)[D / 16][4], co
         }
     }
 
-    fa_online_softmax<M, KEYS, D>(sc, out, row_max, row_sum, one_row, bias, mrow, mask_nb0, p0, kv, scale2);
+    fa_online_softmax<M, KEYS, D, 4>(sc, out, row_max, sums, one_row, bias, mrow, mask_nb0, p0, kv, scale2);
 
     // Weighted values: the weights of keys 16j .. 16j + 15 are the A fragment of step j, from
     // the scores of tiles 2j and 2j + 1 as they lie. Lane l addresses value row
     // 16j + 8(l / 8 % 2) + l % 8, columns 16s + 8(l / 16): matrices 0 and 1 are the B fragment
-    // of columns 16s .. 16s + 7, 2 and 3 that of the 8 after.
+    // of columns 16s .. 16s + 7, 2 and 3 that of the 8 after. The weights times ones (two f16
+    // ones a register) are the rows' sums.
+    constexpr unsigned int ONES = 0x3C003C00u;
 #pragma unroll
     for (int j = 0; j < KEYS / 16; j++) {
         const unsigned int w[4] = {fah_pack(sc[2 * j][0], sc[2 * j][1]), fah_pack(sc[2 * j][2], sc[2 * j][3]),
                                    fah_pack(sc[2 * j + 1][0], sc[2 * j + 1][1]),
                                    fah_pack(sc[2 * j + 1][2], sc[2 * j + 1][3])};
+        fah_mma(sums, w, ONES, ONES);
 #pragma unroll
         for (int s = 0; s < D / 16; s++) {
             unsigned int vf[4];
@@ -313,7 +328,7 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
         fah_copy<D, KEYS>(at, tile.keys[b], tile.values[b], tile.live[b], k.nb[1], v.nb[1], p0);
     };
 
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    float row_max[2] = {-INFINITY, -INFINITY}, sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float out[D / 8][4];
 #pragma unroll
     for (int s = 0; s < D / 8; s++) {
@@ -344,21 +359,23 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
         }
 
         if (seen && at.warp_live) {
-            fah_tile<M, D, KEYS>(qa, tile.keys[b], tile.values[b], out, row_max, row_sum, at.one_row, &tile.bias[b][0],
+            fah_tile<M, D, KEYS>(qa, tile.keys[b], tile.values[b], out, row_max, sums, at.one_row, &tile.bias[b][0],
                                  at.mrow, mask.nb[0], p0, at.kv, scale2);
         }
         seen = next_seen;
         __syncthreads(); // this buffer is read no more before it is marked and copied again
     }
 
+    float row_scale[2];
+    fah_row_scales(sums, row_scale);
     if (out_f16) {
         // The keys' buffers, read no more (the last tile ended with a barrier), stage each
         // warp's 16 rows.
         static_assert(2 * KEYS >= 16 * WARPS, "the key buffers hold every warp's rows");
-        fah_store_rows_f16<D>(out, row_sum, at.first + at.warp * 16, at.n, dst, at.h, at.i3,
+        fah_store_rows_f16<D>(out, row_scale, at.first + at.warp * 16, at.n, dst, at.h, at.i3,
                               &tile.keys[0][0] + at.warp * 16);
     } else {
-        fa_store_rows<D>(out, row_sum, at.rows, at.n, dst, at.h, at.i3);
+        fa_store_rows<D>(out, row_scale, at.rows, at.n, dst, at.h, at.i3);
     }
 }
 
@@ -374,22 +391,21 @@ template <int D, int KV> struct FahWhole {
 // every key and value at once and then multiplies the tiles of 32 keys with no barrier between
 // them, where the streaming kernel waits at two barriers a tile and for a mask read before each.
 // The tiles, and so the sums, are those of flash_attn_half with tiles of 32 keys.
-template <typename M, typename Q, int D, int KV, int WARPS>
-__device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, const TensorArg &v,
-                                      const TensorArg &mask, const TensorArg &dst, float scale, int has_mask,
-                                      int out_f16, FahWhole<D, KV> &tile) {
+// ONE_ROW is `at.one_row`, known when compiled: each case takes fewer registers than one body
+// taking both.
+template <typename M, typename Q, int D, int KV, int WARPS, bool ONE_ROW>
+__device__ __forceinline__ void fah_whole(const FahBlock<WARPS> &at, const TensorArg &q, const TensorArg &k,
+                                          const TensorArg &v, const TensorArg &mask, const TensorArg &dst,
+                                          float scale, int has_mask, int out_f16, FahWhole<D, KV> &tile) {
     constexpr int KEYS = 32;
     static_assert(KV % KEYS == 0 && KV >= 16 * WARPS, "whole tiles; the key rows stage every warp's results");
     const float scale2 = scale * FA_LOG2E;
-
-    // The launcher takes at most KV keys.
-    const FahBlock<WARPS> at(q, k, v, mask, has_mask);
     const int lane = threadIdx.x % 32;
     float qv[D / 16][4][2];
     unsigned int qa[D / 16][4];
     fah_load_queries<Q, D>(q, at.first + at.warp * 16, at.n, at.h, at.i3, qv, qa);
 
-    if (!at.one_row) {
+    if constexpr (!ONE_ROW) {
         for (int j = threadIdx.x; j < KV; j += 32 * WARPS) {
             tile.live[j] = 0;
         }
@@ -400,7 +416,7 @@ __device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, co
         fah_copy<D, KV>(at, tile.keys, tile.values, tile.live, k.nb[1], v.nb[1], 0);
     }
     fah_query_fragments<Q, D>(qv, qa);
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    float row_max[2] = {-INFINITY, -INFINITY}, sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float out[D / 8][4];
 #pragma unroll
     for (int s = 0; s < D / 8; s++) {
@@ -413,26 +429,51 @@ __device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, co
         for (int p0 = 0; p0 < at.kv; p0 += KEYS) {
             // A tile no row of the block sees is skipped, as the streaming kernel skips it.
             if (__any_sync(0xffffffffu, tile.live[p0 + lane])) {
-                fah_tile<M, D, KEYS>(qa, tile.keys + p0, tile.values + p0, out, row_max, row_sum, at.one_row,
+                fah_tile<M, D, KEYS>(qa, tile.keys + p0, tile.values + p0, out, row_max, sums, ONE_ROW,
                                      &tile.bias[p0], at.mrow, mask.nb[0], p0, at.kv, scale2);
             }
         }
     }
 
+    float row_scale[2];
+    fah_row_scales(sums, row_scale);
     if (out_f16) {
         __syncthreads(); // every warp is done with the keys, which stage the rows
-        fah_store_rows_f16<D>(out, row_sum, at.first + at.warp * 16, at.n, dst, at.h, at.i3, tile.keys + at.warp * 16);
+        fah_store_rows_f16<D>(out, row_scale, at.first + at.warp * 16, at.n, dst, at.h, at.i3, tile.keys + at.warp * 16);
     } else {
-        fa_store_rows<D>(out, row_sum, at.rows, at.n, dst, at.h, at.i3);
+        fa_store_rows<D>(out, row_scale, at.rows, at.n, dst, at.h, at.i3);
     }
 }
 
-// flash_attn_half_d<head>[_kv<keys>](q, k, v, mask, dst, scale, has_mask, mask_f16, out_f16):
+template <typename M, typename Q, int D, int KV, int WARPS>
+__device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, const TensorArg &v,
+                                      const TensorArg &mask, const TensorArg &dst, float scale, int has_mask,
+                                      int out_f16, FahWhole<D, KV> &tile) {
+    // The launcher takes at most KV keys.
+    const FahBlock<WARPS> at(q, k, v, mask, has_mask);
+    if (at.one_row) {
+        fah_whole<M, Q, D, KV, WARPS, true>(at, q, k, v, mask, dst, scale, has_mask, out_f16, tile);
+    } else {
+        fah_whole<M, Q, D, KV, WARPS, false>(at, q, k, v, mask, dst, scale, has_mask, out_f16, tile);
+    }
+}
+
+// flash_attn_half_short for a mask of one row that every query row shares, or none (an
+// encoder's padding mask): the launcher takes it only then.
+template <typename M, typename Q, int D, int KV, int WARPS>
+__device__ void flash_attn_half_short_one_row(const TensorArg &q, const TensorArg &k, const TensorArg &v,
+                                              const TensorArg &mask, const TensorArg &dst, float scale, int has_mask,
+                                              int out_f16, FahWhole<D, KV> &tile) {
+    const FahBlock<WARPS> at(q, k, v, mask, has_mask);
+    fah_whole<M, Q, D, KV, WARPS, true>(at, q, k, v, mask, dst, scale, has_mask, out_f16, tile);
+}
+
+// flash_attn_half_d<head>[_kv<keys>[_rows]](q, k, v, mask, dst, scale, has_mask, mask_f16, out_f16):
 // grid of (query rows / (16 WARPS), heads, batches) blocks of 32 WARPS threads; with out_f16,
 // dst holds f16 values (a CPY of the result to f16 fused in), rows of packed values; queries of
 // f32 values, or f16 where q's values are 2 bytes apart. BODY is
-// flash_attn_half (tiles of KEYS keys in TILE = FahTile) or flash_attn_half_short (at most KEYS
-// keys in TILE = FahWhole).
+// flash_attn_half (tiles of KEYS keys in TILE = FahTile) or flash_attn_half_short[_one_row] (at
+// most KEYS keys in TILE = FahWhole).
 #define FLASH_ATTN_HALF_KERNEL(name, D, KEYS, WARPS, BLOCKS, TILE, BODY)                                       \
     extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS)                                            \
         name(const __grid_constant__ TensorArg q, const __grid_constant__ TensorArg k,                          \
@@ -458,5 +499,9 @@ __device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, co
 FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32, 32, 32, 4, 6, FahTile, flash_attn_half)
 FLASH_ATTN_HALF_KERNEL(flash_attn_half_d64, 64, 64, 4, 2, FahTile, flash_attn_half)
 FLASH_ATTN_HALF_KERNEL(flash_attn_half_d128, 128, 32, 4, 2, FahTile, flash_attn_half)
-// Sequences of up to 128 keys with heads of 32 (21.5 KiB of shared memory a block).
-FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32_kv128, 32, 128, 4, 6, FahWhole, flash_attn_half_short)
+// Sequences of up to 128 keys with heads of 32 (21.5 KiB of shared memory a block). With one mask
+// row (or none) at 8 blocks an SM (64 registers; a mask row per query row would spill): on an
+// H200, MiniLM's attention (1024 sequences of 128 tokens, 12 heads) took 204-206 us against
+// 211-212 at 6 blocks, and 223-228 with blocks of 8 warps (128 query rows) at 3 blocks an SM.
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32_kv128, 32, 128, 4, 8, FahWhole, flash_attn_half_short_one_row)
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32_kv128_rows, 32, 128, 4, 6, FahWhole, flash_attn_half_short)

@@ -297,7 +297,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
                 }
             }
 
-            fa_online_softmax<M, KEYS, D>(sc, out, row_max, row_sum, one_row, &bias[0], mrow, mask.nb[0], p0, kv,
+            fa_online_softmax<M, KEYS, D, 2>(sc, out, row_max, row_sum, one_row, &bias[0], mrow, mask.nb[0], p0, kv,
                                           scale2);
 
             // Weighted values: the weights of keys 8c .. 8c + 7 are the A fragment of step c
@@ -321,7 +321,8 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
         __syncthreads();
     }
 
-    fa_store_rows<D>(out, row_sum, rows, n, dst, h, i3);
+    const float scales[2] = {fa_row_scale(row_sum, 0), fa_row_scale(row_sum, 1)};
+    fa_store_rows<D>(out, scales, rows, n, dst, h, i3);
 }
 
 // flash_attn_mma_<kv type>_d<head> and, in reduced precision, flash_attn_mma_tf32_<kv type>_d<head>

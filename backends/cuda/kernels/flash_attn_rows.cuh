@@ -23,16 +23,21 @@ __device__ __forceinline__ int fa_mask_row(int r, long long rows) { return r < r
 
 // The scores of the tile at key p0 scaled (`scale2` includes log2(e)) and masked, in base-2
 // units (a key no row may see, or past the last `kv`, is -inf), then the online soft-max of each
-// row over the 4 threads that share it: the scores become the tile's weights, `out` and
-// `row_sum` are rescaled to the new row maximum and the weights added to the sums. With
-// `one_row`, every query row of the block shares the mask row whose values (times log2(e),
-// -inf for positions past the last) are at `bias` in shared memory; else row i's mask row is at
-// `mrow[i]` (null for rows past the last) in mask values of M.
-template <typename M, int KEYS, int D>
+// row over the 4 threads that share it: the scores become the tile's weights, and `out` and
+// `sums` are rescaled to the new row maximum. With SUMS = 2, sums[i] is this thread's share of
+// row i's weights' sum and the tile's weights are added to it here; with SUMS = 4 it is the
+// accumulator of an `mma.sync` product of the weights by ones (the row sums of the weights as
+// they are rounded for the product by the values), which the caller adds to. With `one_row`,
+// every query row of the block shares the mask row whose values (times log2(e), -inf for
+// positions past the last) are at `bias` in shared memory; a key it hides is zeros in shared
+// memory (the kernels copy no key no row may see), so its score is 0 and its sum -inf with no
+// test. Else row i's mask row is at `mrow[i]` (null for rows past the last) in mask values of M.
+template <typename M, int KEYS, int D, int SUMS>
 __device__ __forceinline__ void fa_online_softmax(float (&sc)[KEYS / 8][4], float (&out)[D / 8][4], float (&row_max)[2],
-                                                  float (&row_sum)[2], bool one_row, const float *bias,
+                                                  float (&sums)[SUMS], bool one_row, const float *bias,
                                                   const char *const (&mrow)[2], long long mask_nb0, int p0, int kv,
                                                   float scale2) {
+    static_assert(SUMS == 2 || SUMS == 4, "a thread's share of its rows' sums, or a product's accumulator");
     const int t = threadIdx.x % 4;
     if (one_row) {
 #pragma unroll
@@ -40,8 +45,7 @@ __device__ __forceinline__ void fa_online_softmax(float (&sc)[KEYS / 8][4], floa
             const float2 b = *(const float2 *)&bias[8 * c + 2 * t];
 #pragma unroll
             for (int x = 0; x < 4; x++) {
-                const float bx = x & 1 ? b.y : b.x;
-                sc[c][x] = bx == -INFINITY ? -INFINITY : fmaf(sc[c][x], scale2, bx);
+                sc[c][x] = fmaf(sc[c][x], scale2, x & 1 ? b.y : b.x);
             }
         }
     } else {
@@ -81,12 +85,18 @@ __device__ __forceinline__ void fa_online_softmax(float (&sc)[KEYS / 8][4], floa
 #pragma unroll
         for (int x = 0; x < 4; x++) {
             sc[c][x] = fa_exp2(sc[c][x] - tile_max[x / 2]);
-            tile_sum[x / 2] += sc[c][x];
+            if constexpr (SUMS == 2) {
+                tile_sum[x / 2] += sc[c][x];
+            }
         }
     }
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        row_sum[i] = row_sum[i] * rescale[i] + tile_sum[i];
+    for (int x = 0; x < SUMS; x++) {
+        if constexpr (SUMS == 2) {
+            sums[x] = sums[x] * rescale[x] + tile_sum[x];
+        } else {
+            sums[x] *= rescale[x / 2];
+        }
     }
 #pragma unroll
     for (int s = 0; s < D / 8; s++) {
@@ -105,20 +115,19 @@ __device__ __forceinline__ float fa_row_scale(const float (&row_sum)[2], int i) 
 }
 
 // Each of this thread's query rows `rows` (below `n`) of head h and batch i3 written to `dst`
-// (f32): its sums times `fa_row_scale`.
+// (f32): its sums times `scale[i]` (`fa_row_scale`).
 template <int D>
-__device__ __forceinline__ void fa_store_rows(const float (&out)[D / 8][4], const float (&row_sum)[2],
+__device__ __forceinline__ void fa_store_rows(const float (&out)[D / 8][4], const float (&scale)[2],
                                               const int (&rows)[2], int n, const TensorArg &dst, int h, int i3) {
     const int t = threadIdx.x % 4;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const float scale = fa_row_scale(row_sum, i);
         if (rows[i] < n) {
             char *drow = row_ptr(dst, h, rows[i], i3);
 #pragma unroll
             for (int s = 0; s < D / 8; s++) {
-                ((float *)drow)[8 * s + 2 * t] = out[s][2 * i] * scale;
-                ((float *)drow)[8 * s + 2 * t + 1] = out[s][2 * i + 1] * scale;
+                ((float *)drow)[8 * s + 2 * t] = out[s][2 * i] * scale[i];
+                ((float *)drow)[8 * s + 2 * t + 1] = out[s][2 * i + 1] * scale[i];
             }
         }
     }

@@ -140,7 +140,13 @@ pub(crate) const MODULES: &[Module] = &[
     Module {
         name: "flash_attn_half",
         fatbin: fatbin!("flash_attn_half"),
-        kernels: &["flash_attn_half_d32", "flash_attn_half_d64", "flash_attn_half_d128", "flash_attn_half_d32_kv128"],
+        kernels: &[
+            "flash_attn_half_d32",
+            "flash_attn_half_d64",
+            "flash_attn_half_d128",
+            "flash_attn_half_d32_kv128",
+            "flash_attn_half_d32_kv128_rows",
+        ],
     },
     Module {
         name: "flash_attn_mma",
