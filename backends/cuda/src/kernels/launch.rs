@@ -769,6 +769,17 @@ pub(crate) fn norm_affine(
         Some((r, dt)) => (r, if dt == DType::F16 { 2 } else { 1 }),
     };
     let (src_half, dst_half) = (i32::from(src.1 == DType::F16), i32::from(dst.1 == DType::F16));
+    // f16 rows into f16 rows with no copy (a residual stream kept in f16): a warp a row, every
+    // row its own (the kernel holds more rows in flight than the grid-strided one).
+    let f16_rows = src_half == 1 && dst_half == 1 && has_r != 1 && copy == NormCopy::None;
+    if let Some(name) = names::norm_packed_f16(a.ne[0], max_ne0).filter(|_| f16_rows) {
+        let cfg = packed_rows_config(max_ne0, a.nrows());
+        // norm_f16_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w, TensorArg b,
+        //               int affine, TensorArg r, int residual)
+        let has_r = i32::from(has_r != 0);
+        launch_kernel!(kernels, stream, name, cfg, &a, &d, &eps, &rms, &wt, &bt, &affine, &r, &has_r)?;
+        return Ok(true);
+    }
     // At most NORM_BLOCKS_PER_SM blocks an SM: each row group then takes several rows and
     // prefetches the next into L1 while it reduces one.
     let mut cfg = packed_rows_config(max_ne0, a.nrows());
@@ -977,6 +988,12 @@ mod tests {
         assert_eq!(names::norm_packed_for(384, 512), Some("norm_f32_row384"));
         assert_eq!(names::norm_packed_for(388, 512), Some("norm_f32_row512"));
         assert!(source.contains("(norm_f32_row384, 32, 3)"));
+        // The f16 norms: a warp a row, a float4 slot of 4 values per 32 threads.
+        for (ne0, max_ne0, v4) in [(128, 128, 1), (256, 256, 2), (384, 512, 3), (388, 512, 4), (1024, 1024, 8)] {
+            let name = names::norm_packed_f16(ne0, max_ne0).unwrap();
+            assert!(source.contains(&format!("({name}, {v4}, ")), "{name}");
+        }
+        assert_eq!(names::norm_packed_f16(2048, 2048), None);
     }
 
     #[test]

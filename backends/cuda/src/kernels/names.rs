@@ -193,6 +193,19 @@ pub(crate) fn norm_packed_for(ne0: i64, max_ne0: i64) -> Option<&'static str> {
     norm_packed(max_ne0)
 }
 
+/// `norm_packed_f16` (rows_packed.cu, f16 rows into f16 rows a warp a row) for rows of `ne0`
+/// values, at most `max_ne0` (128 to 1024).
+pub(crate) fn norm_packed_f16(ne0: i64, max_ne0: i64) -> Option<&'static str> {
+    match max_ne0 {
+        128 => Some("norm_f16_row128"),
+        256 => Some("norm_f16_row256"),
+        512 if ne0 <= 384 => Some("norm_f16_row384"),
+        512 => Some("norm_f16_row512"),
+        1024 => Some("norm_f16_row1024"),
+        _ => None,
+    }
+}
+
 /// The embeddings norm (`norm_gathered` in rows_packed.cu) for rows of `ne0` values, at most
 /// 512.
 pub(crate) fn norm_gathered(ne0: i64) -> Option<&'static str> {
@@ -605,6 +618,8 @@ mod tests {
                 chosen.extend(soft_max_packed(a, max_ne0));
                 chosen.extend(norm_packed(max_ne0));
                 chosen.extend(norm_packed_for(max_ne0 * 3 / 4, max_ne0));
+                chosen.extend(norm_packed_f16(max_ne0, max_ne0));
+                chosen.extend(norm_packed_f16(max_ne0 * 3 / 4, max_ne0));
                 chosen.extend(norm_gathered(max_ne0));
                 chosen.extend(norm_gathered(max_ne0 * 3 / 4));
             }
