@@ -415,6 +415,25 @@ __device__ __forceinline__ void norm_row(float (&x)[V4][4], int n4, long long ro
     }
 }
 
+// Where a norm's rows lie: row `at` of a tensor of the source's shape (source, result or
+// residual). Rows evenly spaced in every tensor are numbered along dimension 1 alone (one
+// multiply); else the row number is unravelled over the source's shape.
+struct NormRows {
+    const TensorArg &src;
+    bool flat;
+    __device__ __forceinline__ NormRows(const TensorArg &src, const TensorArg &dst, const TensorArg &r, int residual)
+        : src(src),
+          flat(rows_evenly_spaced(src) && rows_evenly_spaced(dst) && (!residual || rows_evenly_spaced(r))) {}
+    __device__ __forceinline__ char *of(const TensorArg &t, long long at) const {
+        if (flat) {
+            return (char *)t.data + at * t.nb[1];
+        }
+        long long i1, i2, i3;
+        unravel_row(at, src.ne[1], src.ne[2], i1, i2, i3);
+        return row_ptr(t, i1, i2, i3);
+    }
+};
+
 // NORM: (x - mean) / sqrt(var + eps) with var = mean((x - mean)^2) taken from the registers;
 // RMS_NORM (`rms`): x / sqrt(mean(x^2) + eps). Both multiply by the inverse square root, as
 // the reference does. With `affine` 1 or 2 the result is then multiplied by the packed row `w`
@@ -434,17 +453,8 @@ __device__ void norm_packed(const TensorArg &src, int src_half, const TensorArg 
     int parity = 0;
     const int t = threadIdx.x % GROUP;
     const int n4 = (int)(src.ne[0] / 4);
-    // Rows evenly spaced in every tensor are numbered along dimension 1 alone.
-    const bool flat = rows_evenly_spaced(src) && rows_evenly_spaced(dst) && (!residual || rows_evenly_spaced(r));
-    // Row `at` of tensor t (of the source's shape): one multiply where the rows are flat.
-    auto row_of = [&](const TensorArg &t, long long at) -> char * {
-        if (flat) {
-            return (char *)t.data + at * t.nb[1];
-        }
-        long long i1, i2, i3;
-        unravel_row(at, src.ne[1], src.ne[2], i1, i2, i3);
-        return row_ptr(t, i1, i2, i3);
-    };
+    const NormRows rows(src, dst, r, residual);
+    auto row_of = [&](const TensorArg &t, long long at) { return rows.of(t, at); };
     FOR_EACH_GROUP_ROW(row, nrows_of(src), GROUP) {
         char *drow = row_of(dst, row);
         // The group's next row (and its residual row) into L1 while this one is reduced.
@@ -495,15 +505,8 @@ __device__ void norm_packed_f16(const TensorArg &src, const TensorArg &dst, floa
         brow[c] = affine > 1 ? ((const float4 *)b.data)[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     __syncthreads();
-    const bool flat = rows_evenly_spaced(src) && rows_evenly_spaced(dst) && (!residual || rows_evenly_spaced(r));
-    auto row_of = [&](const TensorArg &t, long long at) -> char * {
-        if (flat) {
-            return (char *)t.data + at * t.nb[1];
-        }
-        long long i1, i2, i3;
-        unravel_row(at, src.ne[1], src.ne[2], i1, i2, i3);
-        return row_ptr(t, i1, i2, i3);
-    };
+    const NormRows rows(src, dst, r, residual);
+    auto row_of = [&](const TensorArg &t, long long at) { return rows.of(t, at); };
     FOR_EACH_GROUP_ROW(row, nrows_of(src), 32) {
         float x[V4][4];
         load_row16<32, V4>(row_of(src, row), t, n4, x);
