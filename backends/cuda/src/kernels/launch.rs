@@ -851,8 +851,9 @@ pub(crate) fn norm_gathered(
     };
     let (wt, bt) = (w.0, b.map_or(w.0, |b| b.0));
     let (rms, affine, dst_half) = (i32::from(rms), if b.is_some() { 2i32 } else { 1 }, i32::from(dst.1 == DType::F16));
-    // At most NORM_BLOCKS_PER_SM blocks an SM, as for norm_affine: each row group takes
-    // several rows and prefetches the next rows into L1 while it reduces one.
+    // At most NORM_BLOCKS_PER_SM blocks an SM: each block reads the rows it keeps in shared
+    // memory once for several rows (on an H200, MiniLM's embeddings took 72 us this way, 81
+    // with a block for every 4 rows).
     let mut cfg = packed_rows_config(max_ne0, rows);
     let most = u32::try_from(NORM_BLOCKS_PER_SM * kernels.multiprocessors()).unwrap_or(u32::MAX);
     cfg.grid_dim.0 = cfg.grid_dim.0.min(most);
