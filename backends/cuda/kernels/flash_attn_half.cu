@@ -159,12 +159,13 @@ __device__ __forceinline__ void fah_query_fragments(const float (&qv)[D / 16][4]
 // One tile of KEYS keys at key position p0 for a warp's 16 query rows: the scores of the
 // queries `qa` by the keys (`keys`, rows of D + 8 values in shared memory), the online soft-max
 // over them (`fa_online_softmax`, with the tile's biases at `bias` or the rows' mask rows
-// `mrow`), and the weighted values (`values`, laid out as the keys) added to `out`, the weights
-// to the rows' sums `sums` (`fah_row_scales`).
+// `mrow`; `zero_bias` where those biases are all 0), and the weighted values (`values`, laid out
+// as the keys) added to `out`, the weights to the rows' sums `sums` (`fah_row_scales`).
 template <typename M, int D, int KEYS>
 __device__ __forceinline__ void fah_tile(const unsigned int (&qa)[D / 16][4], const unsigned short (*keys)[D + 8],
                                          const unsigned short (*values)[D + 8], float (&out)[D / 8][4],
-                                         float (&row_max)[2], float (&sums)[4], bool one_row, const float *bias,
+                                         float (&row_max)[2], float (&sums)[4], bool one_row, bool zero_bias,
+                                         const float *bias,
                                          const char *const (&mrow)[2], long long mask_nb0, int p0, int kv,
                                          float scale2) {
     const int lane = threadIdx.x % 32;
@@ -187,7 +188,8 @@ __device__ __forceinline__ void fah_tile(const unsigned int (&qa)[D / 16][4], co
         }
     }
 
-    fa_online_softmax<M, KEYS, D, 4>(sc, out, row_max, sums, one_row, bias, mrow, mask_nb0, p0, kv, scale2);
+    fa_online_softmax<M, KEYS, D, 4>(sc, out, row_max, sums, one_row, zero_bias, bias, mrow, mask_nb0, p0, kv,
+                                     scale2);
 
     // Weighted values: the weights of keys 16j .. 16j + 15 are the A fragment of step j, from
     // the scores of tiles 2j and 2j + 1 as they lie. Lane l addresses value row
@@ -209,6 +211,17 @@ __device__ __forceinline__ void fah_tile(const unsigned int (&qa)[D / 16][4], co
             fah_mma(out[2 * s + 1], w, vf[2], vf[3]);
         }
     }
+}
+
+// Whether the KEYS biases at `bias` (a one-row mask's, in shared memory) are all 0, as the
+// warp sees them.
+template <int KEYS> __device__ __forceinline__ bool fah_zero_biases(const float *bias) {
+    bool zero = true;
+#pragma unroll
+    for (int j = threadIdx.x % 32; j < KEYS; j += 32) {
+        zero &= bias[j] == 0.0f;
+    }
+    return __all_sync(0xffffffffu, zero);
 }
 
 // i % n for 0 <= i and 0 < n (both below 2^31), without a division where n is 1 or above i: a
@@ -359,8 +372,13 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
         }
 
         if (seen && at.warp_live) {
-            fah_tile<M, D, KEYS>(qa, tile.keys[b], tile.values[b], out, row_max, sums, at.one_row, &tile.bias[b][0],
-                                 at.mrow, mask.nb[0], p0, at.kv, scale2);
+            if (at.one_row && fah_zero_biases<KEYS>(tile.bias[b])) {
+                fah_tile<M, D, KEYS>(qa, tile.keys[b], tile.values[b], out, row_max, sums, true, true,
+                                     &tile.bias[b][0], at.mrow, mask.nb[0], p0, at.kv, scale2);
+            } else {
+                fah_tile<M, D, KEYS>(qa, tile.keys[b], tile.values[b], out, row_max, sums, at.one_row, false,
+                                     &tile.bias[b][0], at.mrow, mask.nb[0], p0, at.kv, scale2);
+            }
         }
         seen = next_seen;
         __syncthreads(); // this buffer is read no more before it is marked and copied again
@@ -429,8 +447,13 @@ __device__ __forceinline__ void fah_whole(const FahBlock<WARPS> &at, const Tenso
         for (int p0 = 0; p0 < at.kv; p0 += KEYS) {
             // A tile no row of the block sees is skipped, as the streaming kernel skips it.
             if (__any_sync(0xffffffffu, tile.live[p0 + lane])) {
-                fah_tile<M, D, KEYS>(qa, tile.keys + p0, tile.values + p0, out, row_max, sums, ONE_ROW,
-                                     &tile.bias[p0], at.mrow, mask.nb[0], p0, at.kv, scale2);
+                if (ONE_ROW && fah_zero_biases<KEYS>(&tile.bias[p0])) {
+                    fah_tile<M, D, KEYS>(qa, tile.keys + p0, tile.values + p0, out, row_max, sums, true, true,
+                                         &tile.bias[p0], at.mrow, mask.nb[0], p0, at.kv, scale2);
+                } else {
+                    fah_tile<M, D, KEYS>(qa, tile.keys + p0, tile.values + p0, out, row_max, sums, ONE_ROW, false,
+                                         &tile.bias[p0], at.mrow, mask.nb[0], p0, at.kv, scale2);
+                }
             }
         }
     }

@@ -297,7 +297,7 @@ __device__ void flash_attn_mma(const TensorArg &q, const TensorArg &k, const Ten
                 }
             }
 
-            fa_online_softmax<M, KEYS, D, 2>(sc, out, row_max, row_sum, one_row, &bias[0], mrow, mask.nb[0], p0, kv,
+            fa_online_softmax<M, KEYS, D, 2>(sc, out, row_max, row_sum, one_row, false, &bias[0], mrow, mask.nb[0], p0, kv,
                                           scale2);
 
             // Weighted values: the weights of keys 8c .. 8c + 7 are the A fragment of step c

@@ -31,15 +31,23 @@ __device__ __forceinline__ int fa_mask_row(int r, long long rows) { return r < r
 // every query row of the block shares the mask row whose values (times log2(e), -inf for
 // positions past the last) are at `bias` in shared memory; a key it hides is zeros in shared
 // memory (the kernels copy no key no row may see), so its score is 0 and its sum -inf with no
-// test. Else row i's mask row is at `mrow[i]` (null for rows past the last) in mask values of M.
+// test. With `zero_bias` as well (the tile's biases are all 0: no padding in it, the usual
+// case) the biases are not read and the scale is applied inside the exponent, one fused
+// multiply-add a score: the row maximum is that of the scores times the scale (the same
+// value), the weights are rounded once less. Else row i's mask row is at `mrow[i]` (null for
+// rows past the last) in mask values of M.
 template <typename M, int KEYS, int D, int SUMS>
 __device__ __forceinline__ void fa_online_softmax(float (&sc)[KEYS / 8][4], float (&out)[D / 8][4], float (&row_max)[2],
-                                                  float (&sums)[SUMS], bool one_row, const float *bias,
+                                                  float (&sums)[SUMS], bool one_row, bool zero_bias, const float *bias,
                                                   const char *const (&mrow)[2], long long mask_nb0, int p0, int kv,
                                                   float scale2) {
     static_assert(SUMS == 2 || SUMS == 4, "a thread's share of its rows' sums, or a product's accumulator");
     const int t = threadIdx.x % 4;
-    if (one_row) {
+    // What the scores are multiplied by inside the exponent: exactly nothing once scaled.
+    const float scale_in = zero_bias ? scale2 : 1.0f;
+    if (zero_bias) {
+        // The scores stay as the product left them.
+    } else if (one_row) {
 #pragma unroll
         for (int c = 0; c < KEYS / 8; c++) {
             const float2 b = *(const float2 *)&bias[8 * c + 2 * t];
@@ -74,7 +82,7 @@ __device__ __forceinline__ void fa_online_softmax(float (&sc)[KEYS / 8][4], floa
     for (int i = 0; i < 2; i++) {
         tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
         tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
-        const float next = fmaxf(row_max[i], tile_max[i]);
+        const float next = fmaxf(row_max[i], tile_max[i] * scale_in);
         rescale[i] = row_max[i] == -INFINITY ? 0.0f : fa_exp2(row_max[i] - next);
         // Scores of a row no key reaches yet stay -inf: their weights are zeros.
         row_max[i] = next;
@@ -84,7 +92,7 @@ __device__ __forceinline__ void fa_online_softmax(float (&sc)[KEYS / 8][4], floa
     for (int c = 0; c < KEYS / 8; c++) {
 #pragma unroll
         for (int x = 0; x < 4; x++) {
-            sc[c][x] = fa_exp2(sc[c][x] - tile_max[x / 2]);
+            sc[c][x] = fa_exp2(fmaf(sc[c][x], scale_in, -tile_max[x / 2]));
             if constexpr (SUMS == 2) {
                 tile_sum[x / 2] += sc[c][x];
             }
