@@ -734,6 +734,11 @@ fn flash_attn(v: &mut Vec<Case>) {
             // per query: causal, and with fully masked rows.
             fa(32, 32, 70, 100, 2, 1, 1, Some((F16, [100, 70, 1, 1], Init::Causal))),
             fa(32, 32, 40, 128, 2, 2, 1, Some((F32, [128, 40, 1, 1], Init::MaskInfRows))),
+            // Prompts with no mask over whole key tiles and one cut short, streamed: tiles of
+            // biases that are all 0, which the f16 kernels scale inside the exponent.
+            fa(32, 32, 20, 200, 2, 1, 1, None),
+            fa(64, 64, 40, 200, 2, 1, 1, None),
+            fa(128, 128, 24, 100, 2, 2, 1, None),
         ]
     };
     // Queries of f32, and of f16 (as an encoder's projections write them in reduced precision).
