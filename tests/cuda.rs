@@ -687,50 +687,57 @@ fn attention_over_a_short_sequence_gives_the_bits_of_the_streaming_kernel() {
 
 /// Mean pooling as the BERT graph takes it (hidden states transposed, copied, times one column
 /// of weights per sequence), captured into a program: the product reads the hidden states where
-/// they lie (the copy is never written) and gives the weighted sums within f32 rounding, as the
-/// nodes one by one do.
+/// they lie (the copy is never written) and gives the weighted sums of the states' values within
+/// f32 rounding, for f32 states and for f16 ones (a reduced-precision last layer's).
 #[test]
 fn a_copied_transpose_times_one_column_reads_the_transpose_where_it_lies() {
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
     let mut backend = gpu.init_backend().unwrap();
     let (hidden, slots, blocks) = (384usize, 100usize, 7usize);
-    let states: Vec<f32> = (0..hidden * slots * blocks).map(|i| ((i * 37) % 101) as f32 / 25.0 - 2.0).collect();
+    let values: Vec<f32> = (0..hidden * slots * blocks).map(|i| ((i * 37) % 101) as f32 / 25.0 - 2.0).collect();
     // Sequence j fills its first 100 - 13 j slots; the weights average them.
     let filled = |j: usize| slots - 13 * j;
     let weights: Vec<f32> = (0..slots * blocks)
         .map(|i| if i % slots < filled(i / slots) { 1.0 / filled(i / slots) as f32 } else { 0.0 })
         .collect();
-    let expected: Vec<f64> = (0..hidden * blocks)
-        .map(|o| {
-            let (c, j) = (o % hidden, o / hidden);
-            (0..slots)
-                .map(|s| f64::from(states[(j * slots + s) * hidden + c]) * f64::from(weights[j * slots + s]))
-                .sum()
-        })
-        .collect();
-    let mut run = |copy_read_elsewhere: bool| {
-        let mut g = Graph::new();
-        let x = g.new_tensor(DType::F32, &[hidden, slots, blocks]).unwrap();
-        let p = g.new_tensor(DType::F32, &[slots, 1, blocks]).unwrap();
-        let by_slot = g.transpose(x).unwrap();
-        let copy = g.cont(by_slot).unwrap();
-        let mean = g.mul_mat(copy, p).unwrap();
-        if copy_read_elsewhere {
-            g.set_output(copy).unwrap();
-        }
-        g.set_output(mean).unwrap();
-        g.build_forward(mean).unwrap();
-        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
-        g.set_f32(x, &states).unwrap();
-        g.set_f32(p, &weights).unwrap();
-        let [written] = captured_writes(&mut *backend, &g, [copy]);
-        (g.get_f32(mean).unwrap(), written)
-    };
-    for (copy_read_elsewhere, fused) in [(true, false), (false, true)] {
-        let (mean, written) = run(copy_read_elsewhere);
-        assert_eq!(written, !fused, "the copy was {}written", if written { "" } else { "not " });
-        for (i, (&got, &want)) in mean.iter().zip(&expected).enumerate() {
-            assert!((f64::from(got) - want).abs() <= 1e-5 * (1.0 + want.abs()), "{i}: {got} against {want}");
+    for dtype in [DType::F32, DType::F16] {
+        let mut run = |copy_read_elsewhere: bool| {
+            let mut g = Graph::new();
+            let x = g.new_tensor(dtype, &[hidden, slots, blocks]).unwrap();
+            let p = g.new_tensor(DType::F32, &[slots, 1, blocks]).unwrap();
+            let by_slot = g.transpose(x).unwrap();
+            let copy = g.cont(by_slot).unwrap();
+            let mean = g.mul_mat(copy, p).unwrap();
+            if copy_read_elsewhere {
+                g.set_output(copy).unwrap();
+            }
+            g.set_output(mean).unwrap();
+            g.build_forward(mean).unwrap();
+            tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+            g.set_f32(x, &values).unwrap();
+            g.set_f32(p, &weights).unwrap();
+            // The states as the tensor holds them (rounded to f16 for an f16 one).
+            let states = g.get_f32(x).unwrap();
+            let [written] = captured_writes(&mut *backend, &g, [copy]);
+            (g.get_f32(mean).unwrap(), written, states)
+        };
+        for (copy_read_elsewhere, fused) in [(true, false), (false, true)] {
+            let (mean, written, states) = run(copy_read_elsewhere);
+            assert_eq!(written, !fused, "{dtype:?}: the copy was {}written", if written { "" } else { "not " });
+            let expected = (0..hidden * blocks).map(|o| {
+                let (c, j) = (o % hidden, o / hidden);
+                (0..slots)
+                    .map(|s| f64::from(states[(j * slots + s) * hidden + c]) * f64::from(weights[j * slots + s]))
+                    .sum::<f64>()
+            });
+            // The product of an f16 copy is a 16-bit GEMM, whose b (the weights) is rounded.
+            let bound = if dtype == DType::F16 && !fused { 1e-3 } else { 1e-5 };
+            for (i, (&got, want)) in mean.iter().zip(expected).enumerate() {
+                assert!(
+                    (f64::from(got) - want).abs() <= bound * (1.0 + want.abs()),
+                    "{dtype:?} {i}: {got} against {want}"
+                );
+            }
         }
     }
 }

@@ -393,7 +393,9 @@ pub fn build_with(
         };
         let down = b.g.add(down, attn)?;
         x = b.layer_norm(&format!("{pre}.output.LayerNorm"), down, h, c.eps)?;
-        if reduced_at(layer + 1) {
+        // The residual stream stays f16 into the next reduced layer, and after a last reduced
+        // layer into the pooling, whose mean sums in f32 (a GPU reads half the bytes there).
+        if reduced_at(layer + 1) || (reduced && layer + 1 == c.layers) {
             x = b.g.cast(x, DType::F16)?;
         }
         layer_tensors.push(layer_start..b.next_id());

@@ -136,26 +136,28 @@ pub(crate) fn flash_attn_tensor_cores(
     Ok(true)
 }
 
-/// Threads a block of `mul_mat_vec_t_f32` (`MMVT_THREADS` in mul_mat_vec_t.cu).
+/// Threads a block of `mul_mat_vec_t_f32` and `_f16` (`MMVT_THREADS` in mul_mat_vec_t.cu).
 const MMVT_THREADS: u32 = 128;
 
-/// Queues `mul_mat_vec_t_f32` (mul_mat_vec_t.cu) for operands checked by
-/// [`super::launch_transposed_product`].
+/// Queues `mul_mat_vec_t_f32`, or `mul_mat_vec_t_f16` for an f16 `x` (mul_mat_vec_t.cu), for
+/// operands checked by [`super::launch_transposed_product`].
 pub(crate) fn mul_mat_vec_t(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
-    x: &TensorArg,
+    x: (&TensorArg, DType),
     b: &TensorArg,
     dst: &TensorArg,
 ) -> Result<()> {
+    let (name, per_thread) = if x.1 == DType::F16 { (names::MUL_MAT_VEC_T_F16, 2) } else { (names::MUL_MAT_VEC_T, 1) };
+    let x = x.0;
     // Checked: at most i32::MAX values along dimension 1, at most 65535 matrices each way.
     let cfg = LaunchConfig {
-        grid_dim: (div_ceil(x.ne[1], i64::from(MMVT_THREADS)) as u32, b.ne[2] as u32, b.ne[3] as u32),
+        grid_dim: (div_ceil(x.ne[1], per_thread * i64::from(MMVT_THREADS)) as u32, b.ne[2] as u32, b.ne[3] as u32),
         block_dim: (MMVT_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    // mul_mat_vec_t_f32(TensorArg x, TensorArg b, TensorArg dst)
-    launch_kernel!(kernels, stream, names::MUL_MAT_VEC_T, cfg, x, b, dst)
+    // mul_mat_vec_t_f32/_f16(TensorArg x, TensorArg b, TensorArg dst)
+    launch_kernel!(kernels, stream, name, cfg, x, b, dst)
 }
 
 /// Whether every row of `t` starts on a 16-byte boundary.

@@ -230,9 +230,11 @@ pub fn launch_flash_attn_to_f16(
 /// Queues the MUL_MAT of a CONT's copy of `x` (the CONT's source, a view) by the one column
 /// `b` into `dst` as one kernel that reads `x` where it lies: a transposed view of packed rows
 /// (values along dimension 1 packed, as a BERT graph's mean pooling transposes its hidden
-/// states), so that nothing is copied. f32 sums in order of `k`, within rounding of the
-/// product of the copy. `Ok(false)` (nothing queued) for other operands; the nodes then run
-/// one by one. The addresses are as for [`launch`].
+/// states), so that nothing is copied. `x` is f32, or f16 with an even number of values along
+/// dimension 1 and its address and strides multiples of 4 (read two values at a time); f32
+/// sums in order of `k`, within rounding of the product of the copy. `Ok(false)` (nothing
+/// queued) for other operands; the nodes then run one by one. The addresses are as for
+/// [`launch`].
 pub fn launch_transposed_product(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
@@ -242,9 +244,15 @@ pub fn launch_transposed_product(
 ) -> Result<bool> {
     let ((xa, xt), (ba, bt), (da, dt)) = (x, b, dst);
     let floats = |t: &TensorArg| t.data % 4 == 0 && t.nb.iter().all(|nb| nb % 4 == 0);
-    let fits = [xt, bt, dt] == [DType::F32; 3]
-        && [&xa, &ba, &da].into_iter().all(floats)
-        && xa.nb[1] == 4
+    let halves = |t: &TensorArg| t.data % 4 == 0 && [0, 2, 3].into_iter().all(|d| t.nb[d] % 4 == 0);
+    let x_fits = match xt {
+        DType::F32 => floats(&xa) && xa.nb[1] == 4,
+        DType::F16 => halves(&xa) && xa.nb[1] == 2 && xa.ne[1] % 2 == 0,
+        _ => false,
+    };
+    let fits = x_fits
+        && [bt, dt] == [DType::F32; 2]
+        && [&ba, &da].into_iter().all(floats)
         && xa.ne[2] > 0
         && xa.ne[3] > 0
         && ba.ne[0] == xa.ne[0]
@@ -259,7 +267,7 @@ pub fn launch_transposed_product(
         return Ok(false);
     }
     stream.context().bind_to_thread().map_err(|e| backend_error(&format!("binding the CUDA context failed: {e}")))?;
-    launch::mul_mat_vec_t(kernels, stream, &xa, &ba, &da).map(|()| true)
+    launch::mul_mat_vec_t(kernels, stream, (&xa, xt), &ba, &da).map(|()| true)
 }
 
 /// Queues the products of `gate` and `up` with `b` (one column), then silu(gate product) *

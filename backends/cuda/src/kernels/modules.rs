@@ -399,7 +399,11 @@ pub(crate) const MODULES: &[Module] = &[
             "mul_mat_vec_mma_bf16",
         ],
     },
-    Module { name: "mul_mat_vec_t", fatbin: fatbin!("mul_mat_vec_t"), kernels: &["mul_mat_vec_t_f32"] },
+    Module {
+        name: "mul_mat_vec_t",
+        fatbin: fatbin!("mul_mat_vec_t"),
+        kernels: &["mul_mat_vec_t_f32", "mul_mat_vec_t_f16"],
+    },
     Module { name: "pool", fatbin: fatbin!("pool"), kernels: &["pool_2d_f32", "pool_2d_f16", "pool_2d_bf16"] },
     Module { name: "rope", fatbin: fatbin!("rope"), kernels: &["rope_f32", "rope_f16", "rope_bf16"] },
     Module {

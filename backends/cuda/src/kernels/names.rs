@@ -547,6 +547,8 @@ pub(crate) const MUL_MAT_PTRS: &str = "mul_mat_ptrs";
 /// The one-column product of a transposed view's copy, read where the view lies
 /// (mul_mat_vec_t.cu).
 pub(crate) const MUL_MAT_VEC_T: &str = "mul_mat_vec_t_f32";
+/// The same for an f16 view, two values a thread.
+pub(crate) const MUL_MAT_VEC_T_F16: &str = "mul_mat_vec_t_f16";
 pub(crate) const FILL_F32: &str = "fill_f32";
 
 #[cfg(test)]
@@ -631,6 +633,7 @@ mod tests {
         }
         chosen.insert(MUL_MAT_PTRS);
         chosen.insert(MUL_MAT_VEC_T);
+        chosen.insert(MUL_MAT_VEC_T_F16);
         chosen.insert(QUANTIZE_Q8_1);
         chosen.insert(MUL_MAT_VEC_Q8_0_ROWS);
         chosen.insert(MUL_MAT_VEC_GLU_Q8_0_ROWS);
