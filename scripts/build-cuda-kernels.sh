@@ -75,10 +75,27 @@ mkdir -p "$out"
 
 cd "$kernels"
 sources=(*.cu)
+# As many sources compile at once as there are cores (each nvcc is single-threaded; its output
+# does not depend on what runs beside it).
+parallel="$(nproc 2>/dev/null || echo 1)"
+running=0
+failed=0
 for src in "${sources[@]}"; do
-    name="${src%.cu}"
-    "$nvcc" "${flags[@]}" -o "$out/$name.fatbin" "$src"
+    if ((running >= parallel)); then
+        wait -n || failed=1
+        running=$((running - 1))
+    fi
+    "$nvcc" "${flags[@]}" -o "$out/${src%.cu}.fatbin" "$src" &
+    running=$((running + 1))
 done
+while ((running > 0)); do
+    wait -n || failed=1
+    running=$((running - 1))
+done
+if [[ $failed == 1 ]]; then
+    echo "nvcc failed (above)" >&2
+    exit 1
+fi
 
 if [[ $check == 0 ]]; then
     # Fatbins whose source is gone.
