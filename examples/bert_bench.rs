@@ -3,7 +3,8 @@
 //! (graph, inputs, compute, embeddings read back) after warm-up calls.
 //!
 //! `cargo run --release --example bert_bench -- [--model FILE] [--backend SPEC]
-//!     [--params-backend SPEC] [--shapes 1x16,1x128,32x48,1024x128] [--runs 20] [--warmup 3]`
+//!     [--params-backend SPEC] [--shapes 1x16,1x128,32x48,1024x128] [--runs 20] [--warmup 3]
+//!     [--each]`
 //!
 //! Prints one line per shape: the median and the spread (min, max) of the calls in ms, tokens
 //! per second at the median, and the medians of the call's two parts (building the graph and
@@ -23,7 +24,7 @@ use tessera_models::{Embedder, LoadOptions, MODULES};
 const HELP: &str = "\
 usage: bert_bench [--model FILE] [--backend SPEC] [--params-backend SPEC]
                   [--shapes BxT,...] [--runs N] [--warmup N] [--flash-attn M]
-                  [--compute-type T]
+                  [--compute-type T] [--each]
 
   --model FILE           weights [weights/all-MiniLM-L6-v2/model.safetensors]
   --backend SPEC         where modules run (as embed's --backend) [auto]
@@ -38,6 +39,7 @@ usage: bert_bench [--model FILE] [--backend SPEC] [--params-backend SPEC]
                          attention), keep its keys, values and result and the
                          feed-forward's hidden values in f16, and take GELU's tanh
                          form [f32]
+  --each                 also print every timed call's time, in order
 ";
 
 type BoxError = Box<dyn std::error::Error>;
@@ -51,6 +53,7 @@ struct Args {
     warmup: usize,
     flash_attn: Option<bool>,
     attention_precision: tessera::Precision,
+    each: bool,
 }
 
 fn shapes(list: &str) -> Result<Vec<(usize, usize)>, String> {
@@ -76,6 +79,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
         warmup: 3,
         flash_attn: None,
         attention_precision: tessera::Precision::Full,
+        each: false,
     };
     let count = |name: &str, value: String, min: usize| match value.parse::<usize>() {
         Ok(n) if n >= min => Ok(n),
@@ -99,6 +103,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
                 }
             }
             Long("compute-type") => a.attention_precision = common::compute_type(&parser.value()?.string()?)?,
+            Long("each") => a.each = true,
             Short('h') | Long("help") => {
                 print!("{HELP}");
                 return Ok(None);
@@ -135,6 +140,10 @@ fn run(args: Args) -> Result<(), BoxError> {
             ms.push(start.elapsed().as_secs_f64() * 1e3);
             prepare.push(embedder.timing().prepare.as_secs_f64() * 1e3);
             compute.push(embedder.timing().compute.as_secs_f64() * 1e3);
+        }
+        if args.each {
+            let each: Vec<String> = ms.iter().map(|t| format!("{t:.3}")).collect();
+            println!("  {b:>5} x {t:<4} each call (ms, in order): {}", each.join(" "));
         }
         let median = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
