@@ -57,6 +57,13 @@ struct Shape {
     tf32: bool,
 }
 
+impl Shape {
+    /// The shape with its columns (n) left out: the products of one weight at any batch size.
+    fn family(&self) -> Shape {
+        Shape { mnk: (self.mnk.0, 0, self.mnk.2), lds: (self.lds.0, 0, self.lds.2), ..*self }
+    }
+}
+
 impl LtGemm {
     fn shape(&self) -> Shape {
         Shape {
@@ -82,6 +89,8 @@ impl LtGemm {
 #[derive(Default)]
 pub(crate) struct Algorithms {
     chosen: HashMap<Shape, cublasLtMatmulAlgo_t>,
+    /// The algorithm a wide search chose, by [`Shape::family`].
+    family_best: HashMap<Shape, cublasLtMatmulAlgo_t>,
     captured: Vec<LtGemm>,
 }
 
@@ -91,12 +100,18 @@ const CANDIDATES: usize = 8;
 /// Candidates timed over several rounds after one product each has screened them.
 const FINALISTS: usize = 8;
 
-/// The custom options (kernel variants the library does not describe) and cluster shapes
-/// each suggestion is also tried with. Its suggestions differ in tile and cluster shape but
-/// leave most options untried: on an H200 the same tiles with other options ran MiniLM's
-/// products 5-20% faster than the best suggestion (1024 x 128 tokens: the query/key/value
-/// product 200 against 233 us, the one with GELU 315 against 377). Variants the library
-/// rejects for a product or a GPU (clusters before Hopper) are left out.
+/// The wide search: the custom options (kernel variants the library does not describe) and
+/// cluster shapes each suggestion is also tried with. The suggestions differ in tile and
+/// cluster shape but leave most options untried: on an H200 the same tiles with other options
+/// ran MiniLM's products 5-20% faster than the best suggestion (1024 x 128 tokens: the
+/// query/key/value product 200 against 233 us, the one with GELU 315 against 377). Variants the
+/// library rejects for a product or a GPU (clusters before Hopper) are left out.
+///
+/// The search is slow the first time (each variant's kernel is loaded when first run: MiniLM's
+/// first call took 1.1-1.5 s against 0.3-0.4 s), so only products of at least
+/// [`WIDE_SEARCH_MIN`] multiply-adds take it, once for each weight ([`Shape::family`]); other
+/// batch sizes of that weight time the suggestions and the variant chosen there.
+const WIDE_SEARCH_MIN: u64 = 1 << 32;
 const CUSTOM_OPTIONS: u32 = 16;
 const CLUSTER_SHAPES: [cublasLtClusterShape_t; 3] = [
     cublasLtClusterShape_t::CUBLASLT_CLUSTER_SHAPE_1x1x1,
@@ -256,7 +271,6 @@ impl Descriptors {
         workspace_bytes: usize,
     ) -> Vec<cublasLtMatmulAlgo_t> {
         use cublasLtMatmulAlgoConfigAttributes_t as C;
-        let (la, lb, lc) = (self.layouts[0], self.layouts[1], self.layouts[2]);
         let mut all = suggested.to_vec();
         for base in suggested {
             for custom in 0..CUSTOM_OPTIONS {
@@ -268,25 +282,29 @@ impl Descriptors {
                         set_config(&mut algo, C::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom)
                             && set_config(&mut algo, C::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &(cluster as u16))
                     };
-                    if !configured || all.iter().any(|a| a.data == algo.data) {
-                        continue;
-                    }
-                    let mut check = MaybeUninit::<lt_sys::cublasLtMatmulHeuristicResult_t>::uninit();
-                    // SAFETY: every descriptor is live; the library writes `check` when it
-                    // accepts the algorithm.
-                    let status = unsafe {
-                        lt_sys::cublasLtMatmulAlgoCheck(handle, self.matmul, la, lb, lc, lc, &algo, check.as_mut_ptr())
-                    };
-                    let accepted = status == lt_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                        // SAFETY: written, as the library accepted the algorithm.
-                        && unsafe { check.assume_init() }.workspaceSize <= workspace_bytes;
-                    if accepted {
+                    if configured
+                        && !all.iter().any(|a| a.data == algo.data)
+                        && self.accepts(handle, &algo, workspace_bytes)
+                    {
                         all.push(algo);
                     }
                 }
             }
         }
         all
+    }
+
+    /// Whether the library runs this product with `algo` within `workspace_bytes`.
+    fn accepts(&self, handle: lt_sys::cublasLtHandle_t, algo: &cublasLtMatmulAlgo_t, workspace_bytes: usize) -> bool {
+        let (la, lb, lc) = (self.layouts[0], self.layouts[1], self.layouts[2]);
+        let mut check = MaybeUninit::<lt_sys::cublasLtMatmulHeuristicResult_t>::uninit();
+        // SAFETY: every descriptor is live; the library writes `check` when it accepts the
+        // algorithm.
+        let status =
+            unsafe { lt_sys::cublasLtMatmulAlgoCheck(handle, self.matmul, la, lb, lc, lc, algo, check.as_mut_ptr()) };
+        status == lt_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+            // SAFETY: written, as the library accepted the algorithm.
+            && unsafe { check.assume_init() }.workspaceSize <= workspace_bytes
     }
 
     /// Queues `g` with `algo`.
@@ -345,14 +363,14 @@ pub(crate) unsafe fn matmul(
     algorithms: &mut Algorithms,
 ) -> Result<()> {
     let d = Descriptors::new(g, workspace.1)?;
-    let algo = match algorithms.chosen.get(&g.shape()) {
-        Some(algo) => *algo,
+    let algo = match algorithms.chosen.get(&g.shape()).copied() {
+        Some(algo) => algo,
         None => {
             let candidates = d.candidates(handle)?;
             let capturing = stream.capture_status().map_err(driver_error("reading the stream's capture status"))?;
             if capturing == driver_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
                 // SAFETY: forwarded from the caller.
-                let best = unsafe { fastest(handle, &d, &candidates, g, workspace, stream) }?;
+                let best = unsafe { choose(handle, &d, &candidates, g, workspace, stream, algorithms) }?;
                 algorithms.chosen.insert(g.shape(), best);
                 best
             } else {
@@ -396,7 +414,7 @@ pub(crate) unsafe fn tune_captured(
                 let into_scratch = LtGemm { c: (c, g.c.1), ..g };
                 // SAFETY: the caller's promises for A, B and the bias; C is the scratch, of
                 // the result's bytes, freed in stream order after the timed products.
-                unsafe { fastest(handle, &d, &candidates, &into_scratch, workspace, stream) }?
+                unsafe { choose(handle, &d, &candidates, &into_scratch, workspace, stream, algorithms) }?
             }
             Err(_) => candidates[0],
         };
@@ -406,11 +424,48 @@ pub(crate) unsafe fn tune_captured(
     Ok(tuned)
 }
 
-/// The fastest of `candidates` and their variants ([`Descriptors::variants`]) for `g` (the
-/// first candidate, untimed, when tuning is off). Each is run once (those that fail to queue
-/// are left out) and screened by one timed product in each of two passes, the second in
-/// reverse order; the [`FINALISTS`] quickest are then timed over 3 rounds of 2 products,
-/// alternating so that the GPU's clock changes fall on all alike, and the lowest median wins.
+/// The algorithm for `g` among cuBLASLt's `suggestions` (the first, untimed, when tuning is
+/// off), with the wide search's variants for a large product whose weight has none chosen yet
+/// (the winner then kept for the weight's other batch sizes), or with the variant chosen for
+/// its weight.
+///
+/// # Safety
+/// As [`matmul`].
+unsafe fn choose(
+    handle: lt_sys::cublasLtHandle_t,
+    d: &Descriptors,
+    suggestions: &[cublasLtMatmulAlgo_t],
+    g: &LtGemm,
+    workspace: (u64, usize),
+    stream: &CudaStream,
+    algorithms: &mut Algorithms,
+) -> Result<cublasLtMatmulAlgo_t> {
+    if !tuning_enabled() {
+        return Ok(suggestions[0]);
+    }
+    let family = g.shape().family();
+    let wide =
+        !algorithms.family_best.contains_key(&family) && g.m.saturating_mul(g.n).saturating_mul(g.k) >= WIDE_SEARCH_MIN;
+    let candidates = match algorithms.family_best.get(&family) {
+        Some(known) if !suggestions.iter().any(|a| a.data == known.data) && d.accepts(handle, known, workspace.1) => {
+            suggestions.iter().copied().chain([*known]).collect()
+        }
+        _ if wide => d.variants(handle, suggestions, workspace.1),
+        _ => suggestions.to_vec(),
+    };
+    // SAFETY: forwarded from the caller.
+    let best = unsafe { fastest(handle, d, &candidates, g, workspace, stream) }?;
+    if wide {
+        algorithms.family_best.insert(family, best);
+    }
+    Ok(best)
+}
+
+/// The fastest of `candidates` for `g` (the first, untimed, when there is one). Each is run
+/// once (those that fail to queue are left out) and, when there are more than [`FINALISTS`],
+/// screened by one timed product in each of two passes, the second in reverse order; the
+/// [`FINALISTS`] quickest are then timed over 3 rounds of 2 products, alternating so that the
+/// GPU's clock changes fall on all alike, and the lowest median wins.
 ///
 /// # Safety
 /// As [`matmul`].
@@ -422,15 +477,12 @@ unsafe fn fastest(
     workspace: (u64, usize),
     stream: &CudaStream,
 ) -> Result<cublasLtMatmulAlgo_t> {
-    if !tuning_enabled() {
+    if candidates.len() == 1 {
         return Ok(candidates[0]);
     }
-    let all = d.variants(handle, candidates, workspace.1);
-    if all.len() == 1 {
-        return Ok(all[0]);
-    }
-    let usable: Vec<_> = all
-        .into_iter()
+    let usable: Vec<_> = candidates
+        .iter()
+        .copied()
         // SAFETY: forwarded from the caller.
         .filter(|algo| unsafe { d.queue(handle, algo, g, workspace, stream) }.is_ok())
         .collect();
