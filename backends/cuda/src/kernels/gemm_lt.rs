@@ -80,10 +80,10 @@ impl LtGemm {
 
 /// The algorithm chosen for each product shape on one stream. cuBLASLt's first suggestion is
 /// not always its fastest (on an H200 its third ran 2048^3 f16 products 5% faster, and
-/// 2048 x 2048 x 6144 TF32 ones 4%), so the suggestions and their variants are timed on the
-/// shape's first product and the fastest kept. Products queued while the stream is captured into a CUDA graph,
-/// where nothing runs, take the first suggestion and are remembered, for [`tune_captured`] to
-/// time afterwards. `TESSERA_CUDA_GEMM_TUNE=0` keeps the first suggestion everywhere: the
+/// 2048 x 2048 x 6144 TF32 ones 4%), so the suggestions (and for large products their
+/// variants, [`WIDE_SEARCH_MIN`]) are timed on the shape's first product and the fastest kept.
+/// Products queued while the stream is captured into a CUDA graph, where nothing runs, take the
+/// first suggestion and are remembered, for [`tune_captured`] to time afterwards. `TESSERA_CUDA_GEMM_TUNE=0` keeps the first suggestion everywhere: the
 /// choice then no longer depends on timings, which may differ from one process to the next,
 /// and with them the rounding of the results.
 #[derive(Default)]
