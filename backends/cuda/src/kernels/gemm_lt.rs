@@ -80,8 +80,8 @@ impl LtGemm {
 
 /// The algorithm chosen for each product shape on one stream. cuBLASLt's first suggestion is
 /// not always its fastest (on an H200 its third ran 2048^3 f16 products 5% faster, and
-/// 2048 x 2048 x 6144 TF32 ones 4%), so the suggestions (and for large products their
-/// variants, [`WIDE_SEARCH_MIN`]) are timed on the shape's first product and the fastest kept.
+/// 2048 x 2048 x 6144 TF32 ones 4%), so the suggestions (and for large products with a bias
+/// their variants, [`WIDE_SEARCH_MIN`]) are timed on the shape's first product and the fastest kept.
 /// Products queued while the stream is captured into a CUDA graph, where nothing runs, take the
 /// first suggestion and are remembered, for [`tune_captured`] to time afterwards. `TESSERA_CUDA_GEMM_TUNE=0` keeps the first suggestion everywhere: the
 /// choice then no longer depends on timings, which may differ from one process to the next,
@@ -108,9 +108,11 @@ const FINALISTS: usize = 8;
 /// library rejects for a product or a GPU (clusters before Hopper) are left out.
 ///
 /// The search is slow the first time (each variant's kernel is loaded when first run: MiniLM's
-/// first call took 1.1-1.5 s against 0.3-0.4 s), so only products of at least
-/// [`WIDE_SEARCH_MIN`] multiply-adds take it, once for each weight ([`Shape::family`]); other
-/// batch sizes of that weight time the suggestions and the variant chosen there.
+/// first call took 1.1-1.5 s against 0.3-0.4 s), so only products with a bias epilogue (where
+/// the suggestions fell short; for plain 4096^3 and 4096 x 512 x 14336 products they were
+/// already the fastest) of at least [`WIDE_SEARCH_MIN`] multiply-adds take it, once for each
+/// weight ([`Shape::family`]); other batch sizes of that weight time the suggestions and the
+/// variant chosen there.
 const WIDE_SEARCH_MIN: u64 = 1 << 32;
 const CUSTOM_OPTIONS: u32 = 16;
 const CLUSTER_SHAPES: [cublasLtClusterShape_t; 3] = [
@@ -425,9 +427,9 @@ pub(crate) unsafe fn tune_captured(
 }
 
 /// The algorithm for `g` among cuBLASLt's `suggestions` (the first, untimed, when tuning is
-/// off), with the wide search's variants for a large product whose weight has none chosen yet
-/// (the winner then kept for the weight's other batch sizes), or with the variant chosen for
-/// its weight.
+/// off), with the wide search's variants for a large product with a bias whose weight has none
+/// chosen yet (the winner then kept for the weight's other batch sizes), or with the variant
+/// chosen for its weight.
 ///
 /// # Safety
 /// As [`matmul`].
@@ -444,8 +446,9 @@ unsafe fn choose(
         return Ok(suggestions[0]);
     }
     let family = g.shape().family();
-    let wide =
-        !algorithms.family_best.contains_key(&family) && g.m.saturating_mul(g.n).saturating_mul(g.k) >= WIDE_SEARCH_MIN;
+    let wide = g.bias.is_some()
+        && !algorithms.family_best.contains_key(&family)
+        && g.m.saturating_mul(g.n).saturating_mul(g.k) >= WIDE_SEARCH_MIN;
     let candidates = match algorithms.family_best.get(&family) {
         Some(known) if !suggestions.iter().any(|a| a.data == known.data) && d.accepts(handle, known, workspace.1) => {
             suggestions.iter().copied().chain([*known]).collect()
