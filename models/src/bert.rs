@@ -483,6 +483,27 @@ mod tests {
         assert_eq!(ne(&g, m.embeddings), [TINY.hidden, 3, 1, 1]);
     }
 
+    /// The mean pooling reads the last layer's states in f16 when that layer is in reduced
+    /// precision and the rows hold one sequence each (a GPU reads half the bytes), and in f32
+    /// otherwise: packed sequences are gathered into blocks first, and GET_ROWS gives f32.
+    #[test]
+    fn the_pooling_reads_the_last_layers_states_in_its_precision() {
+        for flash in [Some(Precision::Reduced), Some(Precision::Full), None] {
+            for (layout, padded) in [(Layout::padded(8, 2), true), (Layout::packed(&[5, 3]), false)] {
+                let mut g = Graph::new();
+                let m = build_with(&mut g, &TINY, &uniform_weight_type(DType::F16), layout, &|_| flash).unwrap();
+                let mean = g
+                    .nodes()
+                    .iter()
+                    .map(|&id| g.tensor(id).unwrap())
+                    .find(|t| t.op() == tessera_core::Op::MulMat && t.src(1) == Some(m.pooling));
+                let states = g.tensor(mean.unwrap().src(0).unwrap()).unwrap();
+                let want = if flash == Some(Precision::Reduced) && padded { DType::F16 } else { DType::F32 };
+                assert_eq!(states.dtype(), want, "{flash:?} {layout:?}");
+            }
+        }
+    }
+
     /// Layers with attention as one FLASH_ATTN node join their query, key and value projections
     /// into one weight of their parts' type (and one bias, f16 in reduced precision), unless the
     /// parts' types differ (a mixed quantization); layers with attention as products do not.
