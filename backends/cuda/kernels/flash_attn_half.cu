@@ -17,7 +17,8 @@
 //
 // Sequences of at most 128 keys with heads of 32 (an encoder's) take flash_attn_half_short
 // instead, which copies every key and value at once and multiplies the same tiles without
-// waiting between them (a kernel of its own where every query row shares one mask row).
+// waiting between them (a kernel of its own where every query row shares one mask row, whose
+// warps take 32 query rows each: 128 a block).
 //
 // Keys that no query row of the block may see, and positions past the last, are zeros in shared
 // memory whatever the tensors hold there (cp.async fills them), so that a cache's unwritten rows
@@ -156,26 +157,29 @@ __device__ __forceinline__ void fah_query_fragments(const float (&qv)[D / 16][4]
     }
 }
 
-// One tile of KEYS keys at key position p0 for a warp's 16 query rows: the scores of the
-// queries `qa` by the keys (`keys`, rows of D + 8 values in shared memory), the online soft-max
-// over them (`fa_online_softmax`, with the tile's biases at `bias` or the rows' mask rows
+// One tile of KEYS keys at key position p0 for a warp's R x 16 query rows (R tiles of 16 rows,
+// each key and value fragment loaded once for all of them): the scores of the queries `qa` by
+// the keys (`keys`, rows of D + 8 values in shared memory), the online soft-max over them
+// (`fa_online_softmax`, with the tile's biases at `bias` or, for R = 1, the rows' mask rows
 // `mrow`; `zero_bias` where those biases are all 0), and the weighted values (`values`, laid out
 // as the keys) added to `out`, the weights to the rows' sums `sums` (`fah_row_scales`).
-template <typename M, int D, int KEYS>
-__device__ __forceinline__ void fah_tile(const unsigned int (&qa)[D / 16][4], const unsigned short (*keys)[D + 8],
-                                         const unsigned short (*values)[D + 8], float (&out)[D / 8][4],
-                                         float (&row_max)[2], float (&sums)[4], bool one_row, bool zero_bias,
-                                         const float *bias,
-                                         const char *const (&mrow)[2], long long mask_nb0, int p0, int kv,
-                                         float scale2) {
+template <typename M, int D, int KEYS, int R>
+__device__ __forceinline__ void fah_tile(const unsigned int (&qa)[R][D / 16][4], const unsigned short (*keys)[D + 8],
+                                         const unsigned short (*values)[D + 8], float (&out)[R][D / 8][4],
+                                         float (&row_max)[R][2], float (&sums)[R][4], bool one_row, bool zero_bias,
+                                         const float *bias, const char *const (&mrow)[2], long long mask_nb0, int p0,
+                                         int kv, float scale2) {
     const int lane = threadIdx.x % 32;
-    // Scores: sc[c] = {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)} of keys 8c .. 8c + 7.
-    // Lane l addresses key row l % 8 of the tile pair's 8 keys 8(c + l / 16) and values
-    // 8(l / 8 % 2) of the 16 of step s.
-    float sc[KEYS / 8][4];
+    // Scores: sc[r][c] = {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)} of row tile r and
+    // keys 8c .. 8c + 7. Lane l addresses key row l % 8 of the tile pair's 8 keys 8(c + l / 16)
+    // and values 8(l / 8 % 2) of the 16 of step s.
+    float sc[R][KEYS / 8][4];
 #pragma unroll
-    for (int c = 0; c < KEYS / 8; c++) {
-        sc[c][0] = sc[c][1] = sc[c][2] = sc[c][3] = 0.0f;
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int c = 0; c < KEYS / 8; c++) {
+            sc[r][c][0] = sc[r][c][1] = sc[r][c][2] = sc[r][c][3] = 0.0f;
+        }
     }
 #pragma unroll
     for (int s = 0; s < D / 16; s++) {
@@ -183,13 +187,19 @@ __device__ __forceinline__ void fah_tile(const unsigned int (&qa)[D / 16][4], co
         for (int c = 0; c < KEYS / 8; c += 2) {
             unsigned int kf[4];
             fah_ldmatrix<false>(kf, &keys[8 * c + 8 * (lane / 16) + lane % 8][16 * s + 8 * (lane / 8 % 2)]);
-            fah_mma(sc[c], qa[s], kf[0], kf[1]);
-            fah_mma(sc[c + 1], qa[s], kf[2], kf[3]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                fah_mma(sc[r][c], qa[r][s], kf[0], kf[1]);
+                fah_mma(sc[r][c + 1], qa[r][s], kf[2], kf[3]);
+            }
         }
     }
 
-    fa_online_softmax<M, KEYS, D, 4>(sc, out, row_max, sums, one_row, zero_bias, bias, mrow, mask_nb0, p0, kv,
-                                     scale2);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        fa_online_softmax<M, KEYS, D, 4>(sc[r], out[r], row_max[r], sums[r], one_row, zero_bias, bias, mrow, mask_nb0,
+                                         p0, kv, scale2);
+    }
 
     // Weighted values: the weights of keys 16j .. 16j + 15 are the A fragment of step j, from
     // the scores of tiles 2j and 2j + 1 as they lie. Lane l addresses value row
@@ -199,16 +209,24 @@ __device__ __forceinline__ void fah_tile(const unsigned int (&qa)[D / 16][4], co
     constexpr unsigned int ONES = 0x3C003C00u;
 #pragma unroll
     for (int j = 0; j < KEYS / 16; j++) {
-        const unsigned int w[4] = {fah_pack(sc[2 * j][0], sc[2 * j][1]), fah_pack(sc[2 * j][2], sc[2 * j][3]),
-                                   fah_pack(sc[2 * j + 1][0], sc[2 * j + 1][1]),
-                                   fah_pack(sc[2 * j + 1][2], sc[2 * j + 1][3])};
-        fah_mma(sums, w, ONES, ONES);
+        unsigned int w[R][4];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            w[r][0] = fah_pack(sc[r][2 * j][0], sc[r][2 * j][1]);
+            w[r][1] = fah_pack(sc[r][2 * j][2], sc[r][2 * j][3]);
+            w[r][2] = fah_pack(sc[r][2 * j + 1][0], sc[r][2 * j + 1][1]);
+            w[r][3] = fah_pack(sc[r][2 * j + 1][2], sc[r][2 * j + 1][3]);
+            fah_mma(sums[r], w[r], ONES, ONES);
+        }
 #pragma unroll
         for (int s = 0; s < D / 16; s++) {
             unsigned int vf[4];
             fah_ldmatrix<true>(vf, &values[16 * j + 8 * (lane / 8 % 2) + lane % 8][16 * s + 8 * (lane / 16)]);
-            fah_mma(out[2 * s], w, vf[0], vf[1]);
-            fah_mma(out[2 * s + 1], w, vf[2], vf[3]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                fah_mma(out[r][2 * s], w[r], vf[0], vf[1]);
+                fah_mma(out[r][2 * s + 1], w[r], vf[2], vf[3]);
+            }
         }
     }
 }
@@ -228,10 +246,10 @@ template <int KEYS> __device__ __forceinline__ bool fah_zero_biases(const float 
 // block's head and batch index tensors that broadcast or match them.
 __device__ __forceinline__ int fah_mod(int i, int n) { return i < n ? i : n == 1 ? 0 : i % n; }
 
-// Where a block of 16 WARPS query rows stands: its rows (from `first`, of `n`), head and batch,
-// its key and value head's rows and its mask rows; and this thread's two query rows (g and
-// g + 8 of its warp's 16) with their mask rows.
-template <int WARPS> struct FahBlock {
+// Where a block of 16 R WARPS query rows (R tiles of 16 a warp) stands: its rows (from `first`,
+// of `n`), head and batch, its key and value head's rows and its mask rows; and this thread's
+// two query rows of its warp's first 16 (g and g + 8) with their mask rows.
+template <int WARPS, int R> struct FahBlock {
     int n, kv, first, h, i3, warp;
     const char *kbase, *vbase, *mbase;
     // Rows of the mask that differ for the block's query rows (rows repeat past mask.ne[1]);
@@ -244,20 +262,20 @@ template <int WARPS> struct FahBlock {
     __device__ __forceinline__ FahBlock(const TensorArg &q, const TensorArg &k, const TensorArg &v,
                                         const TensorArg &mask, int has_mask) {
         // Query rows and key positions fit 31 bits, heads and batches 16 (validated).
-        n = (int)q.ne[1], kv = (int)k.ne[1], first = blockIdx.x * 16 * WARPS;
+        n = (int)q.ne[1], kv = (int)k.ne[1], first = blockIdx.x * 16 * R * WARPS;
         h = blockIdx.y, i3 = blockIdx.z, warp = threadIdx.x / 32;
         const int hq = (int)q.ne[2], hk = (int)k.ne[2];
         const int kh = hq == hk ? h : h / (hq / hk), kb = fah_mod(i3, (int)k.ne[3]);
         kbase = (const char *)k.data + kh * k.nb[2] + kb * k.nb[3];
         vbase = (const char *)v.data + kh * v.nb[2] + kb * v.nb[3];
-        mask_rows = (int)min((long long)min(16 * WARPS, n - first), mask.ne[1]);
+        mask_rows = (int)min((long long)min(16 * R * WARPS, n - first), mask.ne[1]);
         one_row = !has_mask || mask_rows == 1;
         mbase = has_mask ? row_ptr(mask, 0, fah_mod(h, (int)mask.ne[2]), fah_mod(i3, (int)mask.ne[3])) : nullptr;
         const int g = threadIdx.x % 32 / 4;
-        warp_live = first + warp * 16 < n;
+        warp_live = first + warp * 16 * R < n;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            rows[i] = first + warp * 16 + g + 8 * i;
+            rows[i] = first + warp * 16 * R + g + 8 * i;
             const bool own = !one_row && rows[i] < n;
             mrow[i] = own ? mbase + fa_mask_row(rows[i], mask.ne[1]) * mask.nb[1] : nullptr;
         }
@@ -268,8 +286,8 @@ template <int WARPS> struct FahBlock {
 // one mask row, also writes their biases (times log2(e); -inf past the last position) to
 // `bias`. Whether this thread found one. With several mask rows, the entries of `live` are zero
 // before.
-template <typename M, int N, int WARPS>
-__device__ __forceinline__ bool fah_mark(const FahBlock<WARPS> &at, int p0, float *bias, int *live, int has_mask,
+template <typename M, int N, int WARPS, int R>
+__device__ __forceinline__ bool fah_mark(const FahBlock<WARPS, R> &at, int p0, float *bias, int *live, int has_mask,
                                          const TensorArg &mask) {
     bool any = false;
     if (at.one_row) {
@@ -295,8 +313,8 @@ __device__ __forceinline__ bool fah_mark(const FahBlock<WARPS> &at, int p0, floa
 
 // Queues the copies of the N keys and values of block `at` from position p0 (rows `knb` and
 // `vnb` bytes apart) into `keys` and `values`; keys not `live` become zeros.
-template <int D, int N, int WARPS>
-__device__ __forceinline__ void fah_copy(const FahBlock<WARPS> &at, unsigned short (*keys)[D + 8],
+template <int D, int N, int WARPS, int R>
+__device__ __forceinline__ void fah_copy(const FahBlock<WARPS, R> &at, unsigned short (*keys)[D + 8],
                                          unsigned short (*values)[D + 8], const int *live, long long knb,
                                          long long vnb, int p0) {
     constexpr int THREADS = 32 * WARPS;
@@ -323,16 +341,17 @@ template <int D, int KEYS> struct FahTile {
     int live[2][KEYS];   // whether some query row of the block sees the key
 };
 
-template <typename M, typename Q, int D, int KEYS, int WARPS>
+template <typename M, typename Q, int D, int KEYS, int WARPS, int R>
 __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const TensorArg &v, const TensorArg &mask,
                                const TensorArg &dst, float scale, int has_mask, int out_f16, FahTile<D, KEYS> &tile) {
+    static_assert(R == 1, "a warp of the streaming kernel takes 16 query rows");
     const float scale2 = scale * FA_LOG2E;
 
-    const FahBlock<WARPS> at(q, k, v, mask, has_mask);
+    const FahBlock<WARPS, 1> at(q, k, v, mask, has_mask);
     const int tid = threadIdx.x;
     float qv[D / 16][4][2];
-    unsigned int qa[D / 16][4];
-    fah_load_queries<Q, D>(q, at.first + at.warp * 16, at.n, at.h, at.i3, qv, qa);
+    unsigned int qa[1][D / 16][4];
+    fah_load_queries<Q, D>(q, at.first + at.warp * 16, at.n, at.h, at.i3, qv, qa[0]);
 
     // Marks the keys of the tile at p0 in buffer b (entries of `live` are zero before: a
     // buffer's are cleared once its tile is copied), and queues their copies.
@@ -341,11 +360,11 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
         fah_copy<D, KEYS>(at, tile.keys[b], tile.values[b], tile.live[b], k.nb[1], v.nb[1], p0);
     };
 
-    float row_max[2] = {-INFINITY, -INFINITY}, sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float out[D / 8][4];
+    float row_max[1][2] = {{-INFINITY, -INFINITY}}, sums[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    float out[1][D / 8][4];
 #pragma unroll
     for (int s = 0; s < D / 8; s++) {
-        out[s][0] = out[s][1] = out[s][2] = out[s][3] = 0.0f;
+        out[0][s][0] = out[0][s][1] = out[0][s][2] = out[0][s][3] = 0.0f;
     }
     if (tid < KEYS) {
         tile.live[0][tid] = tile.live[1][tid] = 0;
@@ -355,7 +374,7 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
     if (seen) {
         copy(0, 0);
     }
-    fah_query_fragments<Q, D>(qv, qa);
+    fah_query_fragments<Q, D>(qv, qa[0]);
 
     for (int p0 = 0, b = 0; p0 < at.kv; p0 += KEYS, b ^= 1) {
         // The next tile's keys marked, this tile's copies awaited; then the next tile's copies
@@ -373,10 +392,10 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
 
         if (seen && at.warp_live) {
             if (at.one_row && fah_zero_biases<KEYS>(tile.bias[b])) {
-                fah_tile<M, D, KEYS>(qa, tile.keys[b], tile.values[b], out, row_max, sums, true, true,
+                fah_tile<M, D, KEYS, 1>(qa, tile.keys[b], tile.values[b], out, row_max, sums, true, true,
                                      &tile.bias[b][0], at.mrow, mask.nb[0], p0, at.kv, scale2);
             } else {
-                fah_tile<M, D, KEYS>(qa, tile.keys[b], tile.values[b], out, row_max, sums, at.one_row, false,
+                fah_tile<M, D, KEYS, 1>(qa, tile.keys[b], tile.values[b], out, row_max, sums, at.one_row, false,
                                      &tile.bias[b][0], at.mrow, mask.nb[0], p0, at.kv, scale2);
             }
         }
@@ -385,15 +404,15 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
     }
 
     float row_scale[2];
-    fah_row_scales(sums, row_scale);
+    fah_row_scales(sums[0], row_scale);
     if (out_f16) {
         // The keys' buffers, read no more (the last tile ended with a barrier), stage each
         // warp's 16 rows.
         static_assert(2 * KEYS >= 16 * WARPS, "the key buffers hold every warp's rows");
-        fah_store_rows_f16<D>(out, row_scale, at.first + at.warp * 16, at.n, dst, at.h, at.i3,
+        fah_store_rows_f16<D>(out[0], row_scale, at.first + at.warp * 16, at.n, dst, at.h, at.i3,
                               &tile.keys[0][0] + at.warp * 16);
     } else {
-        fa_store_rows<D>(out, row_scale, at.rows, at.n, dst, at.h, at.i3);
+        fa_store_rows<D>(out[0], row_scale, at.rows, at.n, dst, at.h, at.i3);
     }
 }
 
@@ -408,20 +427,27 @@ template <int D, int KV> struct FahWhole {
 // flash_attn_half for at most KV keys (an encoder's short sequences): the block marks and copies
 // every key and value at once and then multiplies the tiles of 32 keys with no barrier between
 // them, where the streaming kernel waits at two barriers a tile and for a mask read before each.
-// The tiles, and so the sums, are those of flash_attn_half with tiles of 32 keys.
+// The tiles, and so the sums, are those of flash_attn_half with tiles of 32 keys. A warp takes
+// R tiles of 16 query rows, which share each key and value it loads from shared memory and the
+// block's set-up (R > 1 with one mask row only).
 // ONE_ROW is `at.one_row`, known when compiled: each case takes fewer registers than one body
 // taking both.
-template <typename M, typename Q, int D, int KV, int WARPS, bool ONE_ROW>
-__device__ __forceinline__ void fah_whole(const FahBlock<WARPS> &at, const TensorArg &q, const TensorArg &k,
+template <typename M, typename Q, int D, int KV, int WARPS, int R, bool ONE_ROW>
+__device__ __forceinline__ void fah_whole(const FahBlock<WARPS, R> &at, const TensorArg &q, const TensorArg &k,
                                           const TensorArg &v, const TensorArg &mask, const TensorArg &dst,
                                           float scale, int has_mask, int out_f16, FahWhole<D, KV> &tile) {
     constexpr int KEYS = 32;
-    static_assert(KV % KEYS == 0 && KV >= 16 * WARPS, "whole tiles; the key rows stage every warp's results");
+    static_assert(KV % KEYS == 0 && KV >= 16 * R * WARPS, "whole tiles; the key rows stage every warp's results");
+    static_assert(R == 1 || ONE_ROW, "the rows' own mask rows are those of a warp's first 16");
     const float scale2 = scale * FA_LOG2E;
     const int lane = threadIdx.x % 32;
-    float qv[D / 16][4][2];
-    unsigned int qa[D / 16][4];
-    fah_load_queries<Q, D>(q, at.first + at.warp * 16, at.n, at.h, at.i3, qv, qa);
+    const int first = at.first + at.warp * 16 * R; // the warp's first query row
+    float qv[R][D / 16][4][2];
+    unsigned int qa[R][D / 16][4];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        fah_load_queries<Q, D>(q, first + 16 * r, at.n, at.h, at.i3, qv[r], qa[r]);
+    }
 
     if constexpr (!ONE_ROW) {
         for (int j = threadIdx.x; j < KV; j += 32 * WARPS) {
@@ -433,12 +459,16 @@ __device__ __forceinline__ void fah_whole(const FahBlock<WARPS> &at, const Tenso
     if (seen) {
         fah_copy<D, KV>(at, tile.keys, tile.values, tile.live, k.nb[1], v.nb[1], 0);
     }
-    fah_query_fragments<Q, D>(qv, qa);
-    float row_max[2] = {-INFINITY, -INFINITY}, sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float out[D / 8][4];
+    float row_max[R][2], sums[R][4], out[R][D / 8][4];
 #pragma unroll
-    for (int s = 0; s < D / 8; s++) {
-        out[s][0] = out[s][1] = out[s][2] = out[s][3] = 0.0f;
+    for (int r = 0; r < R; r++) {
+        fah_query_fragments<Q, D>(qv[r], qa[r]);
+        row_max[r][0] = row_max[r][1] = -INFINITY;
+        sums[r][0] = sums[r][1] = sums[r][2] = sums[r][3] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < D / 8; s++) {
+            out[r][s][0] = out[r][s][1] = out[r][s][2] = out[r][s][3] = 0.0f;
+        }
     }
     fah_wait_all();
     __syncthreads();
@@ -448,56 +478,63 @@ __device__ __forceinline__ void fah_whole(const FahBlock<WARPS> &at, const Tenso
             // A tile no row of the block sees is skipped, as the streaming kernel skips it.
             if (__any_sync(0xffffffffu, tile.live[p0 + lane])) {
                 if (ONE_ROW && fah_zero_biases<KEYS>(&tile.bias[p0])) {
-                    fah_tile<M, D, KEYS>(qa, tile.keys + p0, tile.values + p0, out, row_max, sums, true, true,
-                                         &tile.bias[p0], at.mrow, mask.nb[0], p0, at.kv, scale2);
+                    fah_tile<M, D, KEYS, R>(qa, tile.keys + p0, tile.values + p0, out, row_max, sums, true, true,
+                                            &tile.bias[p0], at.mrow, mask.nb[0], p0, at.kv, scale2);
                 } else {
-                    fah_tile<M, D, KEYS>(qa, tile.keys + p0, tile.values + p0, out, row_max, sums, ONE_ROW, false,
-                                         &tile.bias[p0], at.mrow, mask.nb[0], p0, at.kv, scale2);
+                    fah_tile<M, D, KEYS, R>(qa, tile.keys + p0, tile.values + p0, out, row_max, sums, ONE_ROW, false,
+                                            &tile.bias[p0], at.mrow, mask.nb[0], p0, at.kv, scale2);
                 }
             }
         }
     }
 
-    float row_scale[2];
-    fah_row_scales(sums, row_scale);
     if (out_f16) {
         __syncthreads(); // every warp is done with the keys, which stage the rows
-        fah_store_rows_f16<D>(out, row_scale, at.first + at.warp * 16, at.n, dst, at.h, at.i3, tile.keys + at.warp * 16);
-    } else {
-        fa_store_rows<D>(out, row_scale, at.rows, at.n, dst, at.h, at.i3);
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float row_scale[2];
+        fah_row_scales(sums[r], row_scale);
+        if (out_f16) {
+            fah_store_rows_f16<D>(out[r], row_scale, first + 16 * r, at.n, dst, at.h, at.i3,
+                                  tile.keys + at.warp * 16 * R + 16 * r);
+        } else {
+            const int rows[2] = {at.rows[0] + 16 * r, at.rows[1] + 16 * r};
+            fa_store_rows<D>(out[r], row_scale, rows, at.n, dst, at.h, at.i3);
+        }
     }
 }
 
-template <typename M, typename Q, int D, int KV, int WARPS>
+template <typename M, typename Q, int D, int KV, int WARPS, int R>
 __device__ void flash_attn_half_short(const TensorArg &q, const TensorArg &k, const TensorArg &v,
                                       const TensorArg &mask, const TensorArg &dst, float scale, int has_mask,
                                       int out_f16, FahWhole<D, KV> &tile) {
     // The launcher takes at most KV keys.
-    const FahBlock<WARPS> at(q, k, v, mask, has_mask);
+    const FahBlock<WARPS, R> at(q, k, v, mask, has_mask);
     if (at.one_row) {
-        fah_whole<M, Q, D, KV, WARPS, true>(at, q, k, v, mask, dst, scale, has_mask, out_f16, tile);
+        fah_whole<M, Q, D, KV, WARPS, R, true>(at, q, k, v, mask, dst, scale, has_mask, out_f16, tile);
     } else {
-        fah_whole<M, Q, D, KV, WARPS, false>(at, q, k, v, mask, dst, scale, has_mask, out_f16, tile);
+        fah_whole<M, Q, D, KV, WARPS, R, false>(at, q, k, v, mask, dst, scale, has_mask, out_f16, tile);
     }
 }
 
 // flash_attn_half_short for a mask of one row that every query row shares, or none (an
 // encoder's padding mask): the launcher takes it only then.
-template <typename M, typename Q, int D, int KV, int WARPS>
+template <typename M, typename Q, int D, int KV, int WARPS, int R>
 __device__ void flash_attn_half_short_one_row(const TensorArg &q, const TensorArg &k, const TensorArg &v,
                                               const TensorArg &mask, const TensorArg &dst, float scale, int has_mask,
                                               int out_f16, FahWhole<D, KV> &tile) {
-    const FahBlock<WARPS> at(q, k, v, mask, has_mask);
-    fah_whole<M, Q, D, KV, WARPS, true>(at, q, k, v, mask, dst, scale, has_mask, out_f16, tile);
+    const FahBlock<WARPS, R> at(q, k, v, mask, has_mask);
+    fah_whole<M, Q, D, KV, WARPS, R, true>(at, q, k, v, mask, dst, scale, has_mask, out_f16, tile);
 }
 
 // flash_attn_half_d<head>[_kv<keys>[_rows]](q, k, v, mask, dst, scale, has_mask, mask_f16, out_f16):
-// grid of (query rows / (16 WARPS), heads, batches) blocks of 32 WARPS threads; with out_f16,
-// dst holds f16 values (a CPY of the result to f16 fused in), rows of packed values; queries of
-// f32 values, or f16 where q's values are 2 bytes apart. BODY is
+// grid of (query rows / (16 R WARPS), heads, batches) blocks of 32 WARPS threads, R tiles of 16
+// query rows a warp; with out_f16, dst holds f16 values (a CPY of the result to f16 fused in),
+// rows of packed values; queries of f32 values, or f16 where q's values are 2 bytes apart. BODY is
 // flash_attn_half (tiles of KEYS keys in TILE = FahTile) or flash_attn_half_short[_one_row] (at
 // most KEYS keys in TILE = FahWhole).
-#define FLASH_ATTN_HALF_KERNEL(name, D, KEYS, WARPS, BLOCKS, TILE, BODY)                                       \
+#define FLASH_ATTN_HALF_KERNEL(name, D, KEYS, WARPS, R, BLOCKS, TILE, BODY)                                    \
     extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS)                                            \
         name(const __grid_constant__ TensorArg q, const __grid_constant__ TensorArg k,                          \
              const __grid_constant__ TensorArg v, const __grid_constant__ TensorArg mask,                       \
@@ -505,13 +542,13 @@ __device__ void flash_attn_half_short_one_row(const TensorArg &q, const TensorAr
         __shared__ TILE<D, KEYS> tile;                                                                           \
         await_prior_kernel();                                                                                    \
         if (mask_f16 && q.nb[0] == 2) {                                                                          \
-            BODY<F16, F16, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                  \
+            BODY<F16, F16, D, KEYS, WARPS, R>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);               \
         } else if (mask_f16) {                                                                                   \
-            BODY<F16, F32, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                  \
+            BODY<F16, F32, D, KEYS, WARPS, R>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);               \
         } else if (q.nb[0] == 2) {                                                                               \
-            BODY<F32, F16, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                  \
+            BODY<F32, F16, D, KEYS, WARPS, R>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);               \
         } else {                                                                                                 \
-            BODY<F32, F32, D, KEYS, WARPS>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);                  \
+            BODY<F32, F32, D, KEYS, WARPS, R>(q, k, v, mask, dst, scale, has_mask, out_f16, tile);               \
         }                                                                                                        \
     }
 
@@ -519,12 +556,15 @@ __device__ void flash_attn_half_short_one_row(const TensorArg &q, const TensorAr
 // keys at 6 blocks an SM (80 registers, a few bytes spill): on an H200, MiniLM's attention
 // (1024 sequences of 128 tokens, 12 heads) took 412 us against 424 with 64 keys at 4 blocks
 // and 467 with 32 keys at 4.
-FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32, 32, 32, 4, 6, FahTile, flash_attn_half)
-FLASH_ATTN_HALF_KERNEL(flash_attn_half_d64, 64, 64, 4, 2, FahTile, flash_attn_half)
-FLASH_ATTN_HALF_KERNEL(flash_attn_half_d128, 128, 32, 4, 2, FahTile, flash_attn_half)
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32, 32, 32, 4, 1, 6, FahTile, flash_attn_half)
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d64, 64, 64, 4, 1, 2, FahTile, flash_attn_half)
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d128, 128, 32, 4, 1, 2, FahTile, flash_attn_half)
 // Sequences of up to 128 keys with heads of 32 (21.5 KiB of shared memory a block). With one mask
-// row (or none) at 8 blocks an SM (64 registers; a mask row per query row would spill): on an
-// H200, MiniLM's attention (1024 sequences of 128 tokens, 12 heads) took 204-206 us against
-// 211-212 at 6 blocks, and 223-228 with blocks of 8 warps (128 query rows) at 3 blocks an SM.
-FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32_kv128, 32, 128, 4, 8, FahWhole, flash_attn_half_short_one_row)
-FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32_kv128_rows, 32, 128, 4, 6, FahWhole, flash_attn_half_short)
+// row (or none), warps of 32 query rows (two tiles of 16), blocks of 128 at 4 an SM (128
+// registers): on an H200, MiniLM's attention (1024 sequences of 128 tokens, 12 heads) took
+// 198-201 us against 207-209 with warps of 16 rows at 8 blocks an SM (64 registers), 210-220 at
+// 5 blocks (96 registers, a few bytes spill) and 210-212 with blocks of 2 such warps at 8 an SM;
+// 245-250 with warps of 64 rows. A mask row per query row (`_rows`) takes warps of 16 rows (it
+// would spill at more).
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32_kv128, 32, 128, 4, 2, 4, FahWhole, flash_attn_half_short_one_row)
+FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32_kv128_rows, 32, 128, 4, 1, 6, FahWhole, flash_attn_half_short)

@@ -80,8 +80,9 @@ pub(crate) unsafe fn launch_raw(
 /// rows per block beyond one.
 const FLASH_ATTN_THREADS: u32 = 128;
 const FLASH_ATTN_ROWS: i64 = 16;
-/// Threads of a tensor-core FLASH_ATTN block (`FAM_THREADS` in flash_attn_mma.cu, `FAH_THREADS`
-/// in flash_attn_half.cu), and its query rows (`FAM_ROWS`, `FAH_ROWS`).
+/// Threads of a tensor-core FLASH_ATTN block (`FAM_THREADS` in flash_attn_mma.cu, 32 `WARPS` in
+/// flash_attn_half.cu), and flash_attn_mma's query rows (`FAM_ROWS`; flash_attn_half's come
+/// with its kernel's name from [`names::flash_attn_half`]).
 const FLASH_ATTN_MMA_THREADS: u32 = 128;
 const FLASH_ATTN_MMA_ROWS: i64 = 64;
 /// Threads of a one-row FLASH_ATTN block (`FA_SPLIT_THREADS`), and the key positions it takes
@@ -108,8 +109,8 @@ pub(crate) fn flash_attn_tensor_cores(
     let (has_mask, mask_f16) = (i32::from(mask.is_some()), i32::from(mt == DType::F16));
     let reduced = precision == Precision::Reduced;
     // Validated: at most 65535 heads and batches.
-    let cfg = LaunchConfig {
-        grid_dim: (div_ceil(q.ne[1], FLASH_ATTN_MMA_ROWS) as u32, q.ne[2] as u32, q.ne[3] as u32),
+    let cfg = |rows_a_block| LaunchConfig {
+        grid_dim: (div_ceil(q.ne[1], rows_a_block) as u32, q.ne[2] as u32, q.ne[3] as u32),
         block_dim: (FLASH_ATTN_MMA_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -123,15 +124,17 @@ pub(crate) fn flash_attn_tensor_cores(
         DType::F16 if half.is_some() && dst.nb[0] == 2 && rows_on_16_bytes(&dst) => 1,
         _ => return Ok(false),
     };
-    if let Some(name) = half {
+    if let Some((name, rows)) = half {
         // flash_attn_half_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask, TensorArg dst,
         //                   float scale, int has_mask, int mask_f16, int out_f16)
+        let cfg = cfg(rows);
         launch_kernel!(kernels, stream, name, cfg, &q, &k, &v, &m, &dst, &scale, &has_mask, &mask_f16, &out_f16)?;
         return Ok(true);
     }
     let Some(name) = names::flash_attn_mma(kt, q.ne[0], v.ne[0], q.ne[1], reduced) else { return Ok(false) };
     // flash_attn_mma_*(TensorArg q, TensorArg k, TensorArg v, TensorArg mask, TensorArg dst,
     //                  float scale, int has_mask, int mask_f16)
+    let cfg = cfg(FLASH_ATTN_MMA_ROWS);
     launch_kernel!(kernels, stream, name, cfg, &q, &k, &v, &m, &dst, &scale, &has_mask, &mask_f16)?;
     Ok(true)
 }

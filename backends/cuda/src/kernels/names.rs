@@ -342,7 +342,8 @@ pub(crate) fn flash_attn_mma(kv: DType, d: i64, dv: i64, rows: i64, reduced: boo
 /// FLASH_ATTN in reduced precision on f16 tensor cores (flash_attn_half.cu) over f16 keys and
 /// values with heads of exactly 32, 64 or 128 values, for `rows` query rows over `keys` key
 /// positions (heads of 32 over at most 128 keys take a kernel that holds them all at once, one
-/// of its own where every query row shares one mask row or there is no mask: `one_mask_row`).
+/// of its own where every query row shares one mask row or there is no mask: `one_mask_row`),
+/// with the query rows a block of it takes.
 pub(crate) fn flash_attn_half(
     k: DType,
     v: DType,
@@ -350,18 +351,19 @@ pub(crate) fn flash_attn_half(
     rows: i64,
     keys: i64,
     one_mask_row: bool,
-) -> Option<&'static str> {
+) -> Option<(&'static str, i64)> {
     if k != F16 || v != F16 || d != dv || rows < FLASH_ATTN_MMA_MIN_ROWS {
         return None;
     }
-    match d {
-        32 if keys <= FLASH_ATTN_HALF_SHORT_KEYS && one_mask_row => Some("flash_attn_half_d32_kv128"),
-        32 if keys <= FLASH_ATTN_HALF_SHORT_KEYS => Some("flash_attn_half_d32_kv128_rows"),
-        32 => Some("flash_attn_half_d32"),
-        64 => Some("flash_attn_half_d64"),
-        128 => Some("flash_attn_half_d128"),
-        _ => None,
-    }
+    let name = match d {
+        32 if keys <= FLASH_ATTN_HALF_SHORT_KEYS && one_mask_row => return Some(("flash_attn_half_d32_kv128", 128)),
+        32 if keys <= FLASH_ATTN_HALF_SHORT_KEYS => "flash_attn_half_d32_kv128_rows",
+        32 => "flash_attn_half_d32",
+        64 => "flash_attn_half_d64",
+        128 => "flash_attn_half_d128",
+        _ => return None,
+    };
+    Some((name, 64))
 }
 
 /// The most keys `flash_attn_half_d32_kv128[_rows]` take (`KV` of their `FahWhole`).
@@ -566,7 +568,8 @@ mod tests {
         assert_eq!(flash_attn_mma(DType::BF16, 128, 128, 16, true), Some("flash_attn_mma_tf32_bf16_d128"));
         assert_eq!(flash_attn_mma(DType::F32, 32, 32, 128, false), Some("flash_attn_mma_f32_d32"));
         assert_eq!(flash_attn_mma(DType::F16, 64, 64, 15, true), None);
-        let half = |k, v, d, rows, keys, one_mask_row| flash_attn_half(k, v, (d, d), rows, keys, one_mask_row);
+        let half =
+            |k, v, d, rows, keys, one_mask_row| flash_attn_half(k, v, (d, d), rows, keys, one_mask_row).map(|h| h.0);
         assert_eq!(half(DType::F16, DType::F16, 32, 128, 128, true), Some("flash_attn_half_d32_kv128"));
         assert_eq!(half(DType::F16, DType::F16, 32, 128, 128, false), Some("flash_attn_half_d32_kv128_rows"));
         assert_eq!(half(DType::F16, DType::F16, 32, 128, 129, true), Some("flash_attn_half_d32"));
@@ -612,7 +615,7 @@ mod tests {
                 for keys in [1, FLASH_ATTN_HALF_SHORT_KEYS, FLASH_ATTN_HALF_SHORT_KEYS + 1] {
                     for one_mask_row in [false, true] {
                         let rows = FLASH_ATTN_MMA_MIN_ROWS;
-                        chosen.extend(flash_attn_half(a, a, (head, head), rows, keys, one_mask_row));
+                        chosen.extend(flash_attn_half(a, a, (head, head), rows, keys, one_mask_row).map(|h| h.0));
                     }
                 }
             }
