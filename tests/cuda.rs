@@ -1161,3 +1161,64 @@ fn products_first_met_while_captured_are_timed_and_captured_again() {
         assert_eq!(results[0], results[1], "{wt} {m}x{n}x{k}: the second program's bits differ");
     }
 }
+
+/// The product the saved-choices test runs in its child processes (ignored when run alone):
+/// an f16 linear layer of a shape no other test takes, node by node and captured with its bias
+/// fused, printing the results' bits.
+#[test]
+#[ignore = "run by a_gemm_choice_saved_by_one_process_is_taken_by_the_next"]
+fn gemm_choice_child() {
+    let Some((gpu, _one_at_a_time)) = gpu() else { return };
+    let (m, n, k) = (200, 40, 136);
+    let mut g = Graph::new();
+    let w = g.new_tensor(DType::F16, &[k, m]).unwrap();
+    let x = g.new_tensor(DType::F32, &[k, n]).unwrap();
+    let b = g.new_tensor(DType::F32, &[m]).unwrap();
+    let y = g.mul_mat(w, x).unwrap();
+    let out = g.add(y, b).unwrap();
+    g.set_output(out).unwrap();
+    g.build_forward(out).unwrap();
+    tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+    for (i, leaf) in [w, x, b].into_iter().enumerate() {
+        let n = g.tensor(leaf).unwrap().nelements();
+        g.set_f32(leaf, &(0..n).map(|j| ((j * 11 + i * 5) % 97) as f32 / 48.0 - 1.0).collect::<Vec<_>>()).unwrap();
+    }
+    let (one_by_one, fused) = one_by_one_and_captured(gpu, &g, out);
+    let bits: Vec<String> = one_by_one.iter().chain(&fused).map(|v| format!("{:08x}", v.to_bits())).collect();
+    println!("results: {}", bits.concat());
+}
+
+/// cuBLASLt algorithms chosen by timing are saved in `TESSERA_CUDA_GEMM_CACHE`: a first
+/// process times and saves its products' choices, a second one takes them from the file
+/// (saving nothing new) and so gives the same bits.
+#[test]
+fn a_gemm_choice_saved_by_one_process_is_taken_by_the_next() {
+    if tessera::cuda::CUDA_REG.device(0).is_none() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tessera-gemm-choices-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let file = dir.join("choices");
+    let child = || {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "gemm_choice_child", "--ignored", "--nocapture", "--test-threads", "1"])
+            .env("TESSERA_CUDA_GEMM_CACHE", &file)
+            .env_remove("TESSERA_CUDA_GEMM_TUNE")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        // The harness may print the test's name on the same line first.
+        let results = stdout.lines().find_map(|l| l.split_once("results: ").map(|(_, r)| r.to_string()));
+        let saved = std::fs::read_to_string(&file).unwrap_or_default();
+        let lines = saved.lines().filter(|l| l.contains("m200 n40 k136")).count();
+        (results.unwrap_or_else(|| panic!("no results in {stdout}")), lines)
+    };
+    let (first, saved_by_first) = child();
+    let (second, saved_after_second) = child();
+    assert!(saved_by_first >= 1, "the first process saved no choice for its shape");
+    assert_eq!(saved_after_second, saved_by_first, "the second process timed and saved again");
+    assert_eq!(first, second, "the two processes' products differ");
+    let _ = std::fs::remove_dir_all(&dir);
+}

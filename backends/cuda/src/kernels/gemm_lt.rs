@@ -3,7 +3,7 @@
 //! of its bias costs no kernel and no pass over its result), optionally followed by a GELU
 //! (the library's is the tanh approximation), C in f32 or rounded to f16 as it is written,
 //! and with the algorithm chosen once per shape by timing the library's candidates
-//! ([`Algorithms`]).
+//! ([`Algorithms`]), or read from the choices an earlier process saved ([`SavedChoices`]).
 //!
 //! The descriptors live for one call: products are queued when a split is captured into a
 //! CUDA graph, where the algorithm is recorded once and replayed.
@@ -24,6 +24,7 @@ use cudarc::driver::{sys as driver_sys, CudaStream, DevicePtr};
 use tessera_core::{Error, Result};
 
 use super::backend_error;
+use super::gemm_choices::SavedChoices;
 
 /// A product `C (m x n of type `c_ty`, ldc) = A^T (A: k x m of type `ty`, lda) B (k x n, `ty`,
 /// ldb)`, plus `bias` (m packed values of C's type) where given, summed in f32 (a 16-bit C is
@@ -62,6 +63,18 @@ impl Shape {
     fn family(&self) -> Shape {
         Shape { mnk: (self.mnk.0, 0, self.mnk.2), lds: (self.lds.0, 0, self.lds.2), ..*self }
     }
+
+    /// The shape in words, as [`SavedChoices`] keeps it.
+    fn key(&self) -> String {
+        let Shape { mnk: (m, n, k), ty, c_ty, lds: (lda, ldb, ldc), bias, gelu, tf32 } = *self;
+        let flag = u8::from;
+        format!(
+            "m{m} n{n} k{k} type{ty} c{c_ty} ld{lda},{ldb},{ldc} bias{} gelu{} tf32{}",
+            flag(bias),
+            flag(gelu),
+            flag(tf32)
+        )
+    }
 }
 
 impl LtGemm {
@@ -81,17 +94,40 @@ impl LtGemm {
 /// The algorithm chosen for each product shape on one stream. cuBLASLt's first suggestion is
 /// not always its fastest (on an H200 its third ran 2048^3 f16 products 5% faster, and
 /// 2048 x 2048 x 6144 TF32 ones 4%), so the suggestions (and for large products with a bias
-/// their variants, [`WIDE_SEARCH_MIN`]) are timed on the shape's first product and the fastest kept.
-/// Products queued while the stream is captured into a CUDA graph, where nothing runs, take the
-/// first suggestion and are remembered, for [`tune_captured`] to time afterwards. `TESSERA_CUDA_GEMM_TUNE=0` keeps the first suggestion everywhere: the
-/// choice then no longer depends on timings, which may differ from one process to the next,
-/// and with them the rounding of the results.
+/// their variants, [`WIDE_SEARCH_MIN`]) are timed on the shape's first product and the
+/// fastest kept. Products queued while the stream is captured into a CUDA graph, where nothing
+/// runs, take the first suggestion and are remembered, for [`tune_captured`] to time
+/// afterwards. Every choice timed is saved ([`SavedChoices`]), and a shape with a saved choice
+/// (that the library accepts) takes it untimed, while captured too. `TESSERA_CUDA_GEMM_TUNE=0`
+/// keeps the first suggestion everywhere, saved choices unread: the choice then depends on
+/// nothing timed, in this process or an earlier one.
 #[derive(Default)]
 pub(crate) struct Algorithms {
     chosen: HashMap<Shape, cublasLtMatmulAlgo_t>,
     /// The algorithm a wide search chose, by [`Shape::family`].
     family_best: HashMap<Shape, cublasLtMatmulAlgo_t>,
     captured: Vec<LtGemm>,
+    /// The choices of earlier processes on this GPU, and where this one's are saved.
+    saved: Option<SavedChoices>,
+}
+
+impl Algorithms {
+    /// Reads and saves choices in `saved` from now on.
+    pub(crate) fn keep_in(&mut self, saved: SavedChoices) {
+        self.saved = Some(saved);
+    }
+
+    /// The saved choice for `shape`, if tuning is on.
+    fn saved(&self, shape: &Shape) -> Option<cublasLtMatmulAlgo_t> {
+        let words = self.saved.as_ref().filter(|_| tuning_enabled())?.get(&shape.key())?;
+        Some(cublasLtMatmulAlgo_t { data: words })
+    }
+
+    fn save(&mut self, shape: &Shape, algo: &cublasLtMatmulAlgo_t) {
+        if let Some(saved) = &mut self.saved {
+            saved.save(&shape.key(), algo.data);
+        }
+    }
 }
 
 /// Suggestions asked of cuBLASLt per shape.
@@ -365,8 +401,12 @@ pub(crate) unsafe fn matmul(
     algorithms: &mut Algorithms,
 ) -> Result<()> {
     let d = Descriptors::new(g, workspace.1)?;
-    let algo = match algorithms.chosen.get(&g.shape()).copied() {
-        Some(algo) => algo,
+    let saved = || algorithms.saved(&g.shape()).filter(|algo| d.accepts(handle, algo, workspace.1));
+    let algo = match algorithms.chosen.get(&g.shape()).copied().or_else(saved) {
+        Some(algo) => {
+            algorithms.chosen.insert(g.shape(), algo);
+            algo
+        }
         None => {
             let candidates = d.candidates(handle)?;
             let capturing = stream.capture_status().map_err(driver_error("reading the stream's capture status"))?;
@@ -446,12 +486,11 @@ unsafe fn choose(
         return Ok(suggestions[0]);
     }
     let family = g.shape().family();
-    let wide = g.bias.is_some()
-        && !algorithms.family_best.contains_key(&family)
-        && g.m.saturating_mul(g.n).saturating_mul(g.k) >= WIDE_SEARCH_MIN;
-    let candidates = match algorithms.family_best.get(&family) {
-        Some(known) if !suggestions.iter().any(|a| a.data == known.data) && d.accepts(handle, known, workspace.1) => {
-            suggestions.iter().copied().chain([*known]).collect()
+    let known = algorithms.family_best.get(&family).copied().or_else(|| algorithms.saved(&family));
+    let wide = g.bias.is_some() && known.is_none() && g.m.saturating_mul(g.n).saturating_mul(g.k) >= WIDE_SEARCH_MIN;
+    let candidates = match known {
+        Some(known) if !suggestions.iter().any(|a| a.data == known.data) && d.accepts(handle, &known, workspace.1) => {
+            suggestions.iter().copied().chain([known]).collect()
         }
         _ if wide => d.variants(handle, suggestions, workspace.1),
         _ => suggestions.to_vec(),
@@ -460,7 +499,11 @@ unsafe fn choose(
     let best = unsafe { fastest(handle, d, &candidates, g, workspace, stream) }?;
     if wide {
         algorithms.family_best.insert(family, best);
+        algorithms.save(&family, &best);
+    } else if let Some(known) = known {
+        algorithms.family_best.insert(family, known);
     }
+    algorithms.save(&g.shape(), &best);
     Ok(best)
 }
 

@@ -53,6 +53,7 @@
 //!   scratch).
 
 mod arg;
+mod gemm_choices;
 mod gemm_lt;
 mod launch;
 mod modules;

@@ -4,9 +4,11 @@ use std::sync::Arc;
 
 use cudarc::cublas::{sys as cublas_sys, CudaBlas};
 use cudarc::cublaslt::sys as lt_sys;
+use cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use tessera_core::{DType, Error, Result};
 
+use super::gemm_choices::SavedChoices;
 use super::gemm_lt::{self, Algorithms, LtGemm};
 use super::{backend_error, TensorArg};
 
@@ -310,11 +312,24 @@ impl Scratch {
             let handle = cudarc::cublaslt::result::create_handle()
                 .map_err(|e| backend_error(&format!("creating the cuBLASLt handle failed: {e}")))?;
             self.blas_lt = Some(LtHandle(handle));
+            self.algorithms.keep_in(SavedChoices::open(&self.gpu_and_library()));
         }
         match (&self.blas_lt, &self.blas_workspace) {
             (Some(h), Some((_, address))) => Ok((h.0, (*address, BLAS_WORKSPACE))),
             _ => Err(backend_error("the cuBLASLt handle is missing")),
         }
+    }
+
+    /// The GPU and cuBLASLt version that a timed choice of algorithm holds for: the GPU's name,
+    /// compute capability and SM count, and the library's version.
+    fn gpu_and_library(&self) -> String {
+        let ctx = self.stream.context();
+        let name = ctx.name().unwrap_or_default();
+        let (major, minor) = ctx.compute_capability().unwrap_or_default();
+        let sms = ctx.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or_default();
+        // SAFETY: a query of the loaded library, no arguments.
+        let version = unsafe { lt_sys::cublasLtGetVersion() };
+        format!("{name} sm_{major}{minor} {sms} SMs cuBLASLt {version}")
     }
 
     /// Queues `g` through cuBLASLt on this stream, with the algorithm chosen for its shape
