@@ -4,13 +4,13 @@
 //!
 //! The file (`TESSERA_CUDA_GEMM_CACHE`, else `$XDG_CACHE_HOME/tessera/cuda-gemm-choices`, else
 //! `$HOME/.cache/tessera/cuda-gemm-choices`; `TESSERA_CUDA_GEMM_CACHE=0` keeps none) holds one
-//! line per choice, appended as it is made: the GPU and cuBLASLt version it was timed with, the
-//! product's shape, and the algorithm's 64 bytes (cuBLASLt documents the algorithm structure as
-//! plain data that one version of the library restores). Lines of another GPU or library
-//! version, and lines that do not parse, are skipped; a later line for a shape replaces an
-//! earlier one. The file is a cache: a choice read back is checked with the library
-//! (`cublasLtMatmulAlgoCheck`) before use, and a file that cannot be read or written only
-//! means timing again.
+//! line per choice, appended as it is made: the GPU, driver and cuBLASLt version it was timed
+//! with, the product's shape, and the algorithm's 64 bytes (cuBLASLt documents the algorithm
+//! structure as plain data that one version of the library restores). Lines of another GPU,
+//! driver or library version, and lines that do not parse, are skipped; a later line for a
+//! shape replaces an earlier one. The file is a cache: a choice read back is checked with the
+//! library (`cublasLtMatmulAlgoCheck`) before use, and a file that cannot be read or written
+//! only means timing again.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

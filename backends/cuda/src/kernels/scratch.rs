@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::cublas::{sys as cublas_sys, CudaBlas};
 use cudarc::cublaslt::sys as lt_sys;
-use cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+use cudarc::driver::sys::{self as driver_sys, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use tessera_core::{DType, Error, Result};
 
@@ -320,16 +320,20 @@ impl Scratch {
         }
     }
 
-    /// The GPU and cuBLASLt version that a timed choice of algorithm holds for: the GPU's name,
-    /// compute capability and SM count, and the library's version.
+    /// The GPU, driver and cuBLASLt version that a timed choice of algorithm holds for: the
+    /// GPU's name, compute capability and SM count, the driver's CUDA version (a new driver may
+    /// time the library's kernels differently) and the library's version.
     fn gpu_and_library(&self) -> String {
         let ctx = self.stream.context();
         let name = ctx.name().unwrap_or_default();
         let (major, minor) = ctx.compute_capability().unwrap_or_default();
         let sms = ctx.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or_default();
+        let mut driver: std::ffi::c_int = 0;
+        // SAFETY: the driver writes one int to a live local; a failure leaves it 0.
+        let _ = unsafe { driver_sys::cuDriverGetVersion(&mut driver) };
         // SAFETY: a query of the loaded library, no arguments.
         let version = unsafe { lt_sys::cublasLtGetVersion() };
-        format!("{name} sm_{major}{minor} {sms} SMs cuBLASLt {version}")
+        format!("{name} sm_{major}{minor} {sms} SMs driver {driver} cuBLASLt {version}")
     }
 
     /// Queues `g` through cuBLASLt on this stream, with the algorithm chosen for its shape
