@@ -961,6 +961,25 @@ fn attention_projections_fused_give_the_bits_of_their_nodes() {
     }
 }
 
+/// A linear layer's graph on `gpu`, allocated: `w` ([k, m] of `wt`) times `x` ([k, n, batch],
+/// f32) plus `b` ([m], f32); its leaves `[w, x, b]` and its result.
+fn linear_layer(
+    gpu: &'static dyn Device,
+    wt: DType,
+    (m, n, k, batch): (usize, usize, usize, usize),
+) -> (Graph, [tessera::TensorId; 3], tessera::TensorId) {
+    let mut g = Graph::new();
+    let w = g.new_tensor(wt, &[k, m]).unwrap();
+    let x = g.new_tensor(DType::F32, &[k, n, batch]).unwrap();
+    let b = g.new_tensor(DType::F32, &[m]).unwrap();
+    let y = g.mul_mat(w, x).unwrap();
+    let out = g.add(y, b).unwrap();
+    g.set_output(out).unwrap();
+    g.build_forward(out).unwrap();
+    tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
+    (g, [w, x, b], out)
+}
+
 /// A product followed by the ADD of a bias row, captured into a program, runs as one cuBLASLt
 /// product with a bias epilogue: the nodes' results up to summation order.
 #[test]
@@ -969,16 +988,8 @@ fn a_product_with_its_bias_fused_matches_the_nodes() {
     for (wt, m, n, k, batch) in
         [(DType::F32, 384, 16, 384, 1), (DType::F16, 1536, 33, 384, 2), (DType::BF16, 64, 9, 96, 3)]
     {
-        let mut g = Graph::new();
-        let w = g.new_tensor(wt, &[k, m]).unwrap();
-        let x = g.new_tensor(DType::F32, &[k, n, batch]).unwrap();
-        let b = g.new_tensor(DType::F32, &[m]).unwrap();
-        let y = g.mul_mat(w, x).unwrap();
-        let out = g.add(y, b).unwrap();
-        g.set_output(out).unwrap();
-        g.build_forward(out).unwrap();
-        tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
-        for (i, leaf) in [w, x, b].into_iter().enumerate() {
+        let (g, leaves, out) = linear_layer(gpu, wt, (m, n, k, batch));
+        for (i, leaf) in leaves.into_iter().enumerate() {
             let n = g.tensor(leaf).unwrap().nelements();
             let values: Vec<f32> = (0..n).map(|j| ((j * 7 + i * 13) % 101) as f32 / 50.0 - 1.0).collect();
             g.set_f32(leaf, &values).unwrap();
@@ -1169,17 +1180,8 @@ fn products_first_met_while_captured_are_timed_and_captured_again() {
 #[ignore = "run by a_gemm_choice_saved_by_one_process_is_taken_by_the_next"]
 fn gemm_choice_child() {
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
-    let (m, n, k) = (200, 40, 136);
-    let mut g = Graph::new();
-    let w = g.new_tensor(DType::F16, &[k, m]).unwrap();
-    let x = g.new_tensor(DType::F32, &[k, n]).unwrap();
-    let b = g.new_tensor(DType::F32, &[m]).unwrap();
-    let y = g.mul_mat(w, x).unwrap();
-    let out = g.add(y, b).unwrap();
-    g.set_output(out).unwrap();
-    g.build_forward(out).unwrap();
-    tessera::allocator::alloc_graph_tensors(&mut g, gpu.buffer_type()).unwrap();
-    for (i, leaf) in [w, x, b].into_iter().enumerate() {
+    let (g, leaves, out) = linear_layer(gpu, DType::F16, (200, 40, 136, 1));
+    for (i, leaf) in leaves.into_iter().enumerate() {
         let n = g.tensor(leaf).unwrap().nelements();
         g.set_f32(leaf, &(0..n).map(|j| ((j * 11 + i * 5) % 97) as f32 / 48.0 - 1.0).collect::<Vec<_>>()).unwrap();
     }
