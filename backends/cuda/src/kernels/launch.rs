@@ -248,18 +248,15 @@ pub(crate) fn rows_16_byte_aligned(t: &TensorArg, es: i64) -> bool {
     (t.ne[0] <= 1 || t.nb[0] == es) && t.data % 16 == 0 && (1..4).all(|d| t.ne[d] <= 1 || t.nb[d] % 16 == 0)
 }
 
-/// Blocks of a fused layer norm per SM: 8 times what an SM holds at once of the warp-per-row
-/// kernels (6 blocks of 128 threads), 16 times of the block-per-row ones (3 of 256). On an H200
-/// MiniLM's 131072 rows of 384 values took 130 us this way, 134 with 16 blocks an SM, 146 with
-/// a block for every 4 rows (one each warp, no next row to prefetch).
+/// Blocks of a fused layer norm per SM, so that each row group takes several rows: 8 times what
+/// an SM holds at once of the warp-per-row kernels (6 blocks of 128 threads), 16 times of the
+/// block-per-row ones (3 of 256), 4 times of the f16 kernel's rows of up to 384 values (12). On
+/// an H200 MiniLM's 131072 rows of 384 values took 130 us this way, 134 with 16 blocks an SM,
+/// 146 with a block for every 4 rows (one each warp, no next row to prefetch); in f16, with a
+/// residual, 85 us in the model's graph against 92 with a block for every 4 rows (ncu: 47.3
+/// against 61.8 million instructions issued: each warp's set-up serves several rows), and the
+/// whole f16 model at 1024 x 128 tokens 1.3-1.8% less time.
 const NORM_BLOCKS_PER_SM: i64 = 48;
-
-/// Blocks of the f16 layer norm (`norm_packed_f16`) per SM: 4 times what an SM holds at once of
-/// its rows of up to 384 values (12 blocks of 128 threads). On an H200, MiniLM's 131072 rows of
-/// 384 values with a residual took 85 us in the model's graph against 92 with a block for every
-/// 4 rows (ncu: 47.3 against 61.8 million instructions issued), and the whole f16 model at
-/// 1024 x 128 tokens 1.3-1.8% less time.
-const NORM_F16_BLOCKS_PER_SM: i64 = 48;
 
 /// Longest row the packed-row kernels (rows_packed.cu) take, and the longest they take on a
 /// warp per row rather than a block per row.
@@ -781,25 +778,21 @@ pub(crate) fn norm_affine(
         Some((r, dt)) => (r, if dt == DType::F16 { 2 } else { 1 }),
     };
     let (src_half, dst_half) = (i32::from(src.1 == DType::F16), i32::from(dst.1 == DType::F16));
-    // f16 rows into f16 rows with no copy (a residual stream kept in f16): a warp a row, at
-    // most NORM_F16_BLOCKS_PER_SM blocks an SM, so that each warp's set-up (the weight and
-    // bias rows, the rows' layout) serves several rows.
+    // At most NORM_BLOCKS_PER_SM blocks an SM: each row group then takes several rows.
+    let mut cfg = packed_rows_config(max_ne0, a.nrows());
+    let most = u32::try_from(NORM_BLOCKS_PER_SM * kernels.multiprocessors()).unwrap_or(u32::MAX);
+    cfg.grid_dim.0 = cfg.grid_dim.0.min(most);
+    // f16 rows into f16 rows with no copy (a residual stream kept in f16): a warp a row, the
+    // weight and bias rows staged in shared memory once a block.
     let f16_rows = src_half == 1 && dst_half == 1 && has_r != 1 && copy == NormCopy::None;
     if let Some(name) = names::norm_packed_f16(a.ne[0], max_ne0).filter(|_| f16_rows) {
-        let mut cfg = packed_rows_config(max_ne0, a.nrows());
-        let most = u32::try_from(NORM_F16_BLOCKS_PER_SM * kernels.multiprocessors()).unwrap_or(u32::MAX);
-        cfg.grid_dim.0 = cfg.grid_dim.0.min(most);
         // norm_f16_row*(TensorArg src, TensorArg dst, float eps, int rms, TensorArg w, TensorArg b,
         //               int affine, TensorArg r, int residual)
         let has_r = i32::from(has_r != 0);
         launch_kernel!(kernels, stream, name, cfg, &a, &d, &eps, &rms, &wt, &bt, &affine, &r, &has_r)?;
         return Ok(true);
     }
-    // At most NORM_BLOCKS_PER_SM blocks an SM: each row group then takes several rows and
-    // prefetches the next into L1 while it reduces one.
-    let mut cfg = packed_rows_config(max_ne0, a.nrows());
-    let most = u32::try_from(NORM_BLOCKS_PER_SM * kernels.multiprocessors()).unwrap_or(u32::MAX);
-    cfg.grid_dim.0 = cfg.grid_dim.0.min(most);
+    // Else each row group prefetches its next row into L1 while it reduces one.
     let (at, copy_type) = match copy {
         NormCopy::None => (0u64, 0i32),
         NormCopy::Q8_1(at) => (at, 1),
