@@ -624,16 +624,27 @@ fn attention_written_in_f16_and_read_as_it_is_gives_the_bits_of_its_nodes() {
     assert_eq!(bits(&fused), bits(&apart), "the products differ");
 }
 
-/// Attention in reduced precision over at most 128 keys (heads of 32) takes the kernel that holds
-/// every key at once; it multiplies the same tiles of 32 keys in the same order as the streaming
-/// kernel, so its results have the bits of that kernel's over the same keys followed by a tile
+/// Attention in reduced precision over at most 128 keys (heads of 32) takes the kernels that hold
+/// every key at once; they multiply the same tiles of 32 keys in the same order as the streaming
+/// kernel, so their results have the bits of that kernel's over the same keys followed by a tile
 /// that no query sees (which the streaming kernel skips): with a padding mask per sequence
-/// (keys and values past each sequence hold NaN) and with a causal mask row per query.
+/// (keys and values past each sequence hold NaN) and with a causal mask row per query. A few
+/// sequences take the kernel of warps of 16 query rows; 180 sequences of 16 heads (2880 blocks
+/// of 128 rows, 16 an SM of a GPU of up to 180 SMs) take that of warps of 32 rows for the
+/// padding mask.
 #[test]
 fn attention_over_a_short_sequence_gives_the_bits_of_the_streaming_kernel() {
     let Some((gpu, _one_at_a_time)) = gpu() else { return };
     let mut backend = gpu.init_backend().unwrap();
-    let (hd, heads, tokens, seqs, keys) = (32usize, 3usize, 100usize, 3usize, 128usize);
+    for (heads, seqs) in [(3usize, 3usize), (16, 180)] {
+        short_and_streamed_attention(&mut *backend, gpu, heads, seqs);
+    }
+}
+
+/// The check of [`attention_over_a_short_sequence_gives_the_bits_of_the_streaming_kernel`] for
+/// `seqs` sequences of `heads` heads.
+fn short_and_streamed_attention(backend: &mut dyn Backend, gpu: &'static dyn Device, heads: usize, seqs: usize) {
+    let (hd, tokens, keys) = (32usize, 100usize, 128usize);
     let value =
         |i: [usize; 4], salt: usize| ((i[0] * 7 + i[1] * 13 + i[2] * 5 + i[3] * 3 + salt) % 101) as f32 / 50.0 - 1.0;
     let fill = |ne: [usize; 4], f: &dyn Fn([usize; 4]) -> f32| {
@@ -649,7 +660,8 @@ fn attention_over_a_short_sequence_gives_the_bits_of_the_streaming_kernel() {
     };
     for causal in [false, true] {
         // Query i sees key p below `keys` where its sequence's padding (or its row) allows.
-        let sees = |p: usize, i: usize, s: usize| p < keys && if causal { p <= i + 28 } else { p < keys - 17 * s };
+        let sees =
+            |p: usize, i: usize, s: usize| p < keys && if causal { p <= i + 28 } else { p < keys - 17 * (s % 7) };
         let mut run = |kv: usize| {
             let mut g = Graph::new();
             let q = g.new_tensor(DType::F32, &[hd, tokens, heads, seqs]).unwrap();

@@ -564,7 +564,12 @@ FLASH_ATTN_HALF_KERNEL(flash_attn_half_d128, 128, 32, 4, 1, 2, FahTile, flash_at
 // registers): on an H200, MiniLM's attention (1024 sequences of 128 tokens, 12 heads) took
 // 198-201 us against 207-209 with warps of 16 rows at 8 blocks an SM (64 registers), 210-220 at
 // 5 blocks (96 registers, a few bytes spill) and 210-212 with blocks of 2 such warps at 8 an SM;
-// 245-250 with warps of 64 rows. A mask row per query row (`_rows`) takes warps of 16 rows (it
-// would spill at more).
+// 245-250 with warps of 64 rows; 240-282 us with one pass a warp of 16 rows over all 128 keys
+// (no running maximum; 119 registers, at 2 blocks of 8 warps, 4 or 5 of 4 an SM); in a later
+// sitting, where this kernel took 221-227 us, 236-242 with every row's maximum taken in a first
+// pass (no rescaling) and 223 with the copies in two halves (the first multiplied while the
+// second lands). A mask row per query row (`_rows`) takes warps of 16 rows
+// (it would spill at more), as do one mask row's 64 query rows or fewer and grids of fewer
+// than 16 blocks of 128 rows an SM (the launcher's choice: FLASH_ATTN_HALF_WIDE_MIN_ROWS).
 FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32_kv128, 32, 128, 4, 2, 4, FahWhole, flash_attn_half_short_one_row)
 FLASH_ATTN_HALF_KERNEL(flash_attn_half_d32_kv128_rows, 32, 128, 4, 1, 6, FahWhole, flash_attn_half_short)

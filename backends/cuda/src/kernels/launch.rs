@@ -117,7 +117,10 @@ pub(crate) fn flash_attn_tensor_cores(
     // f16 keys and values in reduced precision: on f16 tensor cores, copied 16 bytes at a time
     // (queries read 8 bytes at a time, an f16 result written 16 bytes at a time).
     let one_mask_row = mask.is_none_or(|(m, _)| m.ne[1] == 1);
-    let half = names::flash_attn_half(kt, vt, (q.ne[0], v.ne[0]), q.ne[1], k.ne[1], one_mask_row)
+    let wide_blocks = div_ceil(q.ne[1], 128).saturating_mul(q.ne[2]).saturating_mul(q.ne[3]);
+    let many_blocks =
+        wide_blocks >= names::FLASH_ATTN_HALF_WIDE_BLOCKS_PER_SM.saturating_mul(kernels.multiprocessors());
+    let half = names::flash_attn_half(kt, vt, (q.ne[0], v.ne[0]), (q.ne[1], k.ne[1]), one_mask_row, many_blocks)
         .filter(|_| reduced && rows_on_16_bytes(&k) && rows_on_16_bytes(&v) && rows_on(&q, 8));
     let out_f16 = match dt {
         DType::F32 => 0i32,

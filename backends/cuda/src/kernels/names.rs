@@ -342,21 +342,28 @@ pub(crate) fn flash_attn_mma(kv: DType, d: i64, dv: i64, rows: i64, reduced: boo
 /// FLASH_ATTN in reduced precision on f16 tensor cores (flash_attn_half.cu) over f16 keys and
 /// values with heads of exactly 32, 64 or 128 values, for `rows` query rows over `keys` key
 /// positions (heads of 32 over at most 128 keys take a kernel that holds them all at once, one
-/// of its own where every query row shares one mask row or there is no mask: `one_mask_row`),
-/// with the query rows a block of it takes.
+/// of its own where more than 64 query rows share one mask row or there is no mask,
+/// `one_mask_row`, and blocks of 128 query rows would be many, `many_blocks`: see
+/// [`FLASH_ATTN_HALF_WIDE_MIN_ROWS`]), with the query rows a block of it takes.
 pub(crate) fn flash_attn_half(
     k: DType,
     v: DType,
     (d, dv): (i64, i64),
-    rows: i64,
-    keys: i64,
+    (rows, keys): (i64, i64),
     one_mask_row: bool,
+    many_blocks: bool,
 ) -> Option<(&'static str, i64)> {
     if k != F16 || v != F16 || d != dv || rows < FLASH_ATTN_MMA_MIN_ROWS {
         return None;
     }
     let name = match d {
-        32 if keys <= FLASH_ATTN_HALF_SHORT_KEYS && one_mask_row => return Some(("flash_attn_half_d32_kv128", 128)),
+        32 if keys <= FLASH_ATTN_HALF_SHORT_KEYS
+            && one_mask_row
+            && many_blocks
+            && rows > FLASH_ATTN_HALF_WIDE_MIN_ROWS =>
+        {
+            return Some(("flash_attn_half_d32_kv128", 128))
+        }
         32 if keys <= FLASH_ATTN_HALF_SHORT_KEYS => "flash_attn_half_d32_kv128_rows",
         32 => "flash_attn_half_d32",
         64 => "flash_attn_half_d64",
@@ -368,6 +375,21 @@ pub(crate) fn flash_attn_half(
 
 /// The most keys `flash_attn_half_d32_kv128[_rows]` take (`KV` of their `FahWhole`).
 const FLASH_ATTN_HALF_SHORT_KEYS: i64 = 128;
+
+/// Query rows from which `flash_attn_half_d32_kv128` (warps of 32 rows, 128 a block) takes a
+/// one-row mask's attention, where its blocks are also many (at least
+/// [`FLASH_ATTN_HALF_WIDE_BLOCKS_PER_SM`] an SM). Its warps share each key and value they load
+/// between two tiles of 16 rows, which pays where blocks queue for the SMs; with fewer rows a
+/// block would hold at most two busy warps, and with fewer blocks each one's time is the
+/// call's, both better spread as `_rows` spreads them (warps of 16 rows, 64 a block). On an
+/// H200, MiniLM over one sequence of 16 tokens took 0.186-0.190 ms with the wide warps against
+/// 0.177-0.183 with `_rows`, one of 128 tokens 0.211-0.215 against 0.197-0.203.
+pub(crate) const FLASH_ATTN_HALF_WIDE_MIN_ROWS: i64 = 64;
+
+/// Blocks of 128 query rows an SM from which `flash_attn_half_d32_kv128` takes a one-row mask's
+/// attention (four waves at its 4 blocks an SM); MiniLM over 1024 sequences of 128 tokens gives
+/// 12288 blocks, 93 an SM of an H200.
+pub(crate) const FLASH_ATTN_HALF_WIDE_BLOCKS_PER_SM: i64 = 16;
 
 /// CONCAT of tensors of type `t` (bits copied by size).
 pub(crate) fn concat(t: DType) -> Option<&'static str> {
@@ -568,15 +590,21 @@ mod tests {
         assert_eq!(flash_attn_mma(DType::BF16, 128, 128, 16, true), Some("flash_attn_mma_tf32_bf16_d128"));
         assert_eq!(flash_attn_mma(DType::F32, 32, 32, 128, false), Some("flash_attn_mma_f32_d32"));
         assert_eq!(flash_attn_mma(DType::F16, 64, 64, 15, true), None);
-        let half =
-            |k, v, d, rows, keys, one_mask_row| flash_attn_half(k, v, (d, d), rows, keys, one_mask_row).map(|h| h.0);
+        let half = |k, v, d, rows, keys, one_mask_row| {
+            flash_attn_half(k, v, (d, d), (rows, keys), one_mask_row, true).map(|h| h.0)
+        };
         assert_eq!(half(DType::F16, DType::F16, 32, 128, 128, true), Some("flash_attn_half_d32_kv128"));
+        assert_eq!(half(DType::F16, DType::F16, 32, 65, 128, true), Some("flash_attn_half_d32_kv128"));
+        assert_eq!(half(DType::F16, DType::F16, 32, 64, 128, true), Some("flash_attn_half_d32_kv128_rows"));
+        assert_eq!(half(DType::F16, DType::F16, 32, 16, 16, true), Some("flash_attn_half_d32_kv128_rows"));
+        let few_blocks = flash_attn_half(DType::F16, DType::F16, (32, 32), (128, 128), true, false);
+        assert_eq!(few_blocks.map(|h| h.0), Some("flash_attn_half_d32_kv128_rows"));
         assert_eq!(half(DType::F16, DType::F16, 32, 128, 128, false), Some("flash_attn_half_d32_kv128_rows"));
         assert_eq!(half(DType::F16, DType::F16, 32, 128, 129, true), Some("flash_attn_half_d32"));
         assert_eq!(half(DType::F16, DType::F16, 64, 128, 64, true), Some("flash_attn_half_d64"));
         assert_eq!(half(DType::F16, DType::F32, 32, 128, 128, true), None);
         assert_eq!(half(DType::F16, DType::F16, 64, 15, 64, false), None);
-        assert_eq!(flash_attn_half(DType::F16, DType::F16, (64, 32), 128, 64, true), None);
+        assert_eq!(flash_attn_half(DType::F16, DType::F16, (64, 32), (128, 64), true, true), None);
     }
 
     #[test]
@@ -614,8 +642,10 @@ mod tests {
                 }
                 for keys in [1, FLASH_ATTN_HALF_SHORT_KEYS, FLASH_ATTN_HALF_SHORT_KEYS + 1] {
                     for one_mask_row in [false, true] {
-                        let rows = FLASH_ATTN_MMA_MIN_ROWS;
-                        chosen.extend(flash_attn_half(a, a, (head, head), rows, keys, one_mask_row).map(|h| h.0));
+                        for rows in [FLASH_ATTN_MMA_MIN_ROWS, FLASH_ATTN_HALF_WIDE_MIN_ROWS + 1] {
+                            let name = flash_attn_half(a, a, (head, head), (rows, keys), one_mask_row, true);
+                            chosen.extend(name.map(|h| h.0));
+                        }
                     }
                 }
             }
