@@ -784,6 +784,25 @@ fn flash_attn(v: &mut Vec<Case>) {
                 .with_max_nmse(if precision == Precision::Reduced { 5e-4 } else { 1e-7 }),
             );
         }
+        // A negative scale (each row's soft-max of its negated scores, so that its largest
+        // weight goes to its smallest score), without a mask, over keys held at once and
+        // streamed: the scaled scores of a tile span tens of powers of two, so that weights
+        // taken against the largest score instead of the largest scaled one overflow f16.
+        for (kv, precision) in [100, 200].into_iter().flat_map(|kv| [(kv, Precision::Full), (kv, Precision::Reduced)]) {
+            let prec = if precision == Precision::Reduced { ",prec=reduced" } else { "" };
+            let name = format!("FLASH_ATTN({tq}type_kv={t},d=32,n=40,kv={kv},hq=2,hk=1,b=2,scale=-4{prec})");
+            v.push(
+                Case::new("FLASH_ATTN", name, move |g| {
+                    let q = g.input(qt, [32, 40, 2, 2], Some(SWAP12), Init::DEFAULT)?;
+                    let k = g.leaf(t, [32, kv, 1, 2])?;
+                    let vv = g.leaf(t, [32, kv, 1, 2])?;
+                    let out = g.flash_attn(q, k, vv, None, -4.0)?;
+                    g.set_flash_attn_precision(out, precision)?;
+                    Ok(out)
+                })
+                .with_max_nmse(if precision == Precision::Reduced { 5e-4 } else { 1e-7 }),
+            );
+        }
         if qt == F16 {
             continue;
         }

@@ -232,7 +232,9 @@ __device__ __forceinline__ void fah_tile(const unsigned int (&qa)[R][D / 16][4],
 }
 
 // Whether the KEYS biases at `bias` (a one-row mask's, in shared memory) are all 0, as the
-// warp sees them.
+// warp sees them. The callers take a tile with zero biases as one (`zero_bias` of
+// fa_online_softmax) only for a positive scale, under which the largest score stays the
+// largest once scaled.
 template <int KEYS> __device__ __forceinline__ bool fah_zero_biases(const float *bias) {
     bool zero = true;
 #pragma unroll
@@ -391,7 +393,7 @@ __device__ void flash_attn_half(const TensorArg &q, const TensorArg &k, const Te
         }
 
         if (seen && at.warp_live) {
-            if (at.one_row && fah_zero_biases<KEYS>(tile.bias[b])) {
+            if (at.one_row && scale2 > 0.0f && fah_zero_biases<KEYS>(tile.bias[b])) {
                 fah_tile<M, D, KEYS, 1>(qa, tile.keys[b], tile.values[b], out, row_max, sums, true, true,
                                      &tile.bias[b][0], at.mrow, mask.nb[0], p0, at.kv, scale2);
             } else {
@@ -477,7 +479,7 @@ __device__ __forceinline__ void fah_whole(const FahBlock<WARPS, R> &at, const Te
         for (int p0 = 0; p0 < at.kv; p0 += KEYS) {
             // A tile no row of the block sees is skipped, as the streaming kernel skips it.
             if (__any_sync(0xffffffffu, tile.live[p0 + lane])) {
-                if (ONE_ROW && fah_zero_biases<KEYS>(&tile.bias[p0])) {
+                if (ONE_ROW && scale2 > 0.0f && fah_zero_biases<KEYS>(&tile.bias[p0])) {
                     fah_tile<M, D, KEYS, R>(qa, tile.keys + p0, tile.values + p0, out, row_max, sums, true, true,
                                             &tile.bias[p0], at.mrow, mask.nb[0], p0, at.kv, scale2);
                 } else {

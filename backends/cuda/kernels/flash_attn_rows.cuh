@@ -32,9 +32,10 @@ __device__ __forceinline__ int fa_mask_row(int r, long long rows) { return r < r
 // positions past the last) are at `bias` in shared memory; a key it hides is zeros in shared
 // memory (the kernels copy no key no row may see), so its score is 0 and its sum -inf with no
 // test. With `zero_bias` as well (the tile's biases are all 0: no padding in it, the usual
-// case) the biases are not read and the scale is applied inside the exponent, one fused
-// multiply-add a score: the row maximum is that of the scores times the scale (the same
-// value), the weights are rounded once less. Else row i's mask row is at `mrow[i]` (null for
+// case; and a positive scale, which the caller checks) the biases are not read and the scale
+// is applied inside the exponent, one fused multiply-add a score: the row maximum is that of
+// the scores times the scale (the same value, as the scale is positive), the weights are
+// rounded once less. Else row i's mask row is at `mrow[i]` (null for
 // rows past the last) in mask values of M.
 template <typename M, int KEYS, int D, int SUMS>
 __device__ __forceinline__ void fa_online_softmax(float (&sc)[KEYS / 8][4], float (&out)[D / 8][4], float (&row_max)[2],
