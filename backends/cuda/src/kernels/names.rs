@@ -383,7 +383,7 @@ const FLASH_ATTN_HALF_SHORT_KEYS: i64 = 128;
 /// block would hold at most two busy warps, and with fewer blocks each one's time is the
 /// call's, both better spread as `_rows` spreads them (warps of 16 rows, 64 a block). On an
 /// H200, MiniLM over one sequence of 16 tokens took 0.186-0.190 ms with the wide warps against
-/// 0.177-0.183 with `_rows`, one of 128 tokens 0.211-0.215 against 0.197-0.203.
+/// 0.177-0.183 with `_rows`; over one of 128 tokens the two differed by less than the noise.
 pub(crate) const FLASH_ATTN_HALF_WIDE_MIN_ROWS: i64 = 64;
 
 /// Blocks of 128 query rows an SM from which `flash_attn_half_d32_kv128` takes a one-row mask's
